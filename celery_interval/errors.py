@@ -1,0 +1,31 @@
+"""One exception hierarchy for everything celery_interval raises."""
+
+from __future__ import annotations
+
+__all__ = [
+    "ConfigurationError",
+    "IntervalError",
+    "StoreError",
+    "StoreUnavailable",
+    "UnknownBucket",
+]
+
+
+class IntervalError(Exception):
+    """Base class of every error this package raises."""
+
+
+class ConfigurationError(IntervalError, ValueError):
+    """A setting, interval, rate or URL is invalid; the message names it."""
+
+
+class UnknownBucket(ConfigurationError):
+    """A control command named a bucket that is not configured."""
+
+
+class StoreError(IntervalError):
+    """The shared store answered with something the model does not allow."""
+
+
+class StoreUnavailable(StoreError):
+    """The shared store could not be reached; nothing was changed or it is unknown whether."""

@@ -1,0 +1,262 @@
+"""The pure slot model: a bucket's state and every operation on it as a function of (state, now_us)."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, replace
+
+__all__ = [
+    "BucketState",
+    "Claim",
+    "Done",
+    "Grant",
+    "Lease",
+    "Mark",
+    "Outcome",
+    "Status",
+    "claim",
+    "done",
+    "grant",
+    "new_state",
+    "pause",
+    "renew",
+    "set_interval",
+    "status",
+    "unpause",
+    "virtual_now",
+]
+
+
+class Outcome(str, enum.Enum):
+    """What a grant or claim decided; the stores and the Lua scripts return these names."""
+
+    OK = "OK"
+    WAIT = "WAIT"
+    PAUSED = "PAUSED"
+    HELD = "HELD"
+    RETICKET = "RETICKET"
+    DUPLICATE = "DUPLICATE"
+
+
+@dataclass(frozen=True)
+class BucketState:
+    """A bucket's shared record; every time is integer µs, virtual unless named ``*_real_us``."""
+
+    epoch: int
+    offset_us: int
+    paused_at_real_us: int | None
+    tat_us: int
+    ticket: int
+    current_slot_us: int
+    last_start_us: int
+    interval_override_us: int | None
+
+
+@dataclass(frozen=True)
+class Lease:
+    """A task copy's claim: ``holder`` may start it; others are HELD until ``expires_real_us``."""
+
+    holder: str
+    start_us: int
+    expires_real_us: int
+
+
+@dataclass(frozen=True)
+class Done:
+    """The broker message of this (task_id, retries) was acknowledged; copies are duplicates."""
+
+    expires_real_us: int
+
+
+Mark = Lease | Done
+
+
+@dataclass(frozen=True)
+class Grant:
+    """A ticket and its slot, or DUPLICATE; ``delay_us`` is slot minus virtual now."""
+
+    outcome: Outcome
+    epoch: int
+    ticket: int
+    slot_us: int
+    delay_us: int
+    paused: bool
+
+
+@dataclass(frozen=True)
+class Claim:
+    """A claim's decision; ``delay_us`` is start_in (OK), wait (WAIT) or lease left (HELD)."""
+
+    outcome: Outcome
+    epoch: int
+    delay_us: int
+
+
+@dataclass(frozen=True)
+class Status:
+    """A read-only view of a bucket; ``exists`` is False when the store has no record of it."""
+
+    exists: bool
+    epoch: int
+    interval_us: int
+    overridden: bool
+    paused: bool
+    ticket: int
+    next_slot_in_us: int
+    current_slot_us: int
+    last_start_us: int
+    virtual_now_us: int
+
+
+def new_state(now_us: int, interval_us: int) -> BucketState:
+    """A new epoch: a start may have just happened, so the first start waits one interval."""
+    return BucketState(
+        epoch=now_us,
+        offset_us=0,
+        paused_at_real_us=None,
+        tat_us=now_us + interval_us,
+        ticket=0,
+        current_slot_us=0,
+        last_start_us=now_us,
+        interval_override_us=None,
+    )
+
+
+def virtual_now(state: BucketState, now_us: int) -> int:
+    """Virtual time: real time minus the total length of past pauses, frozen while paused."""
+    real_us = now_us if state.paused_at_real_us is None else state.paused_at_real_us
+    return real_us - state.offset_us
+
+
+def effective_interval(state: BucketState, interval_us: int) -> int:
+    """A ``set_interval`` override wins over the interval the caller has configured."""
+    return interval_us if state.interval_override_us is None else state.interval_override_us
+
+
+def live(mark: Mark | None, now_us: int) -> Mark | None:
+    """The mark if it has not expired at ``now_us``."""
+    return mark if mark is not None and mark.expires_real_us > now_us else None
+
+
+def grant(
+    state: BucketState | None,
+    mark: Mark | None,
+    now_us: int,
+    interval_us: int,
+    not_before_in_us: int = 0,
+) -> tuple[BucketState, Grant]:
+    """Atomically take the next ticket and slot ``max(v, tat, v + not_before_in_us)``."""
+    if state is None:
+        state = new_state(now_us, interval_us)
+    v = virtual_now(state, now_us)
+    paused = state.paused_at_real_us is not None
+    if isinstance(live(mark, now_us), Done):
+        return state, Grant(Outcome.DUPLICATE, state.epoch, 0, 0, 0, paused)
+    slot_us = max(v, state.tat_us, v + max(0, not_before_in_us))
+    ticket = state.ticket + 1
+    state = replace(state, tat_us=slot_us + effective_interval(state, interval_us), ticket=ticket)
+    return state, Grant(Outcome.OK, state.epoch, ticket, slot_us, slot_us - v, paused)
+
+
+def claim(
+    state: BucketState | None,
+    mark: Mark | None,
+    now_us: int,
+    interval_us: int,
+    epoch: int,
+    slot_us: int,
+    holder: str,
+    lease_us: int,
+    lead_us: int = 0,
+) -> tuple[BucketState, Mark | None, Claim]:
+    """Atomically decide whether the copy held by ``holder`` may start now (see Outcome)."""
+    if state is None:
+        state = new_state(now_us, interval_us)
+    mark = live(mark, now_us)
+    if state.paused_at_real_us is not None:
+        return state, mark, Claim(Outcome.PAUSED, state.epoch, 0)
+    v = virtual_now(state, now_us)
+    if isinstance(mark, Done):
+        return state, mark, Claim(Outcome.DUPLICATE, state.epoch, 0)
+    if isinstance(mark, Lease):
+        if mark.holder != holder:
+            return state, mark, Claim(Outcome.HELD, state.epoch, mark.expires_real_us - now_us)
+        return state, mark, Claim(Outcome.OK, state.epoch, max(0, mark.start_us - v))
+    if epoch != state.epoch or slot_us < state.current_slot_us:
+        return state, mark, Claim(Outcome.RETICKET, state.epoch, 0)
+    earliest_us = max(slot_us, state.last_start_us + effective_interval(state, interval_us))
+    if v < earliest_us - lead_us:
+        return state, mark, Claim(Outcome.WAIT, state.epoch, earliest_us - v)
+    start_us = max(v, earliest_us)
+    state = replace(state, last_start_us=start_us, current_slot_us=slot_us)
+    lease = Lease(holder, start_us, now_us + lease_us)
+    return state, lease, Claim(Outcome.OK, state.epoch, start_us - v)
+
+
+def done(mark: Mark | None, now_us: int, dedupe_ttl_us: int) -> Done:
+    """The message was acknowledged: every later copy of (task_id, retries) is a duplicate."""
+    return Done(now_us + dedupe_ttl_us)
+
+
+def renew(mark: Mark | None, now_us: int, holder: str, lease_us: int) -> tuple[Mark | None, bool]:
+    """Extend ``holder``'s live lease to ``now + lease_us``; False if it holds none."""
+    mark = live(mark, now_us)
+    if isinstance(mark, Lease) and mark.holder == holder:
+        return replace(mark, expires_real_us=now_us + lease_us), True
+    return mark, False
+
+
+def pause(state: BucketState | None, now_us: int, interval_us: int) -> BucketState:
+    """Freeze virtual time; an unknown bucket gets a paused new epoch so later workers obey it."""
+    if state is None:
+        state = new_state(now_us, interval_us)
+    if state.paused_at_real_us is not None:
+        return state
+    return replace(state, paused_at_real_us=now_us)
+
+
+def unpause(state: BucketState | None, now_us: int, interval_us: int) -> BucketState:
+    """Resume: the pause's length joins the offset, shifting every granted slot by exactly it."""
+    if state is None:
+        return new_state(now_us, interval_us)
+    if state.paused_at_real_us is None:
+        return state
+    return replace(
+        state,
+        offset_us=state.offset_us + now_us - state.paused_at_real_us,
+        paused_at_real_us=None,
+    )
+
+
+def set_interval(
+    state: BucketState | None, now_us: int, interval_us: int, new_interval_us: int
+) -> BucketState:
+    """Override the configured interval; a longer one also pushes ``tat`` (never backwards)."""
+    if state is None:
+        state = new_state(now_us, interval_us)
+    old_us = effective_interval(state, interval_us)
+    return replace(
+        state,
+        interval_override_us=new_interval_us,
+        tat_us=state.tat_us + max(0, new_interval_us - old_us),
+    )
+
+
+def status(state: BucketState | None, now_us: int, interval_us: int) -> Status:
+    """A read-only view; an unknown bucket reads as the new epoch it would get."""
+    exists = state is not None
+    if state is None:
+        state = new_state(now_us, interval_us)
+    v = virtual_now(state, now_us)
+    return Status(
+        exists=exists,
+        epoch=state.epoch,
+        interval_us=effective_interval(state, interval_us),
+        overridden=state.interval_override_us is not None,
+        paused=state.paused_at_real_us is not None,
+        ticket=state.ticket,
+        next_slot_in_us=max(0, state.tat_us - v),
+        current_slot_us=state.current_slot_us,
+        last_start_us=state.last_start_us,
+        virtual_now_us=v,
+    )

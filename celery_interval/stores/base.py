@@ -1,0 +1,91 @@
+"""The store protocol: a narrow, atomic backend for bucket state and per-task marks."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from celery_interval.schedule import Claim, Grant, Status
+
+__all__ = ["DoneMark", "Store"]
+
+
+@dataclass(frozen=True)
+class DoneMark:
+    """One acknowledged message: (bucket, task_id, retries)."""
+
+    bucket: str
+    task_id: str
+    retries: int
+
+
+class Store(Protocol):
+    """Every method is one atomic step on the store's clock; times are integer microseconds.
+
+    ``interval_us`` is the caller's configured interval, used unless the bucket carries a
+    ``set_interval`` override. Methods raise ``StoreUnavailable`` when the store cannot be
+    reached (the operation may or may not have happened: claims are idempotent per holder).
+    """
+
+    def grant(
+        self,
+        bucket: str,
+        task_id: str,
+        retries: int,
+        interval_us: int,
+        not_before_in_us: int = 0,
+    ) -> Grant:
+        """Atomically take a ticket and slot (``schedule.grant``); DUPLICATE if already done."""
+        ...
+
+    def claim(
+        self,
+        bucket: str,
+        task_id: str,
+        retries: int,
+        interval_us: int,
+        epoch: int,
+        slot_us: int,
+        holder: str,
+        lease_us: int,
+        lead_us: int = 0,
+    ) -> Claim:
+        """Atomically decide whether ``holder``'s copy starts now (``schedule.claim``)."""
+        ...
+
+    def done(self, marks: Sequence[DoneMark], dedupe_ttl_us: int) -> None:
+        """Mark each message acknowledged for ``dedupe_ttl_us``; each mark atomic, batch pipelined."""
+        ...
+
+    def renew(self, bucket: str, task_id: str, retries: int, holder: str, lease_us: int) -> bool:
+        """Atomically extend ``holder``'s live lease to now + ``lease_us``; False if none."""
+        ...
+
+    def pause(self, bucket: str, interval_us: int) -> Status:
+        """Atomically freeze the bucket's virtual time (idempotent); returns the new status."""
+        ...
+
+    def unpause(self, bucket: str, interval_us: int) -> Status:
+        """Atomically resume, shifting all granted slots by the pause length (idempotent)."""
+        ...
+
+    def set_interval(self, bucket: str, interval_us: int, new_interval_us: int) -> Status:
+        """Atomically override the bucket's interval with ``new_interval_us``."""
+        ...
+
+    def reset(self, bucket: str) -> None:
+        """Atomically forget the bucket's state: the next operation starts a new epoch."""
+        ...
+
+    def status(self, bucket: str, interval_us: int) -> Status:
+        """Read the bucket's state without changing it."""
+        ...
+
+    def ping(self) -> None:
+        """Raise ``StoreUnavailable`` unless the store answers."""
+        ...
+
+    def close(self) -> None:
+        """Release connections and file handles."""
+        ...
