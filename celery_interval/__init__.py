@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import celery_interval.worker.control as _control_commands  # noqa: F401  (registers commands)
+from celery_interval.control import pause, reset, set_interval, status, unpause
 from celery_interval.errors import (
     ConfigurationError,
     IntervalError,
@@ -9,13 +11,22 @@ from celery_interval.errors import (
     StoreUnavailable,
     UnknownBucket,
 )
+from celery_interval.install import install
 from celery_interval.intervals import parse_interval_us
+from celery_interval.task import IntervalTask
 
 __all__ = [
     "ConfigurationError",
     "IntervalError",
+    "IntervalTask",
     "StoreError",
     "StoreUnavailable",
     "UnknownBucket",
+    "install",
     "parse_interval_us",
+    "pause",
+    "reset",
+    "set_interval",
+    "status",
+    "unpause",
 ]

@@ -7,7 +7,7 @@ import re
 
 from celery_interval.errors import ConfigurationError
 
-__all__ = ["parse_interval_us", "US_PER_S"]
+__all__ = ["US_PER_S", "parse_interval_us"]
 
 US_PER_S = 1_000_000
 _RATE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*/\s*([a-zA-Z]+)\s*$")

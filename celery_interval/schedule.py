@@ -1,4 +1,4 @@
-"""The pure slot model: a bucket's state and every operation on it as a function of (state, now_us)."""
+"""The pure slot model: a bucket's state and each operation as a function of (state, now_us)."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ import enum
 from dataclasses import dataclass, replace
 
 __all__ = [
+    "MAX_LEAD_US",
     "BucketState",
     "Claim",
     "Done",
@@ -25,6 +26,10 @@ __all__ = [
     "unpause",
     "virtual_now",
 ]
+
+
+#: A claim may admit a start at most this far ahead; a new epoch assumes a lost one did.
+MAX_LEAD_US = 10_000
 
 
 class Outcome(str, enum.Enum):
@@ -109,15 +114,16 @@ class Status:
 
 
 def new_state(now_us: int, interval_us: int) -> BucketState:
-    """A new epoch: a start may have just happened, so the first start waits one interval."""
+    """A new epoch: the lost state may have admitted a start up to MAX_LEAD_US ahead."""
+    last_start_us = now_us + MAX_LEAD_US
     return BucketState(
         epoch=now_us,
         offset_us=0,
         paused_at_real_us=None,
-        tat_us=now_us + interval_us,
+        tat_us=last_start_us + interval_us,
         ticket=0,
         current_slot_us=0,
-        last_start_us=now_us,
+        last_start_us=last_start_us,
         interval_override_us=None,
     )
 
@@ -185,7 +191,7 @@ def claim(
     if epoch != state.epoch or slot_us < state.current_slot_us:
         return state, mark, Claim(Outcome.RETICKET, state.epoch, 0)
     earliest_us = max(slot_us, state.last_start_us + effective_interval(state, interval_us))
-    if v < earliest_us - lead_us:
+    if v < earliest_us - min(max(0, lead_us), MAX_LEAD_US):
         return state, mark, Claim(Outcome.WAIT, state.epoch, earliest_us - v)
     start_us = max(v, earliest_us)
     state = replace(state, last_start_us=start_us, current_slot_us=slot_us)

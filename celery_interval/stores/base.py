@@ -55,7 +55,7 @@ class Store(Protocol):
         ...
 
     def done(self, marks: Sequence[DoneMark], dedupe_ttl_us: int) -> None:
-        """Mark each message acknowledged for ``dedupe_ttl_us``; each mark atomic, batch pipelined."""
+        """Mark each message acknowledged for ``dedupe_ttl_us``; each atomic, batch pipelined."""
         ...
 
     def renew(self, bucket: str, task_id: str, retries: int, holder: str, lease_us: int) -> bool:

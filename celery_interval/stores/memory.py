@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
-from celery_interval import schedule
-from celery_interval.schedule import BucketState, Claim, Grant, Mark, Status
-from celery_interval.stores.base import DoneMark
+from celery_interval.schedule import BucketState, Mark
+from celery_interval.stores._apply import BucketTxn, ModelStore
 
 __all__ = ["MemoryStore"]
 
@@ -17,7 +17,27 @@ def _monotonic_us() -> int:
     return time.monotonic_ns() // 1000
 
 
-class MemoryStore:
+class _MemoryTxn:
+    """A bucket's view onto the store's dicts; ``state`` is written back on a clean exit."""
+
+    def __init__(self, store: MemoryStore, bucket: str, now_us: int) -> None:
+        self._store = store
+        self._bucket = bucket
+        self.now_us = now_us
+        self.state: BucketState | None = store._states.get(bucket)
+
+    def mark(self, task_id: str, retries: int) -> Mark | None:
+        return self._store._marks.get((self._bucket, task_id, retries))
+
+    def set_mark(self, task_id: str, retries: int, mark: Mark | None) -> None:
+        key = (self._bucket, task_id, retries)
+        if mark is None:
+            self._store._marks.pop(key, None)
+        else:
+            self._store._marks[key] = mark
+
+
+class MemoryStore(ModelStore):
     """One process's store; its clock is ``clock_us`` (monotonic by default)."""
 
     def __init__(self, clock_us: Callable[[], int] = _monotonic_us) -> None:
@@ -26,105 +46,20 @@ class MemoryStore:
         self._states: dict[str, BucketState] = {}
         self._marks: dict[tuple[str, str, int], Mark] = {}
 
-    def grant(
-        self, bucket: str, task_id: str, retries: int, interval_us: int, not_before_in_us: int = 0
-    ) -> Grant:
+    @contextmanager
+    def _locked(self, bucket: str, *, write: bool = True) -> Iterator[BucketTxn]:
         with self._lock:
-            now_us = self._clock_us()
-            mark = self._marks.get((bucket, task_id, retries))
-            state, result = schedule.grant(
-                self._states.get(bucket), mark, now_us, interval_us, not_before_in_us
-            )
-            self._states[bucket] = state
-            return result
-
-    def claim(
-        self,
-        bucket: str,
-        task_id: str,
-        retries: int,
-        interval_us: int,
-        epoch: int,
-        slot_us: int,
-        holder: str,
-        lease_us: int,
-        lead_us: int = 0,
-    ) -> Claim:
-        with self._lock:
-            now_us = self._clock_us()
-            key = (bucket, task_id, retries)
-            state, mark, result = schedule.claim(
-                self._states.get(bucket),
-                self._marks.get(key),
-                now_us,
-                interval_us,
-                epoch,
-                slot_us,
-                holder,
-                lease_us,
-                lead_us,
-            )
-            self._states[bucket] = state
-            self._put_mark(key, mark)
-            return result
-
-    def done(self, marks: Sequence[DoneMark], dedupe_ttl_us: int) -> None:
-        with self._lock:
-            now_us = self._clock_us()
-            for m in marks:
-                key = (m.bucket, m.task_id, m.retries)
-                self._marks[key] = schedule.done(self._marks.get(key), now_us, dedupe_ttl_us)
-
-    def renew(self, bucket: str, task_id: str, retries: int, holder: str, lease_us: int) -> bool:
-        with self._lock:
-            key = (bucket, task_id, retries)
-            mark, renewed = schedule.renew(
-                self._marks.get(key), self._clock_us(), holder, lease_us
-            )
-            self._put_mark(key, mark)
-            return renewed
-
-    def pause(self, bucket: str, interval_us: int) -> Status:
-        return self._update(bucket, interval_us, schedule.pause)
-
-    def unpause(self, bucket: str, interval_us: int) -> Status:
-        return self._update(bucket, interval_us, schedule.unpause)
-
-    def set_interval(self, bucket: str, interval_us: int, new_interval_us: int) -> Status:
-        return self._update(
-            bucket,
-            interval_us,
-            lambda s, now, i: schedule.set_interval(s, now, i, new_interval_us),
-        )
-
-    def reset(self, bucket: str) -> None:
-        with self._lock:
-            self._states.pop(bucket, None)
-
-    def status(self, bucket: str, interval_us: int) -> Status:
-        with self._lock:
-            return schedule.status(self._states.get(bucket), self._clock_us(), interval_us)
+            txn = _MemoryTxn(self, bucket, self._clock_us())
+            yield txn
+            if not write:
+                return
+            if txn.state is None:
+                self._states.pop(bucket, None)
+            else:
+                self._states[bucket] = txn.state
 
     def ping(self) -> None:
         return None
 
     def close(self) -> None:
         return None
-
-    def _update(
-        self,
-        bucket: str,
-        interval_us: int,
-        step: Callable[[BucketState | None, int, int], BucketState],
-    ) -> Status:
-        with self._lock:
-            now_us = self._clock_us()
-            state = step(self._states.get(bucket), now_us, interval_us)
-            self._states[bucket] = state
-            return schedule.status(state, now_us, interval_us)
-
-    def _put_mark(self, key: tuple[str, str, int], mark: Mark | None) -> None:
-        if mark is None:
-            self._marks.pop(key, None)
-        else:
-            self._marks[key] = mark

@@ -1,0 +1,142 @@
+"""Benchmark RedisStore: grant+claim pairs per second and Redis bytes per idle bucket."""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing as mp
+import os
+import sys
+import time
+import uuid
+from collections import Counter
+from typing import Any
+
+import redis
+
+from celery_interval.stores.redis import RedisStore
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+LEASE_US = 60_000_000
+INTERVAL_US = 1  # no waiting: measure the store, not the schedule
+
+
+def _worker(
+    url: str, prefix: str, n_buckets: int, seconds: float, start_at: float, seed: int
+) -> tuple[int, dict[str, int]]:
+    """Run grant+claim pairs from ``start_at`` for ``seconds``; return (pairs, outcomes)."""
+    store = RedisStore.from_url(url, key_prefix=prefix)
+    holder = f"bench-{os.getpid()}"
+    outcomes: Counter[str] = Counter()
+    pairs = 0
+    i = seed * 7919
+    while time.time() < start_at:
+        time.sleep(0.001)
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        for _ in range(50):
+            bucket = f"b{i % n_buckets}"
+            task_id = f"{seed}-{i}"
+            g = store.grant(bucket, task_id, 0, INTERVAL_US)
+            c = store.claim(bucket, task_id, 0, INTERVAL_US, g.epoch, g.slot_us, holder, LEASE_US)
+            outcomes[c.outcome.value] += 1
+            pairs += 1
+            i += 1
+    store.close()
+    return pairs, dict(outcomes)
+
+
+def _cleanup(client: redis.Redis[Any], prefix: str) -> None:
+    batch: list[Any] = []
+    for key in client.scan_iter(match=f"{prefix}*", count=1000):
+        batch.append(key)
+        if len(batch) >= 1000:
+            client.unlink(*batch)
+            batch.clear()
+    if batch:
+        client.unlink(*batch)
+
+
+def throughput(
+    url: str, n_procs: int, n_buckets: int, seconds: float
+) -> tuple[float, Counter[str]]:
+    """Pairs per second summed over ``n_procs`` client processes."""
+    prefix = f"cibench-{uuid.uuid4().hex[:8]}:"
+    start_at = time.time() + 0.5 + 0.1 * n_procs
+    ctx = mp.get_context("spawn" if sys.platform == "darwin" else "fork")
+    with ctx.Pool(n_procs) as pool:
+        results = pool.starmap(
+            _worker,
+            [(url, prefix, n_buckets, seconds, start_at, k) for k in range(n_procs)],
+        )
+    outcomes: Counter[str] = Counter()
+    for _, o in results:
+        outcomes.update(o)
+    _cleanup(redis.Redis.from_url(url), prefix)
+    return sum(p for p, _ in results) / seconds, outcomes
+
+
+def idle_bucket_bytes(url: str, n_buckets: int) -> tuple[float, float]:
+    """(MEMORY USAGE of a state key, used_memory growth) per idle bucket, marks excluded."""
+    prefix = f"cibench-{uuid.uuid4().hex[:8]}:"
+    client: redis.Redis[Any] = redis.Redis.from_url(url)
+    store = RedisStore(client, key_prefix=prefix)
+    before = int(client.info("memory")["used_memory"])
+    for k in range(n_buckets):
+        # a realistic idle record: granted and claimed once (claim writes current_slot, etc.)
+        g = store.grant(f"b{k}", "t", 0, 1_000_000)
+        store.claim(f"b{k}", "t", 0, 1_000_000, g.epoch, g.slot_us, "h", LEASE_US, 10**9)
+    marks = [f"{prefix}{{b{k}}}:m:t:0" for k in range(n_buckets)]
+    for start in range(0, n_buckets, 1000):
+        client.delete(*marks[start : start + 1000])
+    after = int(client.info("memory")["used_memory"])
+    pipe = client.pipeline(transaction=False)
+    for k in range(n_buckets):
+        pipe.memory_usage(f"{prefix}{{b{k}}}:s", samples=0)
+    usages = [int(u) for u in pipe.execute()]
+    _cleanup(client, prefix)
+    client.close()
+    return sum(usages) / len(usages), (after - before) / n_buckets
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--url", help="Redis to use (default: start a private redis-server)")
+    parser.add_argument("--seconds", type=float, default=3.0, help="duration of each run")
+    parser.add_argument("--procs", default="1,4", help="client process counts")
+    parser.add_argument("--buckets", default="1,10000", help="bucket counts")
+    parser.add_argument("--idle-buckets", type=int, default=10_000)
+    args = parser.parse_args(argv)
+
+    server = None
+    url = args.url
+    if url is None:
+        sys.path.insert(0, os.path.join(REPO, "tests"))
+        from redisproc import RedisProc
+
+        server = RedisProc()
+        url = server.url
+    try:
+        info = redis.Redis.from_url(url).info("server")
+        print(
+            f"Redis {info['redis_version']} at {url.split('@')[-1]}, "
+            f"{os.cpu_count()} CPUs, {args.seconds:g} s per run\n"
+        )
+        print("| client processes | buckets | grant+claim pairs/s | claim outcomes |")
+        print("|---:|---:|---:|---|")
+        for n_procs in (int(x) for x in args.procs.split(",")):
+            for n_buckets in (int(x) for x in args.buckets.split(",")):
+                rate, outcomes = throughput(url, n_procs, n_buckets, args.seconds)
+                shown = ", ".join(f"{k} {v}" for k, v in sorted(outcomes.items()))
+                print(f"| {n_procs} | {n_buckets:,} | {rate:,.0f} | {shown} |", flush=True)
+        usage, growth = idle_bucket_bytes(url, args.idle_buckets)
+        print(
+            f"\nIdle bucket (state hash only, marks excluded, {args.idle_buckets:,} buckets): "
+            f"MEMORY USAGE {usage:.0f} bytes; used_memory growth {growth:.0f} bytes/bucket"
+        )
+    finally:
+        if server is not None:
+            server.stop()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,152 @@
+"""Settings from ``app.conf`` (``interval_*``), validated once and cached per app."""
+
+from __future__ import annotations
+
+import math
+import weakref
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from celery_interval.errors import ConfigurationError, UnknownBucket
+from celery_interval.intervals import US_PER_S, parse_interval_us
+from celery_interval.schedule import MAX_LEAD_US
+
+__all__ = ["DEFAULTS", "Settings", "settings_of"]
+
+DEFAULTS: dict[str, Any] = {
+    "interval_store_url": None,
+    "interval_queues": {},
+    "interval_key_prefix": "ci:",
+    "interval_max_held": 10,
+    "interval_lease_s": 30.0,
+    "interval_lead_s": 0.003,
+    "interval_dedupe_ttl_s": 7200.0,
+    "interval_store_timeout_s": 2.0,
+    "interval_pause_poll_s": 5.0,
+    "interval_retry_max_s": 5.0,
+    "interval_broker_timeout_s": None,
+}
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The validated ``interval_*`` settings of one app; durations in integer µs."""
+
+    store_url: str
+    queues_us: Mapping[str, int]
+    key_prefix: str
+    max_held: int
+    lease_us: int
+    lead_us: int
+    dedupe_ttl_us: int
+    store_timeout_s: float
+    pause_poll_s: float
+    retry_max_s: float
+    broker_timeout_s: float | None
+    extra_buckets_us: dict[str, int] = field(default_factory=dict)
+
+    def interval_us(self, bucket: str) -> int:
+        """The configured interval of ``bucket`` (``queue:key`` falls back to ``queue``)."""
+        known = {**self.queues_us, **self.extra_buckets_us}
+        if bucket in known:
+            return known[bucket]
+        base = bucket.split(":", 1)[0]
+        if base in known:
+            return known[base]
+        raise UnknownBucket(
+            f"unknown interval bucket {bucket!r}; configured: {', '.join(sorted(known)) or 'none'}"
+        )
+
+    def buckets(self) -> list[str]:
+        """Every bucket configured by name (interval_queues and IntervalTask options)."""
+        return sorted({*self.queues_us, *self.extra_buckets_us})
+
+
+_cache: weakref.WeakKeyDictionary[Any, Settings] = weakref.WeakKeyDictionary()
+
+
+def settings_of(app: Any) -> Settings:
+    """The app's validated settings; bad values raise ``ConfigurationError`` naming the key."""
+    cached = _cache.get(app)
+    if cached is None:
+        cached = _load(app.conf)
+        _cache[app] = cached
+    return cached
+
+
+def forget(app: Any) -> None:
+    """Drop the cached settings (after ``app.conf`` changed)."""
+    _cache.pop(app, None)
+
+
+def _get(conf: Any, key: str) -> Any:
+    value = conf.get(key)
+    return DEFAULTS[key] if value is None else value
+
+
+def _seconds(conf: Any, key: str, *, allow_zero: bool = False) -> float:
+    value = _get(conf, key)
+    try:
+        seconds = float(value)
+    except (TypeError, ValueError):
+        raise ConfigurationError(f"{key}={value!r}: expected a number of seconds") from None
+    if not math.isfinite(seconds) or seconds < 0 or (seconds == 0 and not allow_zero):
+        raise ConfigurationError(f"{key}={value!r}: expected a finite number of seconds > 0")
+    return seconds
+
+
+def _load(conf: Any) -> Settings:
+    queues = _get(conf, "interval_queues")
+    if not isinstance(queues, Mapping):
+        raise ConfigurationError(
+            f"interval_queues={queues!r}: expected a mapping of queue name to interval"
+        )
+    queues_us = {}
+    for name, value in queues.items():
+        if not isinstance(name, str) or not name:
+            raise ConfigurationError(f"interval_queues key {name!r}: expected a non-empty name")
+        queues_us[name] = parse_interval_us(value, name=f"interval_queues[{name!r}]")
+    max_held = _get(conf, "interval_max_held")
+    if isinstance(max_held, bool) or not isinstance(max_held, int) or max_held < 1:
+        raise ConfigurationError(f"interval_max_held={max_held!r}: expected an integer >= 1")
+    broker_timeout = conf.get("interval_broker_timeout_s")
+    return Settings(
+        store_url=_store_url(conf),
+        queues_us=queues_us,
+        key_prefix=str(_get(conf, "interval_key_prefix")),
+        max_held=max_held,
+        lease_us=round(_seconds(conf, "interval_lease_s") * US_PER_S),
+        lead_us=_lead_us(conf),
+        dedupe_ttl_us=round(_seconds(conf, "interval_dedupe_ttl_s") * US_PER_S),
+        store_timeout_s=_seconds(conf, "interval_store_timeout_s"),
+        pause_poll_s=_seconds(conf, "interval_pause_poll_s"),
+        retry_max_s=_seconds(conf, "interval_retry_max_s"),
+        broker_timeout_s=None
+        if broker_timeout is None
+        else _seconds(conf, "interval_broker_timeout_s"),
+    )
+
+
+def _lead_us(conf: Any) -> int:
+    lead_us = round(_seconds(conf, "interval_lead_s", allow_zero=True) * US_PER_S)
+    if lead_us > MAX_LEAD_US:
+        raise ConfigurationError(
+            f"interval_lead_s={conf.get('interval_lead_s')!r}: at most {MAX_LEAD_US / 1e6}s"
+        )
+    return lead_us
+
+
+def _store_url(conf: Any) -> str:
+    url = conf.get("interval_store_url")
+    if url:
+        if not isinstance(url, str):
+            raise ConfigurationError(f"interval_store_url={url!r}: expected a URL string")
+        return url
+    broker = conf.get("broker_url") or ""
+    if isinstance(broker, str) and broker.startswith(("redis://", "rediss://")):
+        return broker
+    raise ConfigurationError(
+        "interval_store_url is not set (and the broker is not Redis): "
+        "set it to redis://host:6379/0, rediss://…, file:///shared/dir or memory://"
+    )

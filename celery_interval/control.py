@@ -1,0 +1,120 @@
+"""Python helpers to pause, unpause, re-time and inspect a bucket, with or without workers."""
+
+from __future__ import annotations
+
+import weakref
+from typing import Any
+
+from celery_interval.config import settings_of
+from celery_interval.errors import UnknownBucket
+from celery_interval.intervals import parse_interval_us
+from celery_interval.schedule import Status
+from celery_interval.stores import store_from_url
+from celery_interval.stores.base import Store
+
+__all__ = [
+    "configured_interval_us",
+    "pause",
+    "reset",
+    "set_interval",
+    "status",
+    "status_dict",
+    "store_for",
+    "unpause",
+]
+
+_stores: weakref.WeakKeyDictionary[Any, Store] = weakref.WeakKeyDictionary()
+
+
+def store_for(app: Any) -> Store:
+    """The app's store, opened once per process."""
+    store = _stores.get(app)
+    if store is None:
+        settings = settings_of(app)
+        store = store_from_url(
+            settings.store_url, key_prefix=settings.key_prefix, timeout_s=settings.store_timeout_s
+        )
+        _stores[app] = store
+    return store
+
+
+def configured_interval_us(app: Any, bucket: str) -> int:
+    """The interval of a configured bucket; ``UnknownBucket`` names the configured ones."""
+    settings = settings_of(app)
+    try:
+        return settings.interval_us(bucket)
+    except UnknownBucket:
+        task_buckets = _task_buckets(app)
+        base = bucket.split(":", 1)[0]
+        for name in (bucket, base):
+            if name in task_buckets:
+                return task_buckets[name]
+        known = sorted({*settings.buckets(), *task_buckets})
+        raise UnknownBucket(
+            f"unknown interval bucket {bucket!r}; configured: {', '.join(known) or 'none'}"
+        ) from None
+
+
+def _task_buckets(app: Any) -> dict[str, int]:
+    """Buckets named by IntervalTask options (``interval`` with a queue or static bucket)."""
+    from celery_interval.task import IntervalTask
+
+    found: dict[str, int] = {}
+    for task in list(app.tasks.values()):
+        own = getattr(task, "interval", None)
+        if not isinstance(task, IntervalTask) or own is None:
+            continue
+        spec = getattr(task, "interval_bucket", None)
+        name = spec if isinstance(spec, str) else getattr(task, "queue", None)
+        if name:
+            found[name] = parse_interval_us(own, name=f"{task.name}.interval")
+    return found
+
+
+def pause(app: Any, queue: str, *, broadcast: bool = True) -> Status:
+    """Pause ``queue`` cluster-wide: persisted in the store, broadcast to live workers."""
+    result = store_for(app).pause(queue, configured_interval_us(app, queue))
+    if broadcast:
+        app.control.broadcast("pause_queue", arguments={"queue": queue})
+    return result
+
+
+def unpause(app: Any, queue: str, *, broadcast: bool = True) -> Status:
+    """Resume ``queue``; granted slots shift by the pause length, live workers wake at once."""
+    result = store_for(app).unpause(queue, configured_interval_us(app, queue))
+    if broadcast:
+        app.control.broadcast("unpause_queue", arguments={"queue": queue})
+    return result
+
+
+def set_interval(app: Any, queue: str, interval: object, *, broadcast: bool = True) -> Status:
+    """Override ``queue``'s interval (seconds or a rate) for the whole pool."""
+    new_interval_us = parse_interval_us(interval, name="interval")
+    result = store_for(app).set_interval(queue, configured_interval_us(app, queue), new_interval_us)
+    if broadcast:
+        app.control.broadcast("set_interval", arguments={"queue": queue, "interval": str(interval)})
+    return result
+
+
+def reset(app: Any, queue: str) -> None:
+    """Forget ``queue``'s state: a new epoch, its first start one interval from now."""
+    configured_interval_us(app, queue)
+    store_for(app).reset(queue)
+
+
+def status(app: Any, queue: str) -> Status:
+    """Read ``queue``'s state from the store."""
+    return store_for(app).status(queue, configured_interval_us(app, queue))
+
+
+def status_dict(result: Status) -> dict[str, Any]:
+    """A JSON-friendly view of a Status, in seconds."""
+    return {
+        "exists": result.exists,
+        "epoch": result.epoch,
+        "interval_s": result.interval_us / 1e6,
+        "overridden": result.overridden,
+        "paused": result.paused,
+        "tickets": result.ticket,
+        "next_slot_in_s": result.next_slot_in_us / 1e6,
+    }

@@ -1,0 +1,240 @@
+"""``celery-interval demo``: a real pool of workers on an embedded Redis, paused mid-run."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import subprocess
+import sys
+import time
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any, cast
+
+import redis
+
+from celery_interval.embedded import RedisProc
+from celery_interval.report import RunFigures, figures_from
+
+__all__ = ["DemoOptions", "run_demo"]
+
+
+@dataclass(frozen=True)
+class DemoOptions:
+    """What ``celery-interval demo`` was asked to do."""
+
+    workers: int = 3
+    tasks: int = 60
+    interval_s: float = 0.05
+    pause_s: float = 2.0
+    broker: str | None = None
+    store: str | None = None
+    as_json: bool = False
+    timeout_s: float = 120.0
+
+
+@contextlib.contextmanager
+def _servers(options: DemoOptions) -> Iterator[tuple[str, str]]:
+    """The broker and store URLs: given ones, else an embedded redis-server on a unix socket."""
+    if options.broker and options.store:
+        yield options.broker, options.store
+        return
+    with RedisProc(unix_socket=True) as server:
+        yield options.broker or server.broker_url_for(1), options.store or server.url_for(0)
+
+
+def _env(broker: str, store: str, interval_s: float) -> dict[str, str]:
+    return {
+        **os.environ,
+        "CELERY_INTERVAL_DEMO_BROKER": broker,
+        "CELERY_INTERVAL_DEMO_STORE": store,
+        "CELERY_INTERVAL_DEMO_INTERVAL": repr(interval_s),
+    }
+
+
+def _celery(env: dict[str, str], *args: str) -> list[str]:
+    return [sys.executable, "-m", "celery", "-A", "celery_interval.demo_app", *args]
+
+
+def run_demo(options: DemoOptions, out: Any = None) -> tuple[int, RunFigures]:
+    """Run the demo; returns (exit code, figures). Exit 0 only for exactly-once and no violation."""
+    from celery_interval import demo_app
+
+    out = out or sys.stdout
+    with _servers(options) as (broker, store):
+        env = _env(broker, store, options.interval_s)
+        os.environ.update(env)
+        app = demo_app.make_app(broker, store, demo_app.QUEUE, options.interval_s)
+        conn = redis.Redis.from_url(store)
+        from celery_interval.stores.keys import ledger_key, state_key
+
+        for key in (demo_app.RECORD_KEY, ledger_key("ci:", demo_app.QUEUE)):
+            conn.delete(key)
+        conn.delete(state_key("ci:", demo_app.QUEUE))
+        procs = [
+            subprocess.Popen(
+                _celery(
+                    env,
+                    "worker",
+                    "-Q",
+                    demo_app.QUEUE,
+                    "-c",
+                    "2",
+                    "-n",
+                    f"host{n + 1}@demo",
+                    "-l",
+                    "WARNING",
+                    "--without-gossip",
+                    "--without-mingle",
+                    "--without-heartbeat",
+                ),
+                env=env,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+            for n in range(options.workers)
+        ]
+        try:
+            _wait_ready(app, options.workers, procs)
+            started_us = _store_now_us(conn)
+            with app.producer_or_acquire() as producer:
+                for i in range(options.tasks):
+                    app.send_task("demo.call_api", args=(i,), producer=producer)
+            view = _LiveView(options, conn, out)
+            _drive(options, env, conn, view)
+            figures = figures_from(
+                conn.lrange(demo_app.RECORD_KEY, 0, -1),
+                cast(Any, conn.xrange(ledger_key("ci:", demo_app.QUEUE))),
+                tasks=options.tasks,
+                interval_s=options.interval_s,
+                workers=options.workers,
+                since_us=started_us,
+            )
+        finally:
+            for proc in procs:
+                proc.terminate()
+            for proc in procs:
+                try:
+                    proc.wait(timeout=15)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+    ok = figures.completed == options.tasks and figures.duplicates == 0 and figures.violations == 0
+    if options.as_json:
+        print(json.dumps(figures.as_dict()), file=out)
+    else:
+        _final_table(figures, ok, out)
+    return (0 if ok else 1), figures
+
+
+def _wait_ready(app: Any, workers: int, procs: list[subprocess.Popen[bytes]]) -> None:
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if any(p.poll() is not None for p in procs):
+            raise RuntimeError("a demo worker exited during start-up")
+        if len(app.control.ping(timeout=0.5) or []) >= workers:
+            return
+    raise RuntimeError(f"demo workers not ready within 60s ({workers} expected)")
+
+
+def _store_now_us(conn: redis.Redis) -> int:
+    seconds, micros = conn.time()
+    return int(seconds) * 1_000_000 + int(micros)
+
+
+def _drive(
+    options: DemoOptions, env: dict[str, str], conn: redis.Redis, view: _LiveView
+) -> None:
+    """Pause after a third of the tasks started, unpause ``pause_s`` later, wait for the rest."""
+    from celery_interval import demo_app
+
+    deadline = time.monotonic() + options.timeout_s
+    phase = "running"
+    resume_at = 0.0
+    with view:
+        while time.monotonic() < deadline:
+            started = conn.llen(demo_app.RECORD_KEY)
+            if phase == "running" and started >= options.tasks // 3 and options.pause_s > 0:
+                _control(env, "pause_queue")
+                phase, resume_at = "paused", time.monotonic() + options.pause_s
+            elif phase == "paused" and time.monotonic() >= resume_at:
+                _control(env, "unpause_queue")
+                phase = "resumed"
+            view.update(phase)
+            if started >= options.tasks and phase != "paused":
+                time.sleep(min(1.0, 10 * options.interval_s))
+                view.update("done")
+                return
+            time.sleep(0.1)
+
+
+def _control(env: dict[str, str], command: str) -> None:
+    """The real remote control command line, as an operator would type it."""
+    from celery_interval import demo_app
+
+    subprocess.run(
+        _celery(env, "control", command, demo_app.QUEUE, "--timeout", "1"),
+        env=env,
+        check=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+
+
+class _LiveView:
+    """A rich live table of starts per worker, achieved rate and pause state (off for --json)."""
+
+    def __init__(self, options: DemoOptions, conn: redis.Redis, out: Any) -> None:
+        self.options = options
+        self.conn = conn
+        self.live: Any = None
+        if not options.as_json:
+            from rich.console import Console
+            from rich.live import Live
+
+            self.live = Live(console=Console(file=out), refresh_per_second=8, transient=False)
+
+    def __enter__(self) -> _LiveView:
+        if self.live is not None:
+            self.live.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.live is not None:
+            self.live.__exit__(*exc)
+
+    def update(self, phase: str) -> None:
+        if self.live is None:
+            return
+        from rich.table import Table
+
+        from celery_interval import demo_app
+
+        records = [json.loads(r) for r in self.conn.lrange(demo_app.RECORD_KEY, 0, -1)]
+        per_worker = Counter(r["worker"] for r in records)
+        times = sorted(r["us"] for r in records)
+        rate = (len(times) - 1) / ((times[-1] - times[0]) / 1e6) if len(times) > 2 else 0.0
+        table = Table(title=f"celery-interval demo — queue '{demo_app.QUEUE}' — {phase}")
+        table.add_column("worker")
+        table.add_column("started", justify="right")
+        for worker, count in sorted(per_worker.items()):
+            table.add_row(worker, str(count))
+        table.add_row("all", f"{len(records)}/{self.options.tasks}")
+        table.caption = (
+            f"achieved {rate:.1f}/s (over the whole run, pause included) "
+            f"· target {1 / self.options.interval_s:.1f}/s"
+        )
+        self.live.update(table)
+
+
+def _final_table(figures: RunFigures, ok: bool, out: Any) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title="result: " + ("PASS" if ok else "FAIL"))
+    table.add_column("figure")
+    table.add_column("value", justify="right")
+    for key, value in figures.as_dict().items():
+        table.add_row(key, f"{value:.4f}" if isinstance(value, float) else str(value))
+    Console(file=out).print(table)

@@ -1,0 +1,75 @@
+"""The demo's worker app (``celery -A celery_interval.demo_app worker``), configured by env."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+from typing import Any
+
+import redis
+from celery import Celery
+from celery.signals import worker_process_init
+
+from celery_interval.task import IntervalTask
+
+__all__ = ["QUEUE", "RECORD_KEY", "app", "make_app", "record_start"]
+
+QUEUE = os.environ.get("CELERY_INTERVAL_DEMO_QUEUE", "demo")
+RECORD_KEY = "celery_interval:demo:starts"
+
+
+def make_app(broker: str, store: str, queue: str, interval_s: float) -> Celery:
+    """A Celery app with one interval queue ``queue``."""
+    app = Celery("celery_interval_demo", broker=broker, set_as_current=False)
+    app.conf.update(
+        interval_store_url=store,
+        interval_queues={queue: interval_s},
+        task_default_queue=queue,
+        broker_connection_retry_on_startup=True,
+        worker_hijack_root_logger=False,
+        worker_redirect_stdouts=False,
+    )
+    return app
+
+
+_conn: redis.Redis | None = None
+
+
+def record_start(store_url: str, key: str, entry: dict[str, Any]) -> None:
+    """Append ``entry`` with the store's clock (µs) to the list ``key``."""
+    global _conn
+    if _conn is None:
+        _conn = redis.Redis.from_url(store_url)
+    seconds, micros = _conn.time()
+    entry["us"] = int(seconds) * 1_000_000 + int(micros)
+    _conn.rpush(key, json.dumps(entry))
+
+
+app = make_app(
+    os.environ.get("CELERY_INTERVAL_DEMO_BROKER", "memory://"),
+    os.environ.get("CELERY_INTERVAL_DEMO_STORE", "memory://"),
+    QUEUE,
+    float(os.environ.get("CELERY_INTERVAL_DEMO_INTERVAL", "0.05")),
+)
+
+
+@worker_process_init.connect
+def _warm_up(**_: Any) -> None:
+    record_start(app.conf.interval_store_url, RECORD_KEY + ":warmup", {"pid": os.getpid()})
+
+
+@app.task(base=IntervalTask, bind=True, name="demo.call_api")
+def call_api(self: Any, i: int) -> int:
+    """The demo's rate-sensitive call: records when it really started."""
+    record_start(
+        app.conf.interval_store_url,
+        RECORD_KEY,
+        {
+            "i": i,
+            "id": self.request.id,
+            "ticket": self.request.get("interval_ticket"),
+            "worker": self.request.hostname or socket.gethostname(),
+        },
+    )
+    return i

@@ -1,0 +1,110 @@
+"""Figures of one run from recorded body starts and the bucket's ledger (claims, pauses)."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+__all__ = ["RunFigures", "figures_from", "percentile"]
+
+
+@dataclass(frozen=True)
+class RunFigures:
+    """What a run achieved; the interval holds when ``violations`` is 0."""
+
+    tasks: int
+    completed: int
+    duplicates: int
+    violations: int
+    min_gap_s: float
+    interval_s: float
+    workers: int
+    utilization: float
+    p99_lateness_s: float
+    body_min_gap_s: float
+    paused_s: float
+    claims: int
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """The ``q``-th percentile (nearest rank) of ``values``; NaN when empty."""
+    if not values:
+        return math.nan
+    ordered = sorted(values)
+    rank = max(1, math.ceil(q / 100 * len(ordered)))
+    return ordered[rank - 1]
+
+
+def _field(fields: dict[Any, Any], name: str) -> str | None:
+    value = fields.get(name.encode(), fields.get(name))
+    if value is None:
+        return None
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def figures_from(
+    records: Iterable[bytes | str],
+    ledger: Iterable[tuple[Any, dict[Any, Any]]],
+    *,
+    tasks: int,
+    interval_s: float,
+    workers: int,
+    since_us: int = 0,
+) -> RunFigures:
+    """Exactly-once from the body records; spacing, lateness and pauses from the ledger."""
+    starts = [json.loads(r) for r in records]
+    ids = [s["id"] for s in starts]
+    body_times = sorted(s["us"] for s in starts)
+    claims: list[tuple[int, int]] = []
+    pauses: list[tuple[str, int]] = []
+    for _entry_id, fields in ledger:
+        op, now = _field(fields, "op"), int(_field(fields, "now") or 0)
+        if now < since_us:
+            continue
+        if op == "claim:OK":
+            claims.append((int(_field(fields, "start") or 0), int(_field(fields, "late") or 0)))
+        elif op in ("pause", "unpause"):
+            pauses.append((op, now))
+    claims.sort()
+    claim_times = [t for t, _ in claims]
+    interval_us = round(interval_s * 1e6)
+    gaps = [b - a for a, b in itertools.pairwise(claim_times)]
+    body_gaps = [b - a for a, b in itertools.pairwise(body_times)]
+    paused_us = _paused_us(pauses, claim_times)
+    span_us = (claim_times[-1] - claim_times[0] - paused_us) if len(claim_times) > 1 else 0
+    return RunFigures(
+        tasks=tasks,
+        completed=len(set(ids)),
+        duplicates=len(ids) - len(set(ids)),
+        violations=sum(1 for g in gaps if g < interval_us),
+        min_gap_s=min(gaps) / 1e6 if gaps else math.nan,
+        interval_s=interval_s,
+        workers=workers,
+        utilization=(len(claim_times) - 1) * interval_us / span_us if span_us > 0 else math.nan,
+        p99_lateness_s=percentile([late / 1e6 for _, late in claims], 99),
+        body_min_gap_s=min(body_gaps) / 1e6 if body_gaps else math.nan,
+        paused_s=paused_us / 1e6,
+        claims=len(claims),
+    )
+
+
+def _paused_us(pauses: list[tuple[str, int]], claim_times: list[int]) -> int:
+    """Paused time that falls between the first and the last claim."""
+    if len(claim_times) < 2:
+        return 0
+    first, last = claim_times[0], claim_times[-1]
+    total, since = 0, None
+    for op, now in sorted(pauses, key=lambda p: p[1]):
+        if op == "pause" and since is None:
+            since = now
+        elif op == "unpause" and since is not None:
+            total += max(0, min(now, last) - max(since, first))
+            since = None
+    return total

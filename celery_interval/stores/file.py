@@ -1,0 +1,299 @@
+"""FileStore: bucket state in fcntl-locked JSON files on a filesystem the workers share."""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import os
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from celery_interval.errors import StoreError, StoreUnavailable
+from celery_interval.schedule import BucketState, Done, Lease, Mark
+from celery_interval.stores._apply import BucketTxn, ModelStore
+
+__all__ = ["FORMAT_VERSION", "FileStore", "wall_clock_us"]
+
+FORMAT_VERSION = 1
+_SAFE_CHARS = "abcdefghijklmnopqrstuvwxyz0123456789._-"
+_MAX_STEM_CHARS = 160  # leaves room for ".json.tmp" under the usual 255-byte name limit
+_STATE_FIELDS = (
+    "epoch",
+    "offset_us",
+    "paused_at_real_us",
+    "tat_us",
+    "ticket",
+    "current_slot_us",
+    "last_start_us",
+    "interval_override_us",
+)
+_NULLABLE_FIELDS = frozenset({"paused_at_real_us", "interval_override_us"})
+
+
+# POSIX locks belong to the process: threads of one process do not exclude each other with
+# them, and closing any descriptor of a file drops all of the process's locks on it. So each
+# lock file also gets one in-process lock, shared by every FileStore of this process.
+_process_locks: dict[str, threading.Lock] = {}
+_process_locks_guard = threading.Lock()
+
+
+def _process_lock(lock_path: Path) -> threading.Lock:
+    key = os.path.abspath(lock_path)
+    with _process_locks_guard:
+        lock = _process_locks.get(key)
+        if lock is None:
+            lock = _process_locks[key] = threading.Lock()
+        return lock
+
+
+def _forget_process_locks() -> None:
+    """A forked child starts with no lock held (a parent thread may have held one at fork)."""
+    global _process_locks_guard
+    _process_locks.clear()
+    _process_locks_guard = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_process_locks)
+
+
+def wall_clock_us() -> int:
+    """This host's wall clock in integer microseconds since the Unix epoch."""
+    return time.time_ns() // 1000
+
+
+def file_stem(key_prefix: str, bucket: str) -> str:
+    """A filename stem for a bucket: injective, case-insensitive-safe, never a dot name."""
+    encoded = "".join(
+        chr(byte) if chr(byte) in _SAFE_CHARS else f"%{byte:02X}"
+        for byte in (key_prefix + bucket).encode("utf-8", "surrogatepass")
+    )
+    if len(encoded) <= _MAX_STEM_CHARS:
+        return "b-" + encoded
+    digest = hashlib.sha256((key_prefix + bucket).encode("utf-8", "surrogatepass")).hexdigest()
+    # "~" never appears in an encoded name, so a hashed stem cannot equal a plain one.
+    return f"b-{encoded[:80]}~{digest}"
+
+
+class _FileTxn:
+    """One bucket's record loaded from its state file under the bucket's lock."""
+
+    def __init__(
+        self, now_us: int, state: BucketState | None, marks: dict[tuple[str, int], Mark]
+    ) -> None:
+        self.now_us = now_us
+        self.state = state
+        self.marks = marks
+
+    def mark(self, task_id: str, retries: int) -> Mark | None:
+        return self.marks.get((task_id, retries))
+
+    def set_mark(self, task_id: str, retries: int, mark: Mark | None) -> None:
+        if mark is None:
+            self.marks.pop((task_id, retries), None)
+        else:
+            self.marks[(task_id, retries)] = mark
+
+
+class FileStore(ModelStore):
+    """The Store protocol on a shared directory, for clusters with a shared filesystem and no Redis.
+
+    One JSON state file per bucket holds its ``BucketState`` and its live marks (leases and
+    done-marks of ``(task_id, retries)``); every operation holds a POSIX ``fcntl.lockf`` lock on
+    the bucket's lock file (these work over NFS with a lock manager) for its read-modify-write,
+    and writes crash-safely (temp file in the same directory, fsync, ``os.replace``). Expired
+    marks are dropped on every write.
+
+    Its clock is each host's **wall clock** (``time.time_ns() // 1000``), not one store clock as
+    with Redis: the hosts sharing a directory must be NTP-synced, since the interval is only as
+    exact as their clocks agree. Redis is the recommended store. ``clock_us`` replaces the clock
+    in tests. A corrupt state file raises ``StoreError`` naming it (it is never reset silently);
+    an unreachable directory or file raises ``StoreUnavailable``.
+    """
+
+    def __init__(
+        self,
+        directory: str | os.PathLike[str],
+        *,
+        key_prefix: str = "ci:",
+        clock_us: Callable[[], int] = wall_clock_us,
+    ) -> None:
+        self.directory = Path(directory)
+        self._key_prefix = key_prefix
+        self._clock_us = clock_us
+
+    def __repr__(self) -> str:
+        return f"FileStore({str(self.directory)!r})"
+
+    def state_path(self, bucket: str) -> Path:
+        """The JSON file holding ``bucket``'s state and marks."""
+        return self.directory / (file_stem(self._key_prefix, bucket) + ".json")
+
+    def ping(self) -> None:
+        """Raise ``StoreUnavailable`` unless the directory is a writable directory."""
+        if not self.directory.is_dir() or not os.access(self.directory, os.W_OK | os.X_OK):
+            raise StoreUnavailable(f"interval store directory {str(self.directory)!r} is unusable")
+
+    def close(self) -> None:
+        """Nothing to release: every operation opens and closes its own files."""
+        return None
+
+    @contextmanager
+    def _locked(self, bucket: str, *, write: bool = True) -> Iterator[BucketTxn]:
+        path = self.state_path(bucket)
+        lock_path = path.with_name(path.name[: -len(".json")] + ".lock")
+        with _process_lock(lock_path):
+            try:
+                lock_fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o666)
+            except OSError as exc:
+                raise StoreUnavailable(f"cannot open lock file {str(lock_path)!r}: {exc}") from exc
+            try:
+                try:
+                    fcntl.lockf(lock_fd, fcntl.LOCK_EX)
+                except OSError as exc:
+                    raise StoreUnavailable(f"cannot lock {str(lock_path)!r}: {exc}") from exc
+                raw = self._read(path)
+                now_us = self._clock_us()
+                state, marks = _decode(raw, path, bucket) if raw is not None else (None, {})
+                txn = _FileTxn(now_us, state, marks)
+                yield txn
+                if write:
+                    new = _encode(bucket, txn.state, txn.marks, now_us)
+                    if new != raw and not (raw is None and txn.state is None and not txn.marks):
+                        self._write(path, new)
+            finally:
+                os.close(lock_fd)  # closing the descriptor releases the lock
+
+    @staticmethod
+    def _read(path: Path) -> bytes | None:
+        try:
+            return path.read_bytes()
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            raise StoreUnavailable(f"cannot read state file {str(path)!r}: {exc}") from exc
+
+    @staticmethod
+    def _write(path: Path, data: bytes) -> None:
+        # Only the lock holder writes, so one fixed temp name suffices: a crashed writer's
+        # leftover is truncated by the next write and never read as state.
+        tmp_path = path.with_name(path.name + ".tmp")
+        try:
+            fd = os.open(tmp_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666)
+            try:
+                os.write(fd, data)
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            os.replace(tmp_path, path)
+        except OSError as exc:
+            raise StoreUnavailable(f"cannot write state file {str(path)!r}: {exc}") from exc
+        _fsync_directory(path.parent)
+
+
+def _fsync_directory(directory: Path) -> None:
+    """Make the rename durable where the filesystem supports it (NFS may not)."""
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def _encode(
+    bucket: str, state: BucketState | None, marks: dict[tuple[str, int], Mark], now_us: int
+) -> bytes:
+    """The file's JSON; expired marks are dropped here, so files stay small."""
+    rows: list[dict[str, Any]] = []
+    for (task_id, retries), mark in sorted(marks.items()):
+        if mark.expires_real_us <= now_us:
+            continue
+        row: dict[str, Any] = {"task_id": task_id, "retries": retries}
+        if isinstance(mark, Lease):
+            row.update(
+                kind="lease",
+                holder=mark.holder,
+                start_us=mark.start_us,
+                expires_real_us=mark.expires_real_us,
+            )
+        else:
+            row.update(kind="done", expires_real_us=mark.expires_real_us)
+        rows.append(row)
+    doc = {
+        "version": FORMAT_VERSION,
+        "bucket": bucket,
+        "state": None if state is None else {name: getattr(state, name) for name in _STATE_FIELDS},
+        "marks": rows,
+    }
+    return (json.dumps(doc, separators=(",", ":"), sort_keys=True) + "\n").encode()
+
+
+def _decode(
+    raw: bytes, path: Path, bucket: str
+) -> tuple[BucketState | None, dict[tuple[str, int], Mark]]:
+    """Parse and validate a state file; anything unexpected raises StoreError naming the file."""
+
+    def corrupt(why: str) -> StoreError:
+        return StoreError(
+            f"corrupt interval state file {str(path)!r}: {why} "
+            "(inspect it; delete it to start the bucket over)"
+        )
+
+    try:
+        doc = json.loads(raw)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise corrupt(f"not JSON ({exc})") from None
+    if not isinstance(doc, dict):
+        raise corrupt("not a JSON object")
+    if doc.get("version") != FORMAT_VERSION:
+        raise corrupt(f"unknown format version {doc.get('version')!r}")
+    if doc.get("bucket") != bucket:
+        raise corrupt(f"holds bucket {doc.get('bucket')!r}, expected {bucket!r}")
+
+    def integer(obj: dict[str, Any], name: str, nullable: bool = False) -> Any:
+        value = obj.get(name)
+        if value is None and nullable and name in obj:
+            return None
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise corrupt(f"{name}={value!r} is not an integer")
+        return value
+
+    raw_state = doc.get("state")
+    state: BucketState | None
+    if raw_state is None:
+        state = None
+    elif isinstance(raw_state, dict):
+        state = BucketState(
+            **{name: integer(raw_state, name, name in _NULLABLE_FIELDS) for name in _STATE_FIELDS}
+        )
+    else:
+        raise corrupt("state is not an object")
+
+    raw_marks = doc.get("marks")
+    if not isinstance(raw_marks, list):
+        raise corrupt("marks is not a list")
+    marks: dict[tuple[str, int], Mark] = {}
+    for row in raw_marks:
+        if not isinstance(row, dict) or not isinstance(row.get("task_id"), str):
+            raise corrupt(f"bad mark {row!r}")
+        key = (row["task_id"], integer(row, "retries"))
+        kind = row.get("kind")
+        if kind == "lease":
+            holder = row.get("holder")
+            if not isinstance(holder, str):
+                raise corrupt(f"bad lease holder {holder!r}")
+            marks[key] = Lease(holder, integer(row, "start_us"), integer(row, "expires_real_us"))
+        elif kind == "done":
+            marks[key] = Done(integer(row, "expires_real_us"))
+        else:
+            raise corrupt(f"unknown mark kind {kind!r}")
+    return state, marks

@@ -1,0 +1,49 @@
+"""Every Redis key celery_interval uses, built in one place and hash-tagged by bucket."""
+
+from __future__ import annotations
+
+from celery_interval.errors import ConfigurationError
+
+__all__ = [
+    "DEFAULT_PREFIX",
+    "ledger_key",
+    "mark_key",
+    "state_key",
+    "validate_bucket",
+    "validate_prefix",
+]
+
+DEFAULT_PREFIX = "ci:"
+
+
+def validate_prefix(prefix: str) -> str:
+    """Return ``prefix`` if it is usable: braces would break the per-bucket hash tag."""
+    if not isinstance(prefix, str):
+        raise ConfigurationError(f"key prefix must be a string, got {prefix!r}")
+    if "{" in prefix or "}" in prefix:
+        raise ConfigurationError(
+            f"key prefix {prefix!r} must not contain '{{' or '}}' (keys are hash-tagged by bucket)"
+        )
+    return prefix
+
+
+def validate_bucket(bucket: str) -> str:
+    """Return ``bucket`` if non-empty: ``{}`` is no hash tag, so its keys could span slots."""
+    if not isinstance(bucket, str) or not bucket:
+        raise ConfigurationError(f"bucket name must be a non-empty string, got {bucket!r}")
+    return bucket
+
+
+def state_key(prefix: str, bucket: str) -> str:
+    """The hash holding the bucket's ``BucketState``."""
+    return f"{prefix}{{{bucket}}}:s"
+
+
+def mark_key(prefix: str, bucket: str, task_id: str, retries: int) -> str:
+    """The string holding the lease or done mark of one (task_id, retries) in ``bucket``."""
+    return f"{prefix}{{{bucket}}}:m:{task_id}:{retries}"
+
+
+def ledger_key(prefix: str, bucket: str) -> str:
+    """The capped Stream the scripts append the bucket's ledger to (reserved)."""
+    return f"{prefix}{{{bucket}}}:l"

@@ -1,0 +1,156 @@
+-- lib.lua: helpers shared by every script; RedisStore prepends this file to each script.
+-- Mirrors celery_interval/schedule.py. All times are integer µs held in Lua doubles
+-- (exact below 2^53); every number written to Redis goes through fmt() ('%d'), because
+-- Redis formats plain Lua numbers with 14 significant digits and would round µs values.
+-- State hash fields: e=epoch o=offset_us p=paused_at_real_us (absent: not paused)
+-- t=tat_us n=ticket c=current_slot_us l=last_start_us i=interval_override_us (absent: none).
+-- Mark strings: lease "L|<holder>|<start_us>|<expires_real_us>", done "D|<expires_real_us>".
+
+local function fmt(x)
+  return string.format('%d', x)
+end
+
+-- The store's clock: Redis TIME, unless a (test-only) override is given.
+local function clock_us(override)
+  if override ~= nil and override ~= '' then
+    return tonumber(override)
+  end
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000000 + tonumber(t[2])
+end
+
+local function num(v)
+  if v == false or v == nil then
+    return nil
+  end
+  return tonumber(v)
+end
+
+-- The state at key, or nil when the bucket has no record.
+local function load_state(key)
+  local r = redis.call('HMGET', key, 'e', 'o', 'p', 't', 'n', 'c', 'l', 'i')
+  if r[1] == false then
+    return nil
+  end
+  return {
+    e = num(r[1]), o = num(r[2]), p = num(r[3]), t = num(r[4]),
+    n = num(r[5]), c = num(r[6]), l = num(r[7]), i = num(r[8]),
+  }
+end
+
+-- schedule.new_state: a new epoch whose first start waits one interval.
+local function new_state(now, interval)
+  return { e = now, o = 0, p = nil, t = now + interval, n = 0, c = 0, l = now, i = nil }
+end
+
+-- load_state, else a new epoch; the second value says whether it is new (must be saved whole).
+local function load_or_new(key, now, interval)
+  local s = load_state(key)
+  if s == nil then
+    return new_state(now, interval), true
+  end
+  return s, false
+end
+
+-- Write the whole state (absent fields for nil p and i).
+local function save_state(key, s)
+  redis.call('HSET', key, 'e', fmt(s.e), 'o', fmt(s.o), 't', fmt(s.t), 'n', fmt(s.n),
+    'c', fmt(s.c), 'l', fmt(s.l))
+  if s.p ~= nil then
+    redis.call('HSET', key, 'p', fmt(s.p))
+  end
+  if s.i ~= nil then
+    redis.call('HSET', key, 'i', fmt(s.i))
+  end
+end
+
+-- Write only the named fields of an existing state (a new one is saved whole).
+local function save_fields(key, s, is_new, ...)
+  if is_new then
+    save_state(key, s)
+    return
+  end
+  local args = {}
+  for _, f in ipairs({ ... }) do
+    if s[f] == nil then
+      redis.call('HDEL', key, f)
+    else
+      args[#args + 1] = f
+      args[#args + 1] = fmt(s[f])
+    end
+  end
+  if #args > 0 then
+    redis.call('HSET', key, unpack(args))
+  end
+end
+
+-- schedule.virtual_now
+local function virtual_now(s, now)
+  local real = now
+  if s.p ~= nil then
+    real = s.p
+  end
+  return real - s.o
+end
+
+-- schedule.effective_interval
+local function effective_interval(s, interval)
+  if s.i ~= nil then
+    return s.i
+  end
+  return interval
+end
+
+-- The mark at key as {kind='L', holder, start, exp} or {kind='D', exp}, or nil.
+local function load_mark(key)
+  local raw = redis.call('GET', key)
+  if not raw then
+    return nil
+  end
+  local kind = string.sub(raw, 1, 1)
+  if kind == 'D' then
+    return { kind = 'D', exp = tonumber(string.sub(raw, 3)) }
+  end
+  local holder, start, exp = string.match(raw, '^L|(.*)|(%-?%d+)|(%-?%d+)$')
+  return { kind = 'L', holder = holder, start = tonumber(start), exp = tonumber(exp) }
+end
+
+-- schedule.live: the mark if it has not expired at now.
+local function live(m, now)
+  if m ~= nil and m.exp > now then
+    return m
+  end
+  return nil
+end
+
+-- Store a mark; the value's expiry is authoritative, PX only garbage-collects it 60 s later.
+local function put_mark(key, m, now)
+  local value
+  if m.kind == 'D' then
+    value = 'D|' .. fmt(m.exp)
+  else
+    value = 'L|' .. m.holder .. '|' .. fmt(m.start) .. '|' .. fmt(m.exp)
+  end
+  local px = math.max(1, math.floor((m.exp - now) / 1000) + 60000)
+  redis.call('SET', key, value, 'PX', fmt(px))
+end
+
+-- schedule.status as a flat array of integers:
+-- {exists, epoch, interval_us, overridden, paused, ticket, next_slot_in_us,
+--  current_slot_us, last_start_us, virtual_now_us}
+local function status_reply(s, exists, now, interval)
+  local v = virtual_now(s, now)
+  return {
+    exists and 1 or 0,
+    s.e,
+    effective_interval(s, interval),
+    s.i ~= nil and 1 or 0,
+    s.p ~= nil and 1 or 0,
+    s.n,
+    math.max(0, s.t - v),
+    s.c,
+    s.l,
+    v,
+  }
+end
+

@@ -1,0 +1,83 @@
+"""The consumer bootstep: a thin adapter that gives each consumer one IntervalService."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from celery import bootsteps
+from celery.worker.state import reserved_requests
+
+from celery_interval.config import settings_of
+from celery_interval.stores import store_from_url
+from celery_interval.worker.service import IntervalService
+from celery_interval.worker.timeouts import warn_broker_timeouts
+
+__all__ = ["IntervalStep", "service_for"]
+
+logger = logging.getLogger("celery_interval.worker")
+
+
+def service_for(c: Any) -> IntervalService:
+    """The consumer's service, created on first use (the strategy may ask before start)."""
+    service: IntervalService | None = getattr(c, "interval_service", None)
+    if service is None:
+        settings = settings_of(c.app)
+        service = IntervalService(
+            settings=settings,
+            store=store_from_url(
+                settings.store_url,
+                key_prefix=settings.key_prefix,
+                timeout_s=settings.store_timeout_s,
+            ),
+            timer=c.timer,
+            hostname=c.hostname,
+            pool_free=lambda: len(reserved_requests) < max(1, int(c.pool.limit or 1)),
+            stop_queue=lambda queue: _stop_queue(c, queue),
+            resume_queue=lambda queue: _resume_queue(c, queue),
+            qos=lambda: c.qos,
+        )
+        c.interval_service = service
+    return service
+
+
+def _stop_queue(c: Any, queue: str) -> None:
+    if c.task_consumer is not None and c.task_consumer.consuming_from(queue):
+        logger.info("interval: %s held tasks reached interval_max_held, pausing fetch", queue)
+        c.task_consumer.cancel_by_queue(queue)
+
+
+def _resume_queue(c: Any, queue: str) -> None:
+    queues = c.app.amqp.queues
+    if c.task_consumer is None or queue not in queues or c.task_consumer.consuming_from(queue):
+        return
+    c.task_consumer.add_queue(queues[queue])
+    c.task_consumer.consume()
+
+
+class IntervalStep(bootsteps.StartStopStep):
+    """Starts the interval service with the consumer; drops held copies when the channel goes."""
+
+    requires = ("celery.worker.consumer.tasks:Tasks",)
+
+    def __init__(self, c: Any, **kwargs: Any) -> None:
+        c.interval_service = None
+        super().__init__(c, **kwargs)
+
+    def start(self, c: Any) -> None:
+        service = service_for(c)
+        warn_broker_timeouts(c.app, service.settings)
+        try:
+            service.store.ping()
+        except Exception as exc:
+            logger.error("interval store unreachable at start (%s): tasks will be held", exc)
+
+    def stop(self, c: Any) -> None:
+        if c.interval_service is not None:
+            c.interval_service.connection_lost()
+
+    def shutdown(self, c: Any) -> None:
+        if c.interval_service is not None:
+            c.interval_service.connection_lost()
+            c.interval_service.close()
+            c.interval_service = None

@@ -1,0 +1,430 @@
+"""IntervalService: a worker's held tasks, their timers, claims, dedupe marks and pause list."""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections import Counter, defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from celery_interval.config import Settings
+from celery_interval.errors import StoreUnavailable
+from celery_interval.schedule import Claim, Grant, Outcome
+from celery_interval.stores.base import DoneMark, Store
+from celery_interval.task import START_HEADER, TICKET_HEADER
+
+__all__ = ["Held", "IntervalService"]
+
+logger = logging.getLogger("celery_interval.worker")
+
+#: How often a due task re-checks for a free pool process (seconds).
+POOL_POLL_S = 0.001
+
+
+@dataclass(eq=False)
+class Held:
+    """One received message waiting for its slot on this worker."""
+
+    request: Any
+    bucket: str
+    queue: str | None
+    interval_us: int
+    not_before_in_us: int
+    holder: str
+    acks_late: bool
+    release: Callable[[Any], None]
+    epoch: int = 0
+    ticket: int = 0
+    slot_us: int = 0
+    due_mono_ns: int = 0
+    entry: Any = None
+    state: str = "new"
+
+    @property
+    def key(self) -> tuple[str, str, int]:
+        return (self.bucket, self.request.id, int(self.request.request_dict.get("retries") or 0))
+
+
+@dataclass
+class BucketStats:
+    """Counters of one bucket on this worker, reported by ``inspect interval_stats``."""
+
+    grants: int = 0
+    claims: int = 0
+    waits: int = 0
+    paused: int = 0
+    helds: int = 0
+    retickets: int = 0
+    duplicates: int = 0
+    interval_us: int = 0
+    last_paused: bool = False
+    last_slot_us: int = 0
+
+
+@dataclass
+class FlowControl:
+    """Which queues this worker stopped consuming because a bucket hit ``max_held``."""
+
+    stopped: set[str] = field(default_factory=set)
+
+
+class IntervalService:
+    """Plain object behind the bootstep: no I/O of its own beyond the store and the timer."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        store: Store,
+        timer: Any,
+        hostname: str,
+        pool_free: Callable[[], bool],
+        stop_queue: Callable[[str], None],
+        resume_queue: Callable[[str], None],
+        qos: Callable[[], Any],
+    ) -> None:
+        self.settings = settings
+        self.store = store
+        self.timer = timer
+        self.hostname = hostname
+        self._pool_free = pool_free
+        self._stop_queue = stop_queue
+        self._resume_queue = resume_queue
+        self._qos = qos
+        self.held: dict[str, list[Held]] = defaultdict(list)
+        self.paused: dict[str, list[Held]] = defaultdict(list)
+        self.stats: dict[str, BucketStats] = defaultdict(BucketStats)
+        self.flow = FlowControl()
+        self._done_pending: list[DoneMark] = []
+        self._done_entry: Any = None
+        self._leases: dict[tuple[str, str, int], str] = {}
+        self._renew_entry: Any = None
+        self._pause_polls: dict[str, Any] = {}
+        self._outage_since: float | None = None
+        self._backoff_s = 0.05
+
+    # -- receipt ---------------------------------------------------------------------------
+
+    def receive(self, held: Held) -> None:
+        """Take a new message: count it against ``max_held``, raise prefetch, grant a slot."""
+        self.held[held.bucket].append(held)
+        self._qos().increment_eventually()
+        full = len(self.held[held.bucket]) >= self.settings.max_held
+        if held.queue and full and held.queue not in self.flow.stopped:
+            self.flow.stopped.add(held.queue)
+            self._stop_queue(held.queue)
+        self._grant(held)
+
+    def new_holder(self) -> str:
+        """A holder id unique to one delivery on this worker."""
+        return f"{self.hostname}/{uuid.uuid4().hex[:12]}"
+
+    # -- the slot cycle --------------------------------------------------------------------
+
+    def _grant(self, held: Held) -> None:
+        held.state = "granting"
+        try:
+            grant = self.store.grant(
+                held.bucket,
+                held.request.id,
+                held.key[2],
+                held.interval_us,
+                held.not_before_in_us,
+            )
+        except StoreUnavailable as exc:
+            self._on_outage(exc)
+            self._arm(held, self._backoff_s, self._grant)
+            return
+        self._on_store_ok()
+        self._on_grant(held, grant)
+
+    def _on_grant(self, held: Held, grant: Grant) -> None:
+        stats = self.stats[held.bucket]
+        if grant.outcome is Outcome.DUPLICATE:
+            stats.duplicates += 1
+            logger.info(
+                "interval %s: task %s already done, dropping duplicate copy",
+                held.bucket,
+                held.request.id,
+            )
+            self._drop(held, ack=True)
+            return
+        stats.grants += 1
+        stats.interval_us = held.interval_us
+        stats.last_slot_us = grant.slot_us
+        stats.last_paused = grant.paused
+        held.epoch, held.ticket, held.slot_us = grant.epoch, grant.ticket, grant.slot_us
+        held.request.request_dict[TICKET_HEADER] = grant.ticket
+        held.state = "granted"
+        logger.info(
+            "interval %s: task %s ticket %d slot in %.3fs%s (held here: %d)",
+            held.bucket,
+            held.request.id,
+            grant.ticket,
+            grant.delay_us / 1e6,
+            " (paused)" if grant.paused else "",
+            len(self.held[held.bucket]),
+        )
+        self._arm(held, max(0, grant.delay_us - self.settings.lead_us) / 1e6, self._due)
+
+    def _due(self, held: Held) -> None:
+        held.entry = None
+        if held.request.revoked():
+            logger.info("interval %s: task %s revoked while held", held.bucket, held.request.id)
+            self._drop(held, ack=False)
+            return
+        if not self._pool_free():
+            self._arm(held, POOL_POLL_S, self._due)
+            return
+        try:
+            result = self.store.claim(
+                held.bucket,
+                held.request.id,
+                held.key[2],
+                held.interval_us,
+                held.epoch,
+                held.slot_us,
+                held.holder,
+                self.settings.lease_us,
+                self.settings.lead_us,
+            )
+        except StoreUnavailable as exc:
+            self._on_outage(exc)
+            self._arm(held, self._backoff_s, self._due)
+            return
+        self._on_store_ok()
+        self._on_claim(held, result)
+
+    def _on_claim(self, held: Held, result: Claim) -> None:
+        stats = self.stats[held.bucket]
+        outcome = result.outcome
+        stats.last_paused = outcome is Outcome.PAUSED
+        if outcome is Outcome.OK:
+            stats.claims += 1
+            self._start(held, result.delay_us)
+        elif outcome is Outcome.WAIT:
+            stats.waits += 1
+            self._arm(held, max(0, result.delay_us - self.settings.lead_us) / 1e6, self._due)
+        elif outcome is Outcome.PAUSED:
+            stats.paused += 1
+            held.state = "paused"
+            self.paused[held.bucket].append(held)
+            self._ensure_pause_poll(held.bucket)
+        elif outcome is Outcome.HELD:
+            stats.helds += 1
+            held.state = "held-by-other"
+            self._arm(held, result.delay_us / 1e6 + 0.001, self._due)
+        elif outcome is Outcome.RETICKET:
+            stats.retickets += 1
+            logger.info(
+                "interval %s: task %s lost its spot (ticket %d, epoch %d -> %d), re-ticketing",
+                held.bucket,
+                held.request.id,
+                held.ticket,
+                held.epoch,
+                result.epoch,
+            )
+            self._grant(held)
+        else:
+            stats.duplicates += 1
+            logger.info(
+                "interval %s: task %s already done elsewhere, dropping duplicate copy",
+                held.bucket,
+                held.request.id,
+            )
+            self._drop(held, ack=True)
+
+    def _start(self, held: Held, start_in_us: int) -> None:
+        held.state = "started"
+        held.request.request_dict[START_HEADER] = time.monotonic_ns() + start_in_us * 1000
+        if held.acks_late:
+            self._leases[held.key] = held.holder
+            self._ensure_renew()
+        self._forget(held)
+        held.release(held.request)
+
+    def _drop(self, held: Held, *, ack: bool) -> None:
+        self._forget(held)
+        if ack:
+            held.request.acknowledge()
+
+    def _forget(self, held: Held) -> None:
+        if held.entry is not None:
+            self._cancel(held.entry)
+            held.entry = None
+        bucket_held = self.held.get(held.bucket)
+        if bucket_held is not None and held in bucket_held:
+            bucket_held.remove(held)
+            self._qos().decrement_eventually()
+        if held.queue in self.flow.stopped and self._below_low_water(held.queue):
+            self.flow.stopped.discard(held.queue)
+            self._resume_queue(held.queue)
+
+    def _below_low_water(self, queue: str | None) -> bool:
+        low = self.settings.max_held // 2
+        return all(
+            len(items) <= low for items in self.held.values() if items and items[0].queue == queue
+        )
+
+    # -- pause -----------------------------------------------------------------------------
+
+    def wake(self, bucket: str) -> None:
+        """Re-claim every task held because ``bucket`` was paused (on unpause)."""
+        waiting = self.paused.pop(bucket, [])
+        entry = self._pause_polls.pop(bucket, None)
+        if entry is not None:
+            self._cancel(entry)
+        for held in sorted(waiting, key=lambda h: h.ticket):
+            if held.state == "paused":
+                self._due(held)
+
+    def _ensure_pause_poll(self, bucket: str) -> None:
+        if bucket not in self._pause_polls:
+            self._pause_polls[bucket] = self.timer.call_after(
+                self.settings.pause_poll_s, self._pause_poll, (bucket,), priority=7
+            )
+
+    def _pause_poll(self, bucket: str) -> None:
+        self._pause_polls.pop(bucket, None)
+        if not self.paused.get(bucket):
+            return
+        interval_us = self.paused[bucket][0].interval_us
+        try:
+            paused = self.store.status(bucket, interval_us).paused
+        except StoreUnavailable as exc:
+            self._on_outage(exc)
+            paused = True
+        if paused:
+            self._ensure_pause_poll(bucket)
+        else:
+            self.wake(bucket)
+
+    # -- done marks and leases -------------------------------------------------------------
+
+    def mark_done(self, bucket: str, task_id: str, retries: int) -> None:
+        """Record (off the critical path) that this message was acknowledged."""
+        self._leases.pop((bucket, task_id, retries), None)
+        self._done_pending.append(DoneMark(bucket, task_id, retries))
+        if self._done_entry is None:
+            self._done_entry = self.timer.call_after(0.0, self.flush_done, priority=8)
+
+    def lease_ended(self, bucket: str, task_id: str, retries: int) -> None:
+        """The task was requeued or rejected: stop renewing its lease."""
+        self._leases.pop((bucket, task_id, retries), None)
+
+    def flush_done(self) -> None:
+        """Send pending done marks in one pipeline; retried with backoff while the store is out."""
+        self._done_entry = None
+        batch, self._done_pending = self._done_pending, []
+        if not batch:
+            return
+        try:
+            self.store.done(batch, self.settings.dedupe_ttl_us)
+        except StoreUnavailable as exc:
+            self._on_outage(exc)
+            self._done_pending = batch + self._done_pending
+            self._done_entry = self.timer.call_after(self._backoff_s, self.flush_done, priority=8)
+            return
+        self._on_store_ok()
+
+    def _ensure_renew(self) -> None:
+        if self._renew_entry is None and self._leases:
+            self._renew_entry = self.timer.call_after(
+                self.settings.lease_us / 3e6, self._renew, priority=8
+            )
+
+    def _renew(self) -> None:
+        self._renew_entry = None
+        for (bucket, task_id, retries), holder in list(self._leases.items()):
+            try:
+                renewed = self.store.renew(bucket, task_id, retries, holder, self.settings.lease_us)
+            except StoreUnavailable as exc:
+                self._on_outage(exc)
+                break
+            if not renewed:
+                self._leases.pop((bucket, task_id, retries), None)
+        self._ensure_renew()
+
+    # -- store outages ---------------------------------------------------------------------
+
+    def _on_outage(self, exc: Exception) -> None:
+        if self._outage_since is None:
+            self._outage_since = time.monotonic()
+            logger.error(
+                "interval store unreachable (%s): holding %d task(s), retrying with backoff",
+                exc,
+                sum(len(v) for v in self.held.values()),
+            )
+        self._backoff_s = min(self._backoff_s * 2, self.settings.retry_max_s)
+
+    def _on_store_ok(self) -> None:
+        if self._outage_since is not None:
+            logger.warning(
+                "interval store reachable again after %.1fs",
+                time.monotonic() - self._outage_since,
+            )
+            self._outage_since = None
+            self._backoff_s = 0.05
+
+    # -- timers and lifecycle --------------------------------------------------------------
+
+    def _arm(self, held: Held, delay_s: float, callback: Callable[[Held], None]) -> None:
+        held.due_mono_ns = time.monotonic_ns() + int(delay_s * 1e9)
+        held.entry = self.timer.call_after(delay_s, callback, (held,), priority=6)
+
+    def _cancel(self, entry: Any) -> None:
+        try:
+            self.timer.cancel(entry)
+        except Exception:  # pragma: no cover - a timer that already fired or is gone
+            logger.debug("interval: timer entry already gone", exc_info=True)
+
+    def connection_lost(self) -> None:
+        """The channel is gone: its unacked messages return to the broker, so drop our copies."""
+        dropped = 0
+        for items in list(self.held.values()):
+            for held in list(items):
+                if held.entry is not None:
+                    self._cancel(held.entry)
+                dropped += 1
+        for entry in self._pause_polls.values():
+            self._cancel(entry)
+        self.held.clear()
+        self.paused.clear()
+        self._pause_polls.clear()
+        self.flow.stopped.clear()
+        if dropped:
+            logger.warning(
+                "interval: connection lost, %d held task(s) return to the broker", dropped
+            )
+
+    def close(self) -> None:
+        """Flush pending done marks and release the store."""
+        self.flush_done()
+        self.store.close()
+
+    def snapshot(self) -> dict[str, Any]:
+        """Per-bucket figures for ``inspect interval_stats``."""
+        counts = Counter({b: len(v) for b, v in self.held.items()})
+        out: dict[str, Any] = {}
+        for bucket in sorted(set(self.stats) | set(counts)):
+            st = self.stats[bucket]
+            out[bucket] = {
+                "interval_s": st.interval_us / 1e6,
+                "paused": st.last_paused,
+                "held": counts.get(bucket, 0),
+                "held_tasks": [
+                    {"id": h.request.id, "ticket": h.ticket, "state": h.state}
+                    for h in sorted(self.held.get(bucket, []), key=lambda h: h.ticket)
+                ],
+                "grants": st.grants,
+                "claims": st.claims,
+                "waits": st.waits,
+                "retickets": st.retickets,
+                "duplicates": st.duplicates,
+                "held_by_other": st.helds,
+                "paused_claims": st.paused,
+            }
+        out["_queues_stopped"] = sorted(self.flow.stopped)
+        return out

@@ -1,0 +1,141 @@
+"""The task strategy of IntervalTask: Celery's own message handling, with a slot before the pool."""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+from celery import signals
+from celery.app import trace as _app_trace
+from celery.utils.imports import symbol_by_name
+from celery.worker.request import create_request_cls
+from celery.worker.state import task_reserved
+from celery.worker.strategy import hybrid_to_proto2, proto1_to_proto2
+
+from celery_interval.errors import ConfigurationError
+from celery_interval.task import bucket_of, interval_of
+from celery_interval.worker.bootstep import service_for
+from celery_interval.worker.service import Held
+
+__all__ = ["interval_strategy"]
+
+logger = logging.getLogger("celery_interval.worker")
+
+
+def interval_strategy(task: Any, app: Any, consumer: Any, **_: Any) -> Any:
+    """Build the message handler for one IntervalTask on one (re)connected consumer."""
+    service = service_for(consumer)
+    hostname = consumer.hostname
+    eventer = consumer.event_dispatcher
+    connection_errors = consumer.connection_errors
+    Req = create_request_cls(
+        symbol_by_name(task.Request), task, consumer.pool, hostname, eventer, app=app
+    )
+    acks_late = bool(getattr(task, "acks_late", False))
+
+    def release(req: Any) -> None:
+        task_reserved(req)
+        consumer.on_task_request(req)
+
+    def handler(message: Any, body: Any, ack: Any, reject: Any, callbacks: Any) -> None:
+        if body is None and "args" not in message.payload:
+            body, headers, decoded, utc = (
+                message.body,
+                message.headers,
+                False,
+                app.uses_utc_timezone(),
+            )
+        elif "args" in message.payload:
+            body, headers, decoded, utc = hybrid_to_proto2(message, message.payload)
+        else:
+            body, headers, decoded, utc = proto1_to_proto2(message, body)
+        req = Req(
+            message,
+            on_ack=ack,
+            on_reject=reject,
+            app=app,
+            hostname=hostname,
+            eventer=eventer,
+            task=task,
+            connection_errors=connection_errors,
+            body=body,
+            headers=headers,
+            decoded=decoded,
+            utc=utc,
+        )
+        context = {"id": req.id, "name": req.name, "args": req.argsrepr,
+                   "kwargs": req.kwargsrepr, "eta": req.eta}  # fmt: skip
+        logger.info(_app_trace.LOG_RECEIVED, context, extra={"data": context})
+        if req.revoked():
+            return
+        signals.task_received.send(sender=consumer, request=req)
+        try:
+            bucket = bucket_of(
+                task,
+                req.request_dict,
+                req.args,
+                req.kwargs,
+                (req.delivery_info or {}).get("routing_key"),
+            )
+            interval_us = interval_of(task, bucket, service.settings.interval_us)
+        except ConfigurationError as exc:
+            _fail(req, exc)
+            return
+        retries = int(req.request_dict.get("retries") or 0)
+        holder = service.new_holder()
+        _track_ack(req, service, bucket, retries)
+        not_before_in_us = 0
+        if req.eta is not None:
+            not_before_in_us = max(0, int((req.eta.timestamp() - time.time()) * 1e6))
+
+        def release_with_callbacks(r: Any) -> None:
+            for callback in callbacks or ():
+                callback(r)
+            release(r)
+
+        service.receive(
+            Held(
+                request=req,
+                bucket=bucket,
+                queue=_queue_of(task, req),
+                interval_us=interval_us,
+                not_before_in_us=not_before_in_us,
+                holder=holder,
+                acks_late=acks_late,
+                release=release_with_callbacks,
+            )
+        )
+
+    return handler
+
+
+def _track_ack(req: Any, service: Any, bucket: str, retries: int) -> None:
+    """Mirror the broker ack into a done mark; a requeue ends the lease instead."""
+    on_ack, on_reject = req.on_ack, req.on_reject
+
+    def ack(*args: Any, **kwargs: Any) -> None:
+        on_ack(*args, **kwargs)
+        service.mark_done(bucket, req.id, retries)
+
+    def reject(log: Any, errors: Any, requeue: bool = False) -> None:
+        on_reject(log, errors, requeue)
+        if requeue:
+            service.lease_ended(bucket, req.id, retries)
+        else:
+            service.mark_done(bucket, req.id, retries)
+
+    req._on_ack = ack
+    req.on_reject = reject
+
+
+def _queue_of(task: Any, req: Any) -> str | None:
+    info = req.delivery_info or {}
+    return info.get("routing_key") or getattr(task, "queue", None)
+
+
+def _fail(req: Any, exc: ConfigurationError) -> None:
+    """A message we cannot place in a bucket fails visibly instead of running unlimited."""
+    logger.error("interval: task %s cannot be scheduled: %s", req.id, exc)
+    req.task.backend.mark_as_failure(req.id, exc, request=req._context, store_result=True)
+    req.acknowledge()

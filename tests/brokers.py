@@ -1,0 +1,33 @@
+"""Reach the machine's RabbitMQ, or skip (fail under CI=true) with the reason."""
+
+from __future__ import annotations
+
+import os
+import socket
+
+import pytest
+
+RABBITMQ_URL = os.environ.get("CI_TEST_RABBITMQ_URL", "amqp://guest:guest@127.0.0.1:5672//")
+
+
+def reachable(host: str, port: int, timeout_s: float = 1.0) -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=timeout_s):
+            return True
+    except OSError:
+        return False
+
+
+def require_service(name: str, host: str, port: int, hint: str) -> None:
+    """Skip when a shared service is down; under CI=true that is a failure, not a skip."""
+    if reachable(host, port):
+        return
+    message = f"{name} is not reachable at {host}:{port} ({hint})"
+    if os.environ.get("CI") == "true":
+        pytest.fail(f"CI=true and {message}")
+    pytest.skip(message)
+
+
+def rabbitmq_url() -> str:
+    require_service("RabbitMQ", "127.0.0.1", 5672, "start it with `rabbitmq-server -detached`")
+    return RABBITMQ_URL

@@ -1,0 +1,186 @@
+"""Real ``celery worker`` processes for multi-worker tests, and readers of what they recorded."""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import redis
+from workerapp import make_app
+
+TESTS_DIR = Path(__file__).resolve().parent
+
+
+@dataclass
+class Worker:
+    """One ``celery worker`` process and its log file."""
+
+    name: str
+    proc: subprocess.Popen[bytes]
+    log_path: Path
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+
+@dataclass
+class Pool:
+    """N real workers consuming one interval queue, configured through environment variables."""
+
+    broker: str
+    store: str
+    interval_s: float
+    tmp: Path
+    queue: str = field(default_factory=lambda: f"q{uuid.uuid4().hex[:10]}")
+    conf: dict[str, Any] = field(default_factory=dict)
+    env_extra: dict[str, str] = field(default_factory=dict)
+    workers: list[Worker] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.app = make_app(self.broker, self.store, self.queue, self.interval_s, **self.conf)
+        self.recorder = redis.Redis.from_url(self.store)
+
+    def env(self) -> dict[str, str]:
+        env = dict(os.environ)
+        env.update(
+            CI_TEST_BROKER=self.broker,
+            CI_TEST_STORE=self.store,
+            CI_TEST_QUEUE=self.queue,
+            CI_TEST_INTERVAL=str(self.interval_s),
+            CI_TEST_CONF=json.dumps(self.conf),
+            PYTHONPATH=os.pathsep.join([str(TESTS_DIR), env.get("PYTHONPATH", "")]),
+            **self.env_extra,
+        )
+        return env
+
+    def start(
+        self, n: int = 3, concurrency: int = 2, pool: str = "prefork", queues: str = "", **env: str
+    ) -> list[Worker]:
+        """Start ``n`` workers and wait until each answers a ping."""
+        started = [self._spawn(concurrency, pool, queues, env) for _ in range(n)]
+        self.wait_ready([w.name for w in started])
+        return started
+
+    def _spawn(self, concurrency: int, pool: str, queues: str, env: dict[str, str]) -> Worker:
+        name = f"w{len(self.workers) + 1}-{self.queue}@localhost"
+        log_path = self.tmp / f"{name}.log"
+        cmd = [
+            sys.executable, "-m", "celery", "-A", "workerapp", "worker",
+            "-Q", queues or f"{self.queue},{self.queue}-plain",
+            "-c", str(concurrency), "-P", pool, "-n", name, "-l", "INFO",
+            "--without-gossip", "--without-mingle",
+        ]  # fmt: skip
+        with log_path.open("wb") as log:
+            proc = subprocess.Popen(
+                cmd, cwd=TESTS_DIR, env={**self.env(), **env}, stdout=log, stderr=subprocess.STDOUT
+            )
+        worker = Worker(name, proc, log_path)
+        self.workers.append(worker)
+        return worker
+
+    def wait_ready(self, names: list[str], timeout_s: float = 60.0) -> None:
+        deadline = time.monotonic() + timeout_s
+        pending = set(names)
+        while pending and time.monotonic() < deadline:
+            for w in self.workers:
+                if w.name in pending and w.proc.poll() is not None:
+                    raise RuntimeError(f"worker {w.name} exited early:\n{w.log()[-3000:]}")
+            replies = self.app.control.ping(destination=list(pending), timeout=0.5) or []
+            for reply in replies:
+                pending -= set(reply)
+        if pending:
+            logs = "\n".join(w.log()[-2000:] for w in self.workers if w.name in pending)
+            raise RuntimeError(f"workers not ready after {timeout_s}s: {pending}\n{logs}")
+
+    def send(self, n: int, task: str = "workerapp.record", **kwargs: Any) -> list[str]:
+        """Enqueue ``n`` tasks with args ``(i,)`` up front; returns their ids in order."""
+        ids = []
+        with self.app.producer_or_acquire() as producer:
+            for i in range(n):
+                result = self.app.send_task(
+                    task, args=(i,), kwargs=kwargs, queue=self.queue, producer=producer
+                )
+                ids.append(result.id)
+        return ids
+
+    def records(self) -> list[dict[str, Any]]:
+        raw = self.recorder.lrange(f"record:{self.queue}", 0, -1)
+        return [json.loads(r) for r in raw]
+
+    def wait_records(
+        self, count: int, kind: str = "start", timeout_s: float = 120.0
+    ) -> list[dict[str, Any]]:
+        """Wait until ``count`` records of ``kind`` exist (and a little longer for strays)."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            got = [r for r in self.records() if r["kind"] == kind]
+            if len(got) >= count:
+                time.sleep(max(0.5, 5 * self.interval_s))
+                return [r for r in self.records() if r["kind"] == kind]
+            time.sleep(0.1)
+        got = [r for r in self.records() if r["kind"] == kind]
+        raise AssertionError(f"only {len(got)} of {count} {kind} records after {timeout_s}s")
+
+    def kill(self, worker: Worker, sig: int = signal.SIGKILL) -> None:
+        """Kill a worker's whole process group member by member (prefork children too)."""
+        try:
+            children = subprocess.run(
+                ["pgrep", "-P", str(worker.proc.pid)], capture_output=True, text=True
+            ).stdout.split()
+        except FileNotFoundError:
+            children = []
+        worker.proc.send_signal(sig)
+        for pid in children:
+            with contextlib.suppress(ProcessLookupError, ValueError):
+                os.kill(int(pid), sig)
+        worker.proc.wait(timeout=30)
+
+    def stop(self) -> None:
+        for w in self.workers:
+            if w.proc.poll() is None:
+                w.proc.send_signal(signal.SIGTERM)
+        for w in self.workers:
+            try:
+                w.proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.kill(w)
+        try:
+            with self.app.connection_for_write() as conn:
+                for q in (self.queue, f"{self.queue}-plain"):
+                    with contextlib.suppress(Exception):
+                        conn.default_channel.queue_delete(q)
+        except Exception:
+            pass
+
+
+def gaps_us(records: list[dict[str, Any]]) -> list[int]:
+    times = sorted(r["us"] for r in records)
+    return [b - a for a, b in itertools.pairwise(times)]
+
+
+def celery_cli(pool: Pool, *args: str, timeout_s: float = 30.0) -> subprocess.CompletedProcess[str]:
+    """Run the real ``celery -A workerapp …`` command line against the pool's app."""
+    return subprocess.run(
+        [sys.executable, "-m", "celery", "-A", "workerapp", *args],
+        cwd=TESTS_DIR,
+        env=pool.env(),
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+    )
+
+
+def iter_logs(pool: Pool) -> Iterator[str]:
+    for w in pool.workers:
+        yield w.log()

