@@ -18,9 +18,11 @@ DEFAULTS: dict[str, Any] = {
     "interval_store_url": None,
     "interval_queues": {},
     "interval_key_prefix": "ci:",
-    "interval_max_held": 10,
+    "interval_max_held": 100,
+    "interval_max_ahead_s": 300.0,
+    "interval_ledger_max": 100_000,
     "interval_lease_s": 30.0,
-    "interval_lead_s": 0.003,
+    "interval_lead_s": 0.008,
     "interval_dedupe_ttl_s": 7200.0,
     "interval_store_timeout_s": 2.0,
     "interval_pause_poll_s": 5.0,
@@ -37,6 +39,8 @@ class Settings:
     queues_us: Mapping[str, int]
     key_prefix: str
     max_held: int
+    max_ahead_s: float
+    ledger_max: int
     lease_us: int
     lead_us: int
     dedupe_ttl_us: int
@@ -107,6 +111,11 @@ def _load(conf: Any) -> Settings:
         if not isinstance(name, str) or not name:
             raise ConfigurationError(f"interval_queues key {name!r}: expected a non-empty name")
         queues_us[name] = parse_interval_us(value, name=f"interval_queues[{name!r}]")
+    ledger_max = _get(conf, "interval_ledger_max")
+    if isinstance(ledger_max, bool) or not isinstance(ledger_max, int) or ledger_max < 0:
+        raise ConfigurationError(
+            f"interval_ledger_max={ledger_max!r}: expected an integer >= 0 (0 turns it off)"
+        )
     max_held = _get(conf, "interval_max_held")
     if isinstance(max_held, bool) or not isinstance(max_held, int) or max_held < 1:
         raise ConfigurationError(f"interval_max_held={max_held!r}: expected an integer >= 1")
@@ -116,6 +125,8 @@ def _load(conf: Any) -> Settings:
         queues_us=queues_us,
         key_prefix=str(_get(conf, "interval_key_prefix")),
         max_held=max_held,
+        max_ahead_s=_seconds(conf, "interval_max_ahead_s"),
+        ledger_max=ledger_max,
         lease_us=round(_seconds(conf, "interval_lease_s") * US_PER_S),
         lead_us=_lead_us(conf),
         dedupe_ttl_us=round(_seconds(conf, "interval_dedupe_ttl_s") * US_PER_S),

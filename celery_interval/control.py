@@ -9,7 +9,7 @@ from celery_interval.config import settings_of
 from celery_interval.errors import UnknownBucket
 from celery_interval.intervals import parse_interval_us
 from celery_interval.schedule import Status
-from celery_interval.stores import store_from_url
+from celery_interval.stores import store_for_settings
 from celery_interval.stores.base import Store
 
 __all__ = [
@@ -30,10 +30,7 @@ def store_for(app: Any) -> Store:
     """The app's store, opened once per process."""
     store = _stores.get(app)
     if store is None:
-        settings = settings_of(app)
-        store = store_from_url(
-            settings.store_url, key_prefix=settings.key_prefix, timeout_s=settings.store_timeout_s
-        )
+        store = store_for_settings(settings_of(app))
         _stores[app] = store
     return store
 

@@ -143,9 +143,7 @@ def _store_now_us(conn: redis.Redis) -> int:
     return int(seconds) * 1_000_000 + int(micros)
 
 
-def _drive(
-    options: DemoOptions, env: dict[str, str], conn: redis.Redis, view: _LiveView
-) -> None:
+def _drive(options: DemoOptions, env: dict[str, str], conn: redis.Redis, view: _LiveView) -> None:
     """Pause after a third of the tasks started, unpause ``pause_s`` later, wait for the rest."""
     from celery_interval import demo_app
 

@@ -11,11 +11,11 @@ import socket
 import subprocess
 import tempfile
 import time
-import weakref
+from typing import Any
 
 __all__ = ["RedisProc", "find_redis_server"]
 
-_LIVE: weakref.WeakSet[RedisProc] = weakref.WeakSet()
+_LIVE: set[RedisProc] = set()  # strong refs: every server is stopped at exit at the latest
 
 
 def find_redis_server() -> str:
@@ -59,15 +59,25 @@ class RedisProc:
     """
 
     def __init__(
-        self, port: int | None = None, binary: str | None = None, *, unix_socket: bool = False
+        self,
+        port: int | None = None,
+        binary: str | None = None,
+        cluster: bool = False,
+        *,
+        unix_socket: bool = False,
     ) -> None:
         self.binary = binary or find_redis_server()
+        self.cluster = cluster
         self.dir = tempfile.mkdtemp(prefix="ci-redis-")
         self.port = port or 0
         self.socket_path = os.path.join(self.dir, "redis.sock") if unix_socket else None
         self.proc: subprocess.Popen[bytes] | None = None
         _LIVE.add(self)
-        self._start(fixed_port=port is not None)
+        try:
+            self._start(fixed_port=port is not None)
+        except BaseException:
+            self.stop()
+            raise
 
     @property
     def url(self) -> str:
@@ -116,6 +126,7 @@ class RedisProc:
                         "no",
                         "--protected-mode",
                         "no",
+                        *self._cluster_args(),
                     ],
                     stdout=log,
                     stderr=subprocess.STDOUT,
@@ -128,11 +139,42 @@ class RedisProc:
                 if self.proc.poll() is not None:
                     break
                 if _ping(self.socket_path or ("127.0.0.1", self.port)):
+                    try:
+                        if self.cluster:
+                            self._own_all_slots()
+                    except BaseException:
+                        self._reap(signal.SIGKILL)
+                        raise
                     return
                 time.sleep(0.02)
             last_error = self._log_tail()
             self._reap(signal.SIGKILL)
         raise RuntimeError(f"redis-server did not start at {self.url}: {last_error}")
+
+    def _cluster_args(self) -> list[str]:
+        if not self.cluster:
+            return []
+        # a fresh node id each start: restart() loses the cluster state like the data
+        conf = os.path.join(self.dir, f"nodes-{time.monotonic_ns()}.conf")
+        return ["--cluster-enabled", "yes", "--cluster-config-file", conf]
+
+    def _own_all_slots(self, timeout_s: float = 10.0) -> None:
+        """Make this node a one-node Redis Cluster owning all 16384 slots."""
+        import redis
+
+        client: Any = redis.Redis(host="127.0.0.1", port=self.port)
+        try:
+            client.execute_command("CLUSTER ADDSLOTS", *range(16384))
+            deadline = time.monotonic() + timeout_s
+            while time.monotonic() < deadline:
+                info = client.execute_command("CLUSTER INFO")  # parsed to a dict by redis-py
+                state = info.get("cluster_state") if isinstance(info, dict) else None
+                if state in ("ok", b"ok") or b"cluster_state:ok" in bytes(str(info), "utf-8"):
+                    return
+                time.sleep(0.02)
+            raise RuntimeError(f"one-node cluster on port {self.port} did not become ok")
+        finally:
+            client.close()
 
     def _log_tail(self) -> str:
         try:

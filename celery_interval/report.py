@@ -68,7 +68,7 @@ def figures_from(
         op, now = _field(fields, "op"), int(_field(fields, "now") or 0)
         if now < since_us:
             continue
-        if op == "claim:OK":
+        if op == "claim:OK" and _field(fields, "again") != "1":
             claims.append((int(_field(fields, "start") or 0), int(_field(fields, "late") or 0)))
         elif op in ("pause", "unpause"):
             pauses.append((op, now))

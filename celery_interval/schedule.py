@@ -90,11 +90,15 @@ class Grant:
 
 @dataclass(frozen=True)
 class Claim:
-    """A claim's decision; ``delay_us`` is start_in (OK), wait (WAIT) or lease left (HELD)."""
+    """A claim's decision; ``delay_us`` is start_in (OK), wait (WAIT) or lease left (HELD).
+
+    ``now_us`` is the store's real clock at the decision: an OK start is ``now_us + delay_us``.
+    """
 
     outcome: Outcome
     epoch: int
     delay_us: int
+    now_us: int
 
 
 @dataclass(frozen=True)
@@ -180,23 +184,24 @@ def claim(
         state = new_state(now_us, interval_us)
     mark = live(mark, now_us)
     if state.paused_at_real_us is not None:
-        return state, mark, Claim(Outcome.PAUSED, state.epoch, 0)
+        return state, mark, Claim(Outcome.PAUSED, state.epoch, 0, now_us)
     v = virtual_now(state, now_us)
     if isinstance(mark, Done):
-        return state, mark, Claim(Outcome.DUPLICATE, state.epoch, 0)
+        return state, mark, Claim(Outcome.DUPLICATE, state.epoch, 0, now_us)
     if isinstance(mark, Lease):
         if mark.holder != holder:
-            return state, mark, Claim(Outcome.HELD, state.epoch, mark.expires_real_us - now_us)
-        return state, mark, Claim(Outcome.OK, state.epoch, max(0, mark.start_us - v))
+            held_us = mark.expires_real_us - now_us
+            return state, mark, Claim(Outcome.HELD, state.epoch, held_us, now_us)
+        return state, mark, Claim(Outcome.OK, state.epoch, max(0, mark.start_us - v), now_us)
     if epoch != state.epoch or slot_us < state.current_slot_us:
-        return state, mark, Claim(Outcome.RETICKET, state.epoch, 0)
+        return state, mark, Claim(Outcome.RETICKET, state.epoch, 0, now_us)
     earliest_us = max(slot_us, state.last_start_us + effective_interval(state, interval_us))
     if v < earliest_us - min(max(0, lead_us), MAX_LEAD_US):
-        return state, mark, Claim(Outcome.WAIT, state.epoch, earliest_us - v)
+        return state, mark, Claim(Outcome.WAIT, state.epoch, earliest_us - v, now_us)
     start_us = max(v, earliest_us)
     state = replace(state, last_start_us=start_us, current_slot_us=slot_us)
     lease = Lease(holder, start_us, now_us + lease_us)
-    return state, lease, Claim(Outcome.OK, state.epoch, start_us - v)
+    return state, lease, Claim(Outcome.OK, state.epoch, start_us - v, now_us)
 
 
 def done(mark: Mark | None, now_us: int, dedupe_ttl_us: int) -> Done:

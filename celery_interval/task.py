@@ -15,6 +15,7 @@ __all__ = ["BUCKET_HEADER", "START_HEADER", "IntervalTask", "bucket_of", "interv
 
 BUCKET_HEADER = "interval_bucket"
 START_HEADER = "interval_start_ns"
+CLAIMED_HEADER = "interval_claimed_ns"
 TICKET_HEADER = "interval_ticket"
 
 BucketSpec = str | Callable[[Sequence[Any], Mapping[str, Any]], object] | None
@@ -55,10 +56,15 @@ class IntervalTask(Task):  # type: ignore[misc]
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         start_ns = self.request.get(START_HEADER)
         if isinstance(start_ns, int):
-            wait_ns = start_ns - time.monotonic_ns()
-            if wait_ns > 0:
-                time.sleep(wait_ns / 1e9)
+            wait_until(start_ns)
         return super().__call__(*args, **kwargs)
+
+
+def wait_until(deadline_ns: int) -> None:
+    """Sleep until a monotonic deadline (CLOCK_MONOTONIC is shared by every process here)."""
+    wait_ns = deadline_ns - time.monotonic_ns()
+    if wait_ns > 0:
+        time.sleep(wait_ns / 1e9)
 
 
 def bucket_of(

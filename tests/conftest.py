@@ -50,3 +50,42 @@ def redis_store(redis_client: redis.Redis[Any]) -> Iterator[RedisStore]:
 
 
 # ---------------------------------------------------------------------------------------
+# Real worker pools: brokers (RabbitMQ of the machine, or the private Redis) and `celery worker`s.
+# ---------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def make_pool(redis_server: RedisProc, tmp_path: Any) -> Iterator[Any]:
+    """A factory of Pools of real workers; every pool is stopped after the test."""
+    from brokers import rabbitmq_url
+    from pool import Pool
+
+    pools: list[Pool] = []
+    if not redis_server.alive:
+        redis_server.restart()
+
+    def make(interval_s: float, broker: str = "rabbitmq", **kwargs: Any) -> Pool:
+        url = rabbitmq_url() if broker == "rabbitmq" else redis_server.broker_url_for(1)
+        pool = Pool(
+            broker=url, store=redis_server.url_for(0), interval_s=interval_s, tmp=tmp_path, **kwargs
+        )
+        pools.append(pool)
+        return pool
+
+    yield make
+    for pool in pools:
+        pool.stop()
+
+
+@pytest.fixture
+def faketime_env() -> dict[str, str]:
+    """Environment that makes a worker's wall clock run 7 s ahead (libfaketime)."""
+    import glob
+    import os
+
+    libs = glob.glob("/usr/lib/*/faketime/libfaketime.so.1")
+    if not libs:
+        if os.environ.get("CI") == "true":
+            pytest.fail("CI=true and libfaketime is missing (apt-get install faketime)")
+        pytest.skip("libfaketime is not installed (apt-get install faketime)")
+    return {"LD_PRELOAD": libs[0], "FAKETIME": "+7s", "FAKETIME_DONT_FAKE_MONOTONIC": "1"}

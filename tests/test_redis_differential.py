@@ -24,10 +24,10 @@ from redisproc import RedisProc
 from celery_interval import schedule
 from celery_interval.errors import ConfigurationError, StoreUnavailable
 from celery_interval.schedule import Done, Lease, Outcome
-from celery_interval.stores import keys
+from celery_interval.stores import keys, mask_url
 from celery_interval.stores.base import DoneMark
 from celery_interval.stores.memory import MemoryStore
-from celery_interval.stores.redis import RedisStore, redact_url
+from celery_interval.stores.redis import RedisStore
 
 BUCKETS = ["api", "mail|x"]
 TASKS = ["t1", "t2", "t3"]
@@ -46,7 +46,8 @@ intervals_us = st.one_of(
     st.integers(1, 10**8),
 )
 leases_us = st.sampled_from([1, 999, 1_000_000, 30_000_000, 3_600_000_000])
-leads_us = st.sampled_from([0, 0, 500])
+# 0 and 500 as a worker sends them; beyond MAX_LEAD_US and negative ones must be clamped alike
+leads_us = st.sampled_from([0, 0, 500, schedule.MAX_LEAD_US, 3 * schedule.MAX_LEAD_US, -7])
 # time steps: none, sub-ms, around an interval, hours
 steps_us = st.one_of(
     st.just(0), st.integers(0, 1_000), st.integers(0, 5_000_000), st.integers(0, 10**10)
@@ -110,7 +111,7 @@ class Differential(RuleBasedStateMachine):
                 target_v = state.current_slot_us
             else:
                 eff = schedule.effective_interval(state, interval)
-                target_v = state.last_start_us + eff - lead
+                target_v = state.last_start_us + eff - min(max(0, lead), schedule.MAX_LEAD_US)
             target_real_us = self.now_us + target_v - v
         if target_real_us is not None and target_real_us + delta >= self.now_us:
             self.now_us = target_real_us + delta
@@ -310,17 +311,18 @@ def any_redis_client(request: pytest.FixtureRequest) -> redis.Redis[Any]:
 
 def test_microseconds_survive_exactly(any_redis_client: redis.Redis[Any]) -> None:
     redis_client = any_redis_client
-    now = [1_799_999_999_999_987]
+    ml = schedule.MAX_LEAD_US  # a new epoch's last_start is now + MAX_LEAD_US
+    now = [1_799_999_999_999_987 - ml]
     store = RedisStore(redis_client, now_us=lambda: now[0])
     model = MemoryStore(clock_us=lambda: now[0])
     g = store.grant("api", "t1", 0, 7)
     assert g == model.grant("api", "t1", 0, 7)
-    assert (g.epoch, g.slot_us, g.delay_us) == (now[0], now[0] + 7, 7)
+    assert (g.epoch, g.slot_us, g.delay_us) == (now[0], now[0] + ml + 7, ml + 7)
     raw = {k.decode(): v.decode() for k, v in redis_client.hgetall("ci:{api}:s").items()}
-    assert raw["e"] == "1799999999999987"
+    assert raw["e"] == "1799999999989987"
     assert raw["t"] == "1800000000000001"  # slot + interval, across a decimal carry
-    assert raw["l"] == "1799999999999987"
-    now[0] += 5  # v = ...992: 2 µs before the slot, within lead
+    assert raw["l"] == "1799999999999987"  # epoch + MAX_LEAD_US
+    now[0] += ml + 5  # v = ...992: 2 µs before the slot, within lead
     c = store.claim("api", "t1", 0, 7, g.epoch, g.slot_us, "w1", 1_000_003, lead_us=10)
     assert c == model.claim("api", "t1", 0, 7, g.epoch, g.slot_us, "w1", 1_000_003, lead_us=10)
     assert (c.outcome, c.delay_us) == (Outcome.OK, 2)
@@ -350,7 +352,7 @@ def test_idle_bucket_is_small(redis_store: RedisStore, redis_client: redis.Redis
 def test_real_clock_flow(redis_store: RedisStore) -> None:
     g = redis_store.grant("api", "t1", 0, 50_000)
     assert g.outcome is Outcome.OK and g.ticket == 1
-    assert 0 < g.delay_us <= 50_000  # a new epoch waits one interval
+    assert g.delay_us == schedule.MAX_LEAD_US + 50_000  # a new epoch: max lead + one interval
     c = redis_store.claim("api", "t1", 0, 50_000, g.epoch, g.slot_us, "w1", 10**6, lead_us=0)
     assert c.outcome in (Outcome.WAIT, Outcome.OK)
     redis_store.done([DoneMark("api", "t1", 0)], 10**6)
@@ -413,4 +415,7 @@ def test_from_url_rejects_bad_urls() -> None:
     with pytest.raises(ConfigurationError) as info:
         RedisStore.from_url("memcached://user:secret@h:1/0")
     assert "secret" not in str(info.value)
-    assert redact_url("rediss://u:pw@h:6380/1") == "rediss://u:***@h:6380/1"
+    with pytest.raises(ConfigurationError) as info:
+        RedisStore.from_url("redis://user:secret@h:notaport/0")
+    assert "secret" not in str(info.value) and "user:***@h" in str(info.value)
+    assert mask_url("rediss://u:pw@h:6380/1") == "rediss://u:***@h:6380/1"

@@ -9,7 +9,7 @@ from typing import Any
 
 import redis
 from celery import Celery
-from celery.signals import worker_process_init
+from celery.signals import task_prerun, worker_process_init
 
 from celery_interval import IntervalTask
 
@@ -43,6 +43,7 @@ def recorder() -> redis.Redis:
 
 
 def _record(task: Any, kind: str, *extra: Any) -> None:
+    mono_ns = time.monotonic_ns()  # one exact clock for every worker on this host
     conn = recorder()
     seconds, micros = conn.time()
     entry = {
@@ -54,8 +55,16 @@ def _record(task: Any, kind: str, *extra: Any) -> None:
         "host": task.request.hostname,
         "pid": os.getpid(),
         "args": list(extra),
-        "late_ms": (time.monotonic_ns() - task.request.get("interval_start_ns", 0)) / 1e6,
-        "deadline": task.request.get("interval_start_ns", 0),
+        "mono_ns": mono_ns,
+        "handoff_ms": (
+            (task.request.get("prerun_ns") or 0) - (task.request.get("interval_claimed_ns") or 0)
+        )
+        / 1e6,
+        "prerun_late_ms": (
+            (task.request.get("prerun_ns") or 0) - (task.request.get("interval_start_ns") or 0)
+        )
+        / 1e6,
+        "late_ms": (mono_ns - (task.request.get("interval_start_ns") or mono_ns)) / 1e6,
     }
     conn.rpush(f"record:{os.environ['CI_TEST_QUEUE']}", json.dumps(entry))
 
@@ -73,6 +82,11 @@ if os.environ.get("CI_TEST_BROKER"):
     @worker_process_init.connect
     def _open_recorder(**_: Any) -> None:
         recorder()
+
+    @task_prerun.connect
+    def _note_prerun(task: Any = None, **_: Any) -> None:
+        if task is not None:
+            task.request.prerun_ns = time.monotonic_ns()
 
     @app.task(base=IntervalTask, bind=True, name="workerapp.record")
     def record(self: Any, i: int, sleep_s: float = 0.0, fail_times: int = 0) -> int:

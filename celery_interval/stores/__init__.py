@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import TYPE_CHECKING
 from urllib.parse import unquote, urlsplit
 
 from celery_interval.errors import ConfigurationError
+
+if TYPE_CHECKING:
+    from celery_interval.config import Settings
 from celery_interval.stores.base import DoneMark, Store
 
-__all__ = ["DoneMark", "Store", "mask_url", "store_from_url"]
+__all__ = ["DoneMark", "Store", "mask_url", "store_for_settings", "store_from_url"]
 
 _QUERY_PASSWORD = re.compile(r"(?i)([?&]password=)[^&#]*")
 _SCHEMES = "redis://host:6379/0, rediss://…, unix:///path.sock, file:///shared/dir or memory://"
@@ -26,11 +30,19 @@ def mask_url(url: str) -> str:
     return f"{scheme}://{user}:***@{host_and_path}"
 
 
-def store_from_url(url: str, *, key_prefix: str = "ci:", timeout_s: float | None = None) -> Store:
+def store_from_url(
+    url: str,
+    *,
+    key_prefix: str = "ci:",
+    timeout_s: float | None = None,
+    ledger_max: int = 100_000,
+) -> Store:
     """A store for ``url``: redis:// or rediss:// (RedisStore), file:///dir, or memory://.
 
-    ``timeout_s`` is the Redis socket timeout (ignored by the other stores). A malformed or
-    unknown URL raises ``ConfigurationError`` naming it, password masked.
+    ``timeout_s`` is the Redis socket timeout; ``ledger_max`` caps each bucket's ledger Stream
+    at about that many entries (0 = no ledger). Both apply to RedisStore only: the file and
+    memory stores ignore them (they keep no ledger). A malformed or unknown URL raises
+    ``ConfigurationError`` naming it, password masked.
     """
     if not isinstance(url, str):
         raise ConfigurationError(
@@ -54,8 +66,10 @@ def store_from_url(url: str, *, key_prefix: str = "ci:", timeout_s: float | None
         from celery_interval.stores.redis import RedisStore
 
         if timeout_s is None:
-            return RedisStore.from_url(url, key_prefix=key_prefix)
-        return RedisStore.from_url(url, key_prefix=key_prefix, socket_timeout_s=timeout_s)
+            return RedisStore.from_url(url, key_prefix=key_prefix, ledger_max=ledger_max)
+        return RedisStore.from_url(
+            url, key_prefix=key_prefix, socket_timeout_s=timeout_s, ledger_max=ledger_max
+        )
     if scheme == "file":
         return _file_store(url, shown, parts.netloc, parts.path, key_prefix)
     if scheme == "memory":
@@ -86,3 +100,13 @@ def _file_store(url: str, shown: str, netloc: str, raw_path: str, key_prefix: st
             f"interval store URL {shown!r}: cannot create directory {path!r}: {exc}"
         ) from None
     return FileStore(directory, key_prefix=key_prefix)
+
+
+def store_for_settings(settings: Settings) -> Store:
+    """The store an app's validated settings name (URL, key prefix, timeout, ledger cap)."""
+    return store_from_url(
+        settings.store_url,
+        key_prefix=settings.key_prefix,
+        timeout_s=settings.store_timeout_s,
+        ledger_max=settings.ledger_max,
+    )

@@ -63,8 +63,13 @@ class ModelStore(ABC):
         holder: str,
         lease_us: int,
         lead_us: int = 0,
+        *,
+        ticket: int = 0,
     ) -> Claim:
-        """Atomically decide whether ``holder``'s copy starts now (``schedule.claim``)."""
+        """Atomically decide whether ``holder``'s copy starts now (``schedule.claim``).
+
+        ``ticket`` is for a store's ledger only; these stores keep none and ignore it.
+        """
         with self._locked(bucket) as txn:
             txn.state, mark, result = schedule.claim(
                 txn.state,

@@ -50,8 +50,13 @@ class Store(Protocol):
         holder: str,
         lease_us: int,
         lead_us: int = 0,
+        *,
+        ticket: int = 0,
     ) -> Claim:
-        """Atomically decide whether ``holder``'s copy starts now (``schedule.claim``)."""
+        """Atomically decide whether ``holder``'s copy starts now (``schedule.claim``).
+
+        ``ticket`` is the ticket the caller holds; it only goes into the ledger (RedisStore).
+        """
         ...
 
     def done(self, marks: Sequence[DoneMark], dedupe_ttl_us: int) -> None:

@@ -7,7 +7,7 @@ import functools
 from collections.abc import Callable, Iterator, Sequence
 from importlib.resources import files
 from typing import TYPE_CHECKING, Any, TypeAlias, cast
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import urlsplit
 
 import redis
 from redis.backoff import ExponentialBackoff
@@ -26,7 +26,7 @@ from redis.retry import Retry
 
 from celery_interval.errors import ConfigurationError, StoreError, StoreUnavailable
 from celery_interval.schedule import BucketState, Claim, Done, Grant, Lease, Mark, Outcome, Status
-from celery_interval.stores import keys
+from celery_interval.stores import keys, mask_url
 from celery_interval.stores.base import DoneMark
 
 if TYPE_CHECKING:
@@ -34,7 +34,7 @@ if TYPE_CHECKING:
 
     RedisClient: TypeAlias = "redis.Redis | redis.RedisCluster"
 
-__all__ = ["SCRIPT_NAMES", "RedisStore", "script_source"]
+__all__ = ["DEFAULT_LEDGER_MAX", "SCRIPT_NAMES", "RedisStore", "script_source"]
 
 SCRIPT_NAMES = (
     "grant",
@@ -45,6 +45,7 @@ SCRIPT_NAMES = (
     "unpause",
     "set_interval",
     "status",
+    "reset",
 )
 
 #: Errors meaning "the store cannot be reached right now": held tasks are retried later.
@@ -59,6 +60,8 @@ _UNAVAILABLE: tuple[type[Exception], ...] = (
 
 DEFAULT_SOCKET_TIMEOUT_S = 5.0
 DEFAULT_HEALTH_CHECK_INTERVAL_S = 30
+#: About this many entries are kept in each bucket's ledger Stream (XADD MAXLEN ~).
+DEFAULT_LEDGER_MAX = 100_000
 
 
 def _lua_text(name: str) -> str:
@@ -68,24 +71,9 @@ def _lua_text(name: str) -> str:
 @functools.cache
 def script_source(name: str) -> str:
     """The full text sent to Redis for script ``name``: lib.lua followed by ``<name>.lua``."""
-    if name not in (*SCRIPT_NAMES, "reset"):
+    if name not in SCRIPT_NAMES:
         raise ValueError(f"unknown script {name!r}")
     return _lua_text("lib") + "\n" + _lua_text(name)
-
-
-def redact_url(url: str) -> str:
-    """``url`` with its password replaced by ``***`` (safe for logs and error messages)."""
-    try:
-        parts = urlsplit(url)
-        if parts.password is None:
-            return url
-        host = parts.hostname or ""
-        if parts.port is not None:
-            host = f"{host}:{parts.port}"
-        user = parts.username or ""
-        return urlunsplit(parts._replace(netloc=f"{user}:***@{host}"))
-    except ValueError:
-        return "<unparsable redis url>"
 
 
 def _describe(client: RedisClient) -> str:
@@ -146,7 +134,9 @@ def decode_mark(raw: str | bytes | None) -> Mark | None:
 class RedisStore:
     """The Store protocol on Redis: each operation is one Lua script on the store's clock.
 
-    ``now_us`` (test-only) replaces Redis ``TIME`` with an injected clock.
+    Every grant, claim and control action also appends one entry to the bucket's ledger, a
+    Stream capped at about ``ledger_max`` entries, inside the same script (``ledger_max=0``
+    turns the ledger off). ``now_us`` (test-only) replaces Redis ``TIME`` with an injected clock.
     """
 
     def __init__(
@@ -154,10 +144,16 @@ class RedisStore:
         client: RedisClient,
         key_prefix: str = keys.DEFAULT_PREFIX,
         now_us: Callable[[], int] | None = None,
+        ledger_max: int = DEFAULT_LEDGER_MAX,
     ) -> None:
+        if isinstance(ledger_max, bool) or not isinstance(ledger_max, int) or ledger_max < 0:
+            raise ConfigurationError(
+                f"ledger_max must be an integer >= 0 (0 turns the ledger off), got {ledger_max!r}"
+            )
         # Any: the installed redis stubs lag redis-py (no cluster scripting, no Script.sha).
         self._client: Any = cast(Any, client)
         self._prefix = keys.validate_prefix(key_prefix)
+        self._ledger_max = ledger_max
         self._now_us = now_us
         self._where = _describe(client)
         self._is_cluster = isinstance(client, redis.RedisCluster)
@@ -173,16 +169,17 @@ class RedisStore:
         *,
         socket_timeout_s: float = DEFAULT_SOCKET_TIMEOUT_S,
         now_us: Callable[[], int] | None = None,
+        ledger_max: int = DEFAULT_LEDGER_MAX,
     ) -> RedisStore:
-        """A store on a ``redis://`` or ``rediss://`` URL; a bad URL raises ConfigurationError."""
-        shown = redact_url(url)
+        """A store on a redis://, rediss:// or unix:// URL; a bad one raises ConfigurationError."""
+        shown = mask_url(url)
         try:
             scheme = urlsplit(url).scheme
         except ValueError as exc:
             raise ConfigurationError(f"malformed interval store URL {shown!r}: {exc}") from None
-        if scheme not in ("redis", "rediss"):
+        if scheme not in ("redis", "rediss", "unix"):
             raise ConfigurationError(
-                f"interval store URL {shown!r} must start with redis:// or rediss://"
+                f"interval store URL {shown!r} must start with redis://, rediss:// or unix://"
             )
         try:
             client: redis.Redis = redis.Redis.from_url(
@@ -196,7 +193,7 @@ class RedisStore:
             )
         except ValueError as exc:
             raise ConfigurationError(f"malformed interval store URL {shown!r}: {exc}") from None
-        return cls(client, key_prefix=key_prefix, now_us=now_us)
+        return cls(client, key_prefix=key_prefix, now_us=now_us, ledger_max=ledger_max)
 
     # -- the Store protocol -------------------------------------------------------------
 
@@ -210,8 +207,12 @@ class RedisStore:
     ) -> Grant:
         r = self._run(
             "grant",
-            [self._state_key(bucket), self._mark_key(bucket, task_id, retries)],
-            [interval_us, not_before_in_us],
+            [
+                self._state_key(bucket),
+                self._mark_key(bucket, task_id, retries),
+                self.ledger_key(bucket),
+            ],
+            [interval_us, not_before_in_us, task_id, retries, self._ledger_max],
         )
         return Grant(
             outcome=Outcome(_text(r[0])),
@@ -233,13 +234,30 @@ class RedisStore:
         holder: str,
         lease_us: int,
         lead_us: int = 0,
+        *,
+        ticket: int = 0,
     ) -> Claim:
         r = self._run(
             "claim",
-            [self._state_key(bucket), self._mark_key(bucket, task_id, retries)],
-            [interval_us, epoch, slot_us, holder, lease_us, lead_us],
+            [
+                self._state_key(bucket),
+                self._mark_key(bucket, task_id, retries),
+                self.ledger_key(bucket),
+            ],
+            [
+                interval_us,
+                epoch,
+                slot_us,
+                holder,
+                lease_us,
+                lead_us,
+                task_id,
+                retries,
+                ticket,
+                self._ledger_max,
+            ],
         )
-        return Claim(outcome=Outcome(_text(r[0])), epoch=int(r[1]), delay_us=int(r[2]))
+        return Claim(Outcome(_text(r[0])), int(r[1]), int(r[2]), int(r[3]))
 
     def done(self, marks: Sequence[DoneMark], dedupe_ttl_us: int) -> None:
         """One done script per bucket (its marks share a hash slot), pipelined on one Redis.
@@ -282,19 +300,26 @@ class RedisStore:
         return bool(int(r))
 
     def pause(self, bucket: str, interval_us: int) -> Status:
-        return _status(self._run("pause", [self._state_key(bucket)], [interval_us]))
+        return _status(
+            self._run("pause", self._control_keys(bucket), [interval_us, self._ledger_max])
+        )
 
     def unpause(self, bucket: str, interval_us: int) -> Status:
-        return _status(self._run("unpause", [self._state_key(bucket)], [interval_us]))
+        return _status(
+            self._run("unpause", self._control_keys(bucket), [interval_us, self._ledger_max])
+        )
 
     def set_interval(self, bucket: str, interval_us: int, new_interval_us: int) -> Status:
         return _status(
-            self._run("set_interval", [self._state_key(bucket)], [interval_us, new_interval_us])
+            self._run(
+                "set_interval",
+                self._control_keys(bucket),
+                [interval_us, new_interval_us, self._ledger_max],
+            )
         )
 
     def reset(self, bucket: str) -> None:
-        with self._errors("reset"):
-            self._client.delete(self._state_key(bucket))
+        self._run("reset", self._control_keys(bucket), [self._ledger_max])
 
     def status(self, bucket: str, interval_us: int) -> Status:
         return _status(self._run("status", [self._state_key(bucket)], [interval_us]))
@@ -306,6 +331,28 @@ class RedisStore:
     def close(self) -> None:
         with contextlib.suppress(RedisError, OSError):
             self._client.close()
+
+    # -- the ledger ---------------------------------------------------------------------
+
+    def ledger_key(self, bucket: str) -> str:
+        """The key of ``bucket``'s ledger Stream (in the bucket's hash slot)."""
+        return keys.ledger_key(self._prefix, keys.validate_bucket(bucket))
+
+    def ledger(
+        self, bucket: str, start_id: str = "-", count: int = 1000
+    ) -> list[tuple[str, dict[str, str]]]:
+        """One page of ``bucket``'s ledger, oldest first: ``(entry_id, fields)`` decoded to str.
+
+        ``start_id`` is inclusive; pass ``"(" + last_id`` (Redis >= 6.2) for the next page.
+        Fields: ``op`` and ``now`` (store real µs) always, the rest depend on ``op`` (see the
+        headers of the Lua scripts). An empty list means no (more) entries.
+        """
+        with self._errors("ledger"):
+            raw: Any = self._client.xrange(self.ledger_key(bucket), min=start_id, count=count)
+        return [
+            (_text(entry_id), {_text(k): _text(v) for k, v in fields.items()})
+            for entry_id, fields in raw
+        ]
 
     # -- diagnostics (plain reads, not atomic with each other) --------------------------
 
@@ -343,6 +390,9 @@ class RedisStore:
 
     def _mark_key(self, bucket: str, task_id: str, retries: int) -> str:
         return keys.mark_key(self._prefix, keys.validate_bucket(bucket), task_id, retries)
+
+    def _control_keys(self, bucket: str) -> list[str]:
+        return [self._state_key(bucket), self.ledger_key(bucket)]
 
     def _now_arg(self) -> str:
         return "" if self._now_us is None else str(int(self._now_us()))

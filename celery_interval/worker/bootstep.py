@@ -9,7 +9,7 @@ from celery import bootsteps
 from celery.worker.state import reserved_requests
 
 from celery_interval.config import settings_of
-from celery_interval.stores import store_from_url
+from celery_interval.stores import store_for_settings
 from celery_interval.worker.service import IntervalService
 from celery_interval.worker.timeouts import warn_broker_timeouts
 
@@ -25,11 +25,7 @@ def service_for(c: Any) -> IntervalService:
         settings = settings_of(c.app)
         service = IntervalService(
             settings=settings,
-            store=store_from_url(
-                settings.store_url,
-                key_prefix=settings.key_prefix,
-                timeout_s=settings.store_timeout_s,
-            ),
+            store=store_for_settings(settings),
             timer=c.timer,
             hostname=c.hostname,
             pool_free=lambda: len(reserved_requests) < max(1, int(c.pool.limit or 1)),

@@ -14,7 +14,7 @@ from celery_interval.config import Settings
 from celery_interval.errors import StoreUnavailable
 from celery_interval.schedule import Claim, Grant, Outcome
 from celery_interval.stores.base import DoneMark, Store
-from celery_interval.task import START_HEADER, TICKET_HEADER
+from celery_interval.task import CLAIMED_HEADER, START_HEADER, TICKET_HEADER
 
 __all__ = ["Held", "IntervalService"]
 
@@ -66,9 +66,10 @@ class BucketStats:
 
 @dataclass
 class FlowControl:
-    """Which queues this worker stopped consuming because a bucket hit ``max_held``."""
+    """Queues this worker stopped consuming: a bucket held too many tasks or too far ahead."""
 
     stopped: set[str] = field(default_factory=set)
+    latest_due_ns: dict[str, int] = field(default_factory=dict)
 
 
 class IntervalService:
@@ -108,14 +109,11 @@ class IntervalService:
     # -- receipt ---------------------------------------------------------------------------
 
     def receive(self, held: Held) -> None:
-        """Take a new message: count it against ``max_held``, raise prefetch, grant a slot."""
+        """Take a new message: raise prefetch for it, grant a slot, apply the hold caps."""
         self.held[held.bucket].append(held)
         self._qos().increment_eventually()
-        full = len(self.held[held.bucket]) >= self.settings.max_held
-        if held.queue and full and held.queue not in self.flow.stopped:
-            self.flow.stopped.add(held.queue)
-            self._stop_queue(held.queue)
         self._grant(held)
+        self._apply_caps(held.queue)
 
     def new_holder(self) -> str:
         """A holder id unique to one delivery on this worker."""
@@ -156,6 +154,10 @@ class IntervalService:
         stats.last_slot_us = grant.slot_us
         stats.last_paused = grant.paused
         held.epoch, held.ticket, held.slot_us = grant.epoch, grant.ticket, grant.slot_us
+        due_ns = time.monotonic_ns() + grant.delay_us * 1000
+        self.flow.latest_due_ns[held.bucket] = max(
+            due_ns, self.flow.latest_due_ns.get(held.bucket, 0)
+        )
         held.request.request_dict[TICKET_HEADER] = grant.ticket
         held.state = "granted"
         logger.info(
@@ -189,6 +191,7 @@ class IntervalService:
                 held.holder,
                 self.settings.lease_us,
                 self.settings.lead_us,
+                ticket=held.ticket,
             )
         except StoreUnavailable as exc:
             self._on_outage(exc)
@@ -238,7 +241,9 @@ class IntervalService:
 
     def _start(self, held: Held, start_in_us: int) -> None:
         held.state = "started"
-        held.request.request_dict[START_HEADER] = time.monotonic_ns() + start_in_us * 1000
+        now_ns = time.monotonic_ns()
+        held.request.request_dict[CLAIMED_HEADER] = now_ns
+        held.request.request_dict[START_HEADER] = now_ns + start_in_us * 1000
         if held.acks_late:
             self._leases[held.key] = held.holder
             self._ensure_renew()
@@ -258,15 +263,29 @@ class IntervalService:
         if bucket_held is not None and held in bucket_held:
             bucket_held.remove(held)
             self._qos().decrement_eventually()
-        if held.queue in self.flow.stopped and self._below_low_water(held.queue):
-            self.flow.stopped.discard(held.queue)
-            self._resume_queue(held.queue)
+        self._apply_caps(held.queue)
 
-    def _below_low_water(self, queue: str | None) -> bool:
-        low = self.settings.max_held // 2
-        return all(
-            len(items) <= low for items in self.held.values() if items and items[0].queue == queue
-        )
+    def _apply_caps(self, queue: str | None) -> None:
+        """Stop fetching at ``max_held`` tasks or a slot ``max_ahead_s`` away; resume at half.
+
+        Half leaves a buffer for the broker's resume latency (a Redis broker's BRPOP: up to 1 s).
+        """
+        if not queue:
+            return
+        now_ns = time.monotonic_ns()
+        count, ahead_s = 0, 0.0
+        for bucket, items in self.held.items():
+            if items and items[0].queue == queue:
+                count = max(count, len(items))
+                due_ns = self.flow.latest_due_ns.get(bucket, now_ns)
+                ahead_s = max(ahead_s, (due_ns - now_ns) / 1e9)
+        if queue not in self.flow.stopped:
+            if count >= self.settings.max_held or ahead_s >= self.settings.max_ahead_s:
+                self.flow.stopped.add(queue)
+                self._stop_queue(queue)
+        elif count <= self.settings.max_held // 2 and ahead_s <= self.settings.max_ahead_s / 2:
+            self.flow.stopped.discard(queue)
+            self._resume_queue(queue)
 
     # -- pause -----------------------------------------------------------------------------
 

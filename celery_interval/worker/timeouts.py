@@ -34,20 +34,20 @@ def broker_timeout_s(app: Any, settings: Settings) -> tuple[float, str] | None:
 
 
 def warn_broker_timeouts(app: Any, settings: Settings) -> None:
-    """Warn once per bucket whose worst-case hold can exceed the broker's timeout."""
+    """Warn when a held task's wait (up to ``max_ahead_s`` and one interval more) can pass the
+    broker's redelivery timeout; the dedupe still prevents double runs, but slots are wasted."""
     found = broker_timeout_s(app, settings)
     if found is None:
         return
     timeout_s, setting = found
     for bucket, interval_us in settings.queues_us.items():
-        hold_s = settings.max_held * interval_us / 1e6
+        hold_s = settings.max_ahead_s + interval_us / 1e6
         if hold_s >= timeout_s:
             logger.warning(
-                "interval %s: interval_max_held (%d) x interval (%.3fs) = %.0fs can exceed the "
-                "broker's redelivery timeout %.0fs: lower interval_max_held or raise %s",
+                "interval %s: a held task may wait %.0fs (interval_max_ahead_s + interval), "
+                "longer than the broker's redelivery timeout %.0fs: "
+                "lower interval_max_ahead_s or raise %s",
                 bucket,
-                settings.max_held,
-                interval_us / 1e6,
                 hold_s,
                 timeout_s,
                 setting,

@@ -5,6 +5,8 @@
 -- State hash fields: e=epoch o=offset_us p=paused_at_real_us (absent: not paused)
 -- t=tat_us n=ticket c=current_slot_us l=last_start_us i=interval_override_us (absent: none).
 -- Mark strings: lease "L|<holder>|<start_us>|<expires_real_us>", done "D|<expires_real_us>".
+-- The ledger: a capped Stream per bucket (same hash tag); scripts append one entry per grant,
+-- claim and control action with ledger_append (cap 0 = ledger off).
 
 local function fmt(x)
   return string.format('%d', x)
@@ -38,9 +40,14 @@ local function load_state(key)
   }
 end
 
--- schedule.new_state: a new epoch whose first start waits one interval.
+-- schedule.MAX_LEAD_US: a claim admits a start at most this far ahead.
+local MAX_LEAD_US = 10000
+
+-- schedule.new_state: a new epoch; the lost state may have admitted a start up to
+-- MAX_LEAD_US ahead, so last_start = now + MAX_LEAD_US and tat one interval after it.
 local function new_state(now, interval)
-  return { e = now, o = 0, p = nil, t = now + interval, n = 0, c = 0, l = now, i = nil }
+  local last = now + MAX_LEAD_US
+  return { e = now, o = 0, p = nil, t = last + interval, n = 0, c = 0, l = last, i = nil }
 end
 
 -- load_state, else a new epoch; the second value says whether it is new (must be saved whole).
@@ -133,6 +140,24 @@ local function put_mark(key, m, now)
   end
   local px = math.max(1, math.floor((m.exp - now) / 1000) + 60000)
   redis.call('SET', key, value, 'PX', fmt(px))
+end
+
+-- Append one entry to the ledger Stream at key, trimmed to about cap entries (XADD MAXLEN ~);
+-- cap <= 0 writes nothing. fields: name, value, ... (numbers are written with fmt()).
+local function ledger_append(key, cap, fields)
+  if cap <= 0 then
+    return
+  end
+  local args = { 'XADD', key, 'MAXLEN', '~', fmt(cap), '*' }
+  for i = 1, #fields, 2 do
+    local value = fields[i + 1]
+    if type(value) == 'number' then
+      value = fmt(value)
+    end
+    args[#args + 1] = fields[i]
+    args[#args + 1] = value
+  end
+  redis.call(unpack(args))
 end
 
 -- schedule.status as a flat array of integers:

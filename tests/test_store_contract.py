@@ -1,0 +1,124 @@
+"""One contract, three stores: Redis (real server, Redis TIME), file (fcntl), memory."""
+
+from __future__ import annotations
+
+import itertools
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from celery_interval.schedule import MAX_LEAD_US, Outcome
+from celery_interval.stores.base import DoneMark, Store
+from celery_interval.stores.file import FileStore
+from celery_interval.stores.memory import MemoryStore
+
+I_US = 40_000  # long enough that a slow machine never crosses a slot by accident
+LEASE_US = 60_000_000
+
+
+@pytest.fixture(params=["redis", "file", "memory"])
+def store(request: Any, tmp_path: Path) -> Iterator[Store]:
+    if request.param == "redis":
+        yield request.getfixturevalue("redis_store")
+    elif request.param == "file":
+        (tmp_path / "state").mkdir()
+        yield FileStore(tmp_path / "state")
+    else:
+        yield MemoryStore()
+
+
+def wait_s(delay_us: int) -> None:
+    time.sleep(max(0, delay_us) / 1e6 + 0.002)
+
+
+def test_tickets_and_slots_follow_one_another(store: Store) -> None:
+    grants = [store.grant("b", f"t{i}", 0, I_US) for i in range(5)]
+    assert [g.ticket for g in grants] == [1, 2, 3, 4, 5]
+    assert all(g.outcome is Outcome.OK and g.epoch == grants[0].epoch for g in grants)
+    slots = [g.slot_us for g in grants]
+    assert [b - a for a, b in itertools.pairwise(slots)] == [I_US] * 4
+    assert grants[0].delay_us >= I_US + MAX_LEAD_US - 5_000  # a new epoch waits one interval
+
+
+def test_claims_wait_for_their_slot_then_start(store: Store) -> None:
+    g = store.grant("b", "t1", 0, I_US)
+    early = store.claim("b", "t1", 0, I_US, g.epoch, g.slot_us, "h1", LEASE_US)
+    assert early.outcome is Outcome.WAIT and 0 < early.delay_us <= g.delay_us
+    wait_s(early.delay_us)
+    ok = store.claim("b", "t1", 0, I_US, g.epoch, g.slot_us, "h1", LEASE_US)
+    assert ok.outcome is Outcome.OK and ok.delay_us == 0
+    again = store.claim("b", "t1", 0, I_US, g.epoch, g.slot_us, "h1", LEASE_US)
+    assert again.outcome is Outcome.OK, "a claim is idempotent for its holder"
+    other = store.claim("b", "t1", 0, I_US, g.epoch, g.slot_us, "h2", LEASE_US)
+    assert other.outcome is Outcome.HELD and 0 < other.delay_us <= LEASE_US
+
+
+def test_done_makes_copies_duplicates_but_not_retries(store: Store) -> None:
+    g = store.grant("b", "t1", 0, I_US)
+    wait_s(g.delay_us)
+    assert store.claim("b", "t1", 0, I_US, g.epoch, g.slot_us, "h1", LEASE_US).outcome is Outcome.OK
+    store.done([DoneMark("b", "t1", 0)], 60_000_000)
+    assert store.grant("b", "t1", 0, I_US).outcome is Outcome.DUPLICATE
+    claim = store.claim("b", "t1", 0, I_US, g.epoch, g.slot_us, "h2", LEASE_US)
+    assert claim.outcome is Outcome.DUPLICATE
+    assert store.grant("b", "t1", 1, I_US).outcome is Outcome.OK
+
+
+def test_lease_expiry_lets_a_copy_run_and_renew_extends(store: Store) -> None:
+    g = store.grant("b", "t1", 0, I_US)
+    wait_s(g.delay_us)
+    short_us = 100_000
+    assert store.claim("b", "t1", 0, I_US, g.epoch, g.slot_us, "h1", short_us).outcome is Outcome.OK
+    assert store.renew("b", "t1", 0, "h1", short_us) is True
+    assert store.renew("b", "t1", 0, "h2", short_us) is False
+    g2 = store.grant("b", "t1", 0, I_US)
+    held = store.claim("b", "t1", 0, I_US, g2.epoch, g2.slot_us, "h2", LEASE_US)
+    assert held.outcome in (Outcome.HELD, Outcome.WAIT)
+    wait_s(max(short_us, g2.delay_us))
+    ok = store.claim("b", "t1", 0, I_US, g2.epoch, g2.slot_us, "h2", LEASE_US)
+    assert ok.outcome is Outcome.OK
+
+
+def test_pause_holds_every_start_and_unpause_shifts_slots(store: Store) -> None:
+    g = store.grant("b", "t1", 0, I_US)
+    paused = store.pause("b", I_US)
+    assert paused.paused and paused.exists
+    wait_s(g.delay_us)
+    claim = store.claim("b", "t1", 0, I_US, g.epoch, g.slot_us, "h1", LEASE_US)
+    assert claim.outcome is Outcome.PAUSED
+    g2 = store.grant("b", "t2", 0, I_US)
+    assert g2.paused and g2.slot_us == g.slot_us + I_US
+    resumed = store.unpause("b", I_US)
+    assert not resumed.paused
+    first = store.claim("b", "t1", 0, I_US, g.epoch, g.slot_us, "h1", LEASE_US)
+    assert first.outcome is Outcome.WAIT, "the pause shifted the slot by its own length"
+    wait_s(first.delay_us)
+    assert store.claim("b", "t1", 0, I_US, g.epoch, g.slot_us, "h1", LEASE_US).outcome is Outcome.OK
+
+
+def test_set_interval_and_status(store: Store) -> None:
+    assert store.status("fresh", I_US).exists is False
+    store.grant("b", "t1", 0, I_US)
+    st = store.set_interval("b", I_US, 2 * I_US)
+    assert st.interval_us == 2 * I_US and st.overridden
+    assert store.status("b", I_US).interval_us == 2 * I_US
+    g1, g2 = store.grant("b", "t2", 0, I_US), store.grant("b", "t3", 0, I_US)
+    assert g2.slot_us - g1.slot_us == 2 * I_US
+
+
+def test_reset_starts_a_new_epoch_and_old_tickets_reticket(store: Store) -> None:
+    g = store.grant("b", "t1", 0, I_US)
+    store.reset("b")
+    wait_s(g.delay_us)
+    claim = store.claim("b", "t1", 0, I_US, g.epoch, g.slot_us, "h1", LEASE_US)
+    assert claim.outcome is Outcome.RETICKET and claim.epoch != g.epoch
+    assert store.grant("b", "t1", 0, I_US).ticket == 1
+
+
+def test_buckets_are_independent(store: Store) -> None:
+    store.pause("a", I_US)
+    assert store.status("a", I_US).paused and not store.status("b", I_US).paused
+    assert store.grant("b", "t", 0, I_US).ticket == 1
