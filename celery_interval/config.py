@@ -22,7 +22,8 @@ DEFAULTS: dict[str, Any] = {
     "interval_max_ahead_s": 300.0,
     "interval_ledger_max": 100_000,
     "interval_lease_s": 30.0,
-    "interval_lead_s": 0.008,
+    "interval_lead_s": 0.012,
+    "interval_handoff_s": 0.008,
     "interval_dedupe_ttl_s": 7200.0,
     "interval_store_timeout_s": 2.0,
     "interval_pause_poll_s": 5.0,
@@ -43,6 +44,7 @@ class Settings:
     ledger_max: int
     lease_us: int
     lead_us: int
+    handoff_us: int
     dedupe_ttl_us: int
     store_timeout_s: float
     pause_poll_s: float
@@ -128,7 +130,8 @@ def _load(conf: Any) -> Settings:
         max_ahead_s=_seconds(conf, "interval_max_ahead_s"),
         ledger_max=ledger_max,
         lease_us=round(_seconds(conf, "interval_lease_s") * US_PER_S),
-        lead_us=_lead_us(conf),
+        lead_us=_lead_us(conf, "interval_lead_s"),
+        handoff_us=_lead_us(conf, "interval_handoff_s"),
         dedupe_ttl_us=round(_seconds(conf, "interval_dedupe_ttl_s") * US_PER_S),
         store_timeout_s=_seconds(conf, "interval_store_timeout_s"),
         pause_poll_s=_seconds(conf, "interval_pause_poll_s"),
@@ -139,12 +142,10 @@ def _load(conf: Any) -> Settings:
     )
 
 
-def _lead_us(conf: Any) -> int:
-    lead_us = round(_seconds(conf, "interval_lead_s", allow_zero=True) * US_PER_S)
+def _lead_us(conf: Any, key: str) -> int:
+    lead_us = round(_seconds(conf, key, allow_zero=True) * US_PER_S)
     if lead_us > MAX_LEAD_US:
-        raise ConfigurationError(
-            f"interval_lead_s={conf.get('interval_lead_s')!r}: at most {MAX_LEAD_US / 1e6}s"
-        )
+        raise ConfigurationError(f"{key}={conf.get(key)!r}: at most {MAX_LEAD_US / 1e6}s")
     return lead_us
 
 

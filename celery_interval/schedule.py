@@ -29,7 +29,7 @@ __all__ = [
 
 
 #: A claim may admit a start at most this far ahead; a new epoch assumes a lost one did.
-MAX_LEAD_US = 10_000
+MAX_LEAD_US = 20_000
 
 
 class Outcome(str, enum.Enum):
@@ -178,8 +178,13 @@ def claim(
     holder: str,
     lease_us: int,
     lead_us: int = 0,
+    handoff_us: int = 0,
 ) -> tuple[BucketState, Mark | None, Claim]:
-    """Atomically decide whether the copy held by ``holder`` may start now (see Outcome)."""
+    """Atomically decide whether the copy held by ``holder`` may start now (see Outcome).
+
+    A claim may come up to ``lead_us`` before its start; the start is never sooner than
+    ``handoff_us`` after the claim (the caller's time to hand the task to a pool process).
+    """
     if state is None:
         state = new_state(now_us, interval_us)
     mark = live(mark, now_us)
@@ -196,9 +201,10 @@ def claim(
     if epoch != state.epoch or slot_us < state.current_slot_us:
         return state, mark, Claim(Outcome.RETICKET, state.epoch, 0, now_us)
     earliest_us = max(slot_us, state.last_start_us + effective_interval(state, interval_us))
-    if v < earliest_us - min(max(0, lead_us), MAX_LEAD_US):
+    lead_us = min(max(0, lead_us), MAX_LEAD_US)
+    if v + lead_us < earliest_us:
         return state, mark, Claim(Outcome.WAIT, state.epoch, earliest_us - v, now_us)
-    start_us = max(v, earliest_us)
+    start_us = max(v + min(max(0, handoff_us), lead_us), earliest_us)
     state = replace(state, last_start_us=start_us, current_slot_us=slot_us)
     lease = Lease(holder, start_us, now_us + lease_us)
     return state, lease, Claim(Outcome.OK, state.epoch, start_us - v, now_us)

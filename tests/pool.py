@@ -46,6 +46,7 @@ class Pool:
     conf: dict[str, Any] = field(default_factory=dict)
     env_extra: dict[str, str] = field(default_factory=dict)
     workers: list[Worker] = field(default_factory=list)
+    loglevel: str = "WARNING"
 
     def __post_init__(self) -> None:
         self.app = make_app(self.broker, self.store, self.queue, self.interval_s, **self.conf)
@@ -78,7 +79,7 @@ class Pool:
         cmd = [
             sys.executable, "-m", "celery", "-A", "workerapp", "worker",
             "-Q", queues or f"{self.queue},{self.queue}-plain",
-            "-c", str(concurrency), "-P", pool, "-n", name, "-l", "INFO",
+            "-c", str(concurrency), "-P", pool, "-n", name, "-l", self.loglevel,
             "--without-gossip", "--without-mingle",
         ]  # fmt: skip
         with log_path.open("wb") as log:

@@ -129,7 +129,7 @@ def test_every_operation_appends_its_entry(redis_client: redis.Redis[Any]) -> No
         {"op": "reset", "now": str(t_reset)},
     ]
     raw: Any = redis_client.xrange(store.ledger_key("api"), count=1)
-    assert raw[0][1][b"slot"] == b"1800000001010123"  # T + MAX_LEAD_US + I, to the µs
+    assert raw[0][1][b"slot"] == str(T_US + ML + I_US).encode()  # to the µs
     assert store.ledger_key("api") == "ci:{api}:l"
     assert fields_of(store, "mail") == []
 

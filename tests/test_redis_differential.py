@@ -48,6 +48,7 @@ intervals_us = st.one_of(
 leases_us = st.sampled_from([1, 999, 1_000_000, 30_000_000, 3_600_000_000])
 # 0 and 500 as a worker sends them; beyond MAX_LEAD_US and negative ones must be clamped alike
 leads_us = st.sampled_from([0, 0, 500, schedule.MAX_LEAD_US, 3 * schedule.MAX_LEAD_US, -7])
+handoffs_us = st.sampled_from([0, 0, 1, 5, 300, schedule.MAX_LEAD_US, 3 * schedule.MAX_LEAD_US, -3])
 # time steps: none, sub-ms, around an interval, hours
 steps_us = st.one_of(
     st.just(0), st.integers(0, 1_000), st.integers(0, 5_000_000), st.integers(0, 10**10)
@@ -139,6 +140,7 @@ class Differential(RuleBasedStateMachine):
         interval=intervals_us,
         lease=leases_us,
         lead=leads_us,
+        handoff=handoffs_us,
     )
     def claim_granted(
         self,
@@ -148,9 +150,12 @@ class Differential(RuleBasedStateMachine):
         interval: int,
         lease: int,
         lead: int,
+        handoff: int,
     ) -> None:
         bucket, task, retry, epoch, slot = g
-        self._claim(bucket, task, retry, interval, epoch, slot + slot_shift, holder, lease, lead)
+        self._claim(
+            bucket, task, retry, interval, epoch, slot + slot_shift, holder, lease, lead, handoff
+        )
 
     @rule(
         bucket=buckets,
@@ -178,8 +183,9 @@ class Differential(RuleBasedStateMachine):
         self._claim(bucket, task, retry, interval, epoch, slot, holder, lease, lead)
 
     def _claim(self, *args: Any) -> None:
-        expected = self.model.claim(*args)
-        got = self.redis.claim(*args)
+        *args, handoff = args if len(args) == 10 else (*args, 0)
+        expected = self.model.claim(*args, handoff_us=handoff)
+        got = self.redis.claim(*args, handoff_us=handoff)
         assert got == expected
 
     @rule(
@@ -319,7 +325,7 @@ def test_microseconds_survive_exactly(any_redis_client: redis.Redis[Any]) -> Non
     assert g == model.grant("api", "t1", 0, 7)
     assert (g.epoch, g.slot_us, g.delay_us) == (now[0], now[0] + ml + 7, ml + 7)
     raw = {k.decode(): v.decode() for k, v in redis_client.hgetall("ci:{api}:s").items()}
-    assert raw["e"] == "1799999999989987"
+    assert raw["e"] == str(1_799_999_999_999_987 - ml)
     assert raw["t"] == "1800000000000001"  # slot + interval, across a decimal carry
     assert raw["l"] == "1799999999999987"  # epoch + MAX_LEAD_US
     now[0] += ml + 5  # v = ...992: 2 µs before the slot, within lead

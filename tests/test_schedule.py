@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from celery_interval import schedule
-from celery_interval.schedule import BucketState, Lease, Mark, Outcome
+from celery_interval.schedule import BucketState, Claim, Lease, Mark, Outcome
 
 I_US = 1_000  # the configured interval of every table
 T0_US = 1_000_000  # real time of the first step; results are shown relative to it
@@ -567,3 +567,16 @@ def check_sequence(steps: list[Step]) -> None:
             assert after.current_slot_us >= before.current_slot_us
             assert after.last_start_us >= before.last_start_us
             assert after.offset_us >= before.offset_us
+
+
+def test_handoff_keeps_a_late_claim_start_in_the_future() -> None:
+    """A claim on time starts at its slot; a late one still leaves ``handoff`` for the hand-off."""
+    state, g = schedule.grant(None, None, 0, 1_000)
+    slot = g.slot_us
+    on_time = schedule.claim(state, None, slot - 500, 1_000, g.epoch, slot, "h", 10**6, 600, 300)
+    assert on_time[2] == Claim(Outcome.OK, g.epoch, 500, slot - 500)
+    late = schedule.claim(state, None, slot + 50, 1_000, g.epoch, slot, "h", 10**6, 600, 300)
+    assert late[2] == Claim(Outcome.OK, g.epoch, 300, slot + 50)
+    assert late[0].last_start_us == slot + 350
+    capped = schedule.claim(state, None, slot + 50, 1_000, g.epoch, slot, "h", 10**6, 100, 900)
+    assert capped[2].delay_us == 100, "handoff is capped at lead"

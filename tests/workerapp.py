@@ -56,6 +56,7 @@ def _record(task: Any, kind: str, *extra: Any) -> None:
         "pid": os.getpid(),
         "args": list(extra),
         "mono_ns": mono_ns,
+        "deadline_ns": task.request.get("interval_start_ns"),
         "handoff_ms": (
             (task.request.get("prerun_ns") or 0) - (task.request.get("interval_claimed_ns") or 0)
         )

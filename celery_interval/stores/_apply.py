@@ -65,6 +65,7 @@ class ModelStore(ABC):
         lead_us: int = 0,
         *,
         ticket: int = 0,
+        handoff_us: int = 0,
     ) -> Claim:
         """Atomically decide whether ``holder``'s copy starts now (``schedule.claim``).
 
@@ -81,6 +82,7 @@ class ModelStore(ABC):
                 holder,
                 lease_us,
                 lead_us,
+                handoff_us,
             )
             txn.set_mark(task_id, retries, mark)
             return result

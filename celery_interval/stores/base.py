@@ -52,6 +52,7 @@ class Store(Protocol):
         lead_us: int = 0,
         *,
         ticket: int = 0,
+        handoff_us: int = 0,
     ) -> Claim:
         """Atomically decide whether ``holder``'s copy starts now (``schedule.claim``).
 

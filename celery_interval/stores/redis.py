@@ -236,6 +236,7 @@ class RedisStore:
         lead_us: int = 0,
         *,
         ticket: int = 0,
+        handoff_us: int = 0,
     ) -> Claim:
         r = self._run(
             "claim",
@@ -255,6 +256,7 @@ class RedisStore:
                 retries,
                 ticket,
                 self._ledger_max,
+                handoff_us,
             ],
         )
         return Claim(Outcome(_text(r[0])), int(r[1]), int(r[2]), int(r[3]))

@@ -14,7 +14,8 @@ from celery_interval.config import Settings
 from celery_interval.errors import StoreUnavailable
 from celery_interval.schedule import Claim, Grant, Outcome
 from celery_interval.stores.base import DoneMark, Store
-from celery_interval.task import CLAIMED_HEADER, START_HEADER, TICKET_HEADER
+from celery_interval.task import CLAIMED_HEADER, SPIN_HEADER, START_HEADER, TICKET_HEADER
+from celery_interval.worker.clock import StoreClock
 
 __all__ = ["Held", "IntervalService"]
 
@@ -22,6 +23,9 @@ logger = logging.getLogger("celery_interval.worker")
 
 #: How often a due task re-checks for a free pool process (seconds).
 POOL_POLL_S = 0.001
+#: The pool process spins (rather than sleeps) the last stretch before a start, at most this
+#: long and a fifth of the interval: a halted idle vCPU can wake a sleeper milliseconds late.
+MAX_SPIN_NS = 2_000_000
 
 
 @dataclass(eq=False)
@@ -104,6 +108,7 @@ class IntervalService:
         self._renew_entry: Any = None
         self._pause_polls: dict[str, Any] = {}
         self._outage_since: float | None = None
+        self.clock = StoreClock()
         self._backoff_s = 0.05
 
     # -- receipt ---------------------------------------------------------------------------
@@ -180,6 +185,7 @@ class IntervalService:
         if not self._pool_free():
             self._arm(held, POOL_POLL_S, self._due)
             return
+        sent_ns = time.monotonic_ns()
         try:
             result = self.store.claim(
                 held.bucket,
@@ -192,21 +198,27 @@ class IntervalService:
                 self.settings.lease_us,
                 self.settings.lead_us,
                 ticket=held.ticket,
+                handoff_us=self.settings.handoff_us,
             )
         except StoreUnavailable as exc:
             self._on_outage(exc)
             self._arm(held, self._backoff_s, self._due)
             return
+        received_ns = time.monotonic_ns()
+        self.clock.observe(result.now_us, sent_ns, received_ns)
         self._on_store_ok()
-        self._on_claim(held, result)
+        self._on_claim(held, result, sent_ns, received_ns)
 
-    def _on_claim(self, held: Held, result: Claim) -> None:
+    def _on_claim(self, held: Held, result: Claim, sent_ns: int, received_ns: int) -> None:
         stats = self.stats[held.bucket]
         outcome = result.outcome
         stats.last_paused = outcome is Outcome.PAUSED
         if outcome is Outcome.OK:
             stats.claims += 1
-            self._start(held, result.delay_us)
+            start_ns = self.clock.local_ns(
+                result.now_us + result.delay_us, sent_ns, received_ns, result.delay_us
+            )
+            self._start(held, start_ns)
         elif outcome is Outcome.WAIT:
             stats.waits += 1
             self._arm(held, max(0, result.delay_us - self.settings.lead_us) / 1e6, self._due)
@@ -239,11 +251,11 @@ class IntervalService:
             )
             self._drop(held, ack=True)
 
-    def _start(self, held: Held, start_in_us: int) -> None:
+    def _start(self, held: Held, start_ns: int) -> None:
         held.state = "started"
-        now_ns = time.monotonic_ns()
-        held.request.request_dict[CLAIMED_HEADER] = now_ns
-        held.request.request_dict[START_HEADER] = now_ns + start_in_us * 1000
+        held.request.request_dict[CLAIMED_HEADER] = time.monotonic_ns()
+        held.request.request_dict[START_HEADER] = start_ns
+        held.request.request_dict[SPIN_HEADER] = min(MAX_SPIN_NS, held.interval_us * 200)
         if held.acks_late:
             self._leases[held.key] = held.holder
             self._ensure_renew()

@@ -3,7 +3,7 @@
 -- ARGV[1] now_us override ('' = Redis TIME), ARGV[2] interval_us, ARGV[3] epoch,
 -- ARGV[4] slot_us, ARGV[5] holder, ARGV[6] lease_us, ARGV[7] lead_us (clamped to
 -- 0..MAX_LEAD_US), ARGV[8] task_id, ARGV[9] retries, ARGV[10] ticket (these three for the
--- ledger only), ARGV[11] ledger_max (0 = no ledger)
+-- ledger only), ARGV[11] ledger_max (0 = no ledger), ARGV[12] handoff_us (clamped to 0..lead)
 -- Returns {outcome, epoch, delay_us, now_us}: OK (start_in), WAIT (wait), HELD (lease left),
 -- PAUSED, DUPLICATE, RETICKET (0). Saves a new epoch; drops an expired mark; OK leases.
 -- Ledger: op=claim:<outcome> now task r ticket slot holder epoch, plus for OK start (real µs)
@@ -17,6 +17,7 @@ local holder = ARGV[5]
 local lease = tonumber(ARGV[6])
 local lead = tonumber(ARGV[7])
 local ledger_max = tonumber(ARGV[11])
+local handoff = tonumber(ARGV[12])
 
 local function reply(s, outcome, delay, ...)
   local fields = {
@@ -59,10 +60,11 @@ if epoch ~= s.e or slot < s.c then
   return reply(s, 'RETICKET', 0)
 end
 local earliest = math.max(slot, s.l + effective_interval(s, interval))
-if v < earliest - math.min(math.max(0, lead), MAX_LEAD_US) then
+lead = math.min(math.max(0, lead), MAX_LEAD_US)
+if v + lead < earliest then
   return reply(s, 'WAIT', earliest - v, 'delay', earliest - v)
 end
-local start = math.max(v, earliest)
+local start = math.max(v + math.min(math.max(0, handoff), lead), earliest)
 s.l = start
 s.c = slot
 save_fields(KEYS[1], s, false, 'l', 'c')

@@ -41,7 +41,7 @@ local function load_state(key)
 end
 
 -- schedule.MAX_LEAD_US: a claim admits a start at most this far ahead.
-local MAX_LEAD_US = 10000
+local MAX_LEAD_US = 20000
 
 -- schedule.new_state: a new epoch; the lost state may have admitted a start up to
 -- MAX_LEAD_US ahead, so last_start = now + MAX_LEAD_US and tat one interval after it.

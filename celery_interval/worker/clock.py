@@ -1,0 +1,35 @@
+"""Map store-clock times onto this host's monotonic clock from round-trip samples."""
+
+from __future__ import annotations
+
+import collections
+
+__all__ = ["StoreClock"]
+
+
+class StoreClock:
+    """NTP-style offset estimate: the recent sample with the shortest round trip wins.
+
+    A store time ``t`` was read somewhere inside ``[sent_ns, received_ns]``; of the recent
+    samples, the one with the shortest round trip bounds the offset best. Every mapped time is
+    clamped into its own round trip's window, so a stale estimate (a store clock step, drift)
+    is never off by more than that round trip.
+    """
+
+    def __init__(self, window: int = 64) -> None:
+        self._samples: collections.deque[tuple[int, int]] = collections.deque(maxlen=window)
+
+    def observe(self, store_now_us: int, sent_ns: int, received_ns: int) -> None:
+        """Record that the store read ``store_now_us`` during this round trip."""
+        rtt_ns = received_ns - sent_ns
+        offset_ns = store_now_us * 1000 - (sent_ns + rtt_ns // 2)
+        self._samples.append((rtt_ns, offset_ns))
+
+    def local_ns(self, store_us: int, sent_ns: int, received_ns: int, ahead_us: int) -> int:
+        """The monotonic time of ``store_us``, which the store saw ``ahead_us`` in its future."""
+        earliest_ns = sent_ns + ahead_us * 1000
+        latest_ns = received_ns + ahead_us * 1000
+        if not self._samples:
+            return latest_ns
+        _, offset_ns = min(self._samples)
+        return min(max(store_us * 1000 - offset_ns, earliest_ns), latest_ns)
