@@ -15,7 +15,6 @@ import redis
 
 from celery_interval.stores.redis import RedisStore
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LEASE_US = 60_000_000
 INTERVAL_US = 1  # no waiting: measure the store, not the schedule
 
@@ -85,9 +84,10 @@ def idle_bucket_bytes(url: str, n_buckets: int) -> tuple[float, float]:
         # a realistic idle record: granted and claimed once (claim writes current_slot, etc.)
         g = store.grant(f"b{k}", "t", 0, 1_000_000)
         store.claim(f"b{k}", "t", 0, 1_000_000, g.epoch, g.slot_us, "h", LEASE_US, 10**9)
-    marks = [f"{prefix}{{b{k}}}:m:t:0" for k in range(n_buckets)]
-    for start in range(0, n_buckets, 1000):
-        client.delete(*marks[start : start + 1000])
+    # Marks and ledgers are excluded: delete them before measuring the state alone.
+    extra = [f"{prefix}{{b{k}}}:{kind}" for k in range(n_buckets) for kind in ("m:t:0", "l")]
+    for start in range(0, len(extra), 1000):
+        client.delete(*extra[start : start + 1000])
     after = int(client.info("memory")["used_memory"])
     pipe = client.pipeline(transaction=False)
     for k in range(n_buckets):
@@ -110,8 +110,7 @@ def main(argv: list[str] | None = None) -> None:
     server = None
     url = args.url
     if url is None:
-        sys.path.insert(0, os.path.join(REPO, "tests"))
-        from redisproc import RedisProc
+        from celery_interval.embedded import RedisProc
 
         server = RedisProc()
         url = server.url
@@ -130,7 +129,8 @@ def main(argv: list[str] | None = None) -> None:
                 print(f"| {n_procs} | {n_buckets:,} | {rate:,.0f} | {shown} |", flush=True)
         usage, growth = idle_bucket_bytes(url, args.idle_buckets)
         print(
-            f"\nIdle bucket (state hash only, marks excluded, {args.idle_buckets:,} buckets): "
+            f"\nIdle bucket (state hash only; marks and ledger excluded, {args.idle_buckets:,} "
+            "buckets): "
             f"MEMORY USAGE {usage:.0f} bytes; used_memory growth {growth:.0f} bytes/bucket"
         )
     finally:

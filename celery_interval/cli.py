@@ -183,3 +183,7 @@ def demo(
         )
     )
     sys.exit(code)
+
+
+if __name__ == "__main__":  # pragma: no cover - `python -m celery_interval.cli`
+    main()

@@ -17,6 +17,7 @@ import redis
 
 from celery_interval.embedded import RedisProc
 from celery_interval.report import RunFigures, figures_from
+from celery_interval.stores.base import Store
 
 __all__ = ["DemoOptions", "run_demo"]
 
@@ -102,7 +103,7 @@ def run_demo(options: DemoOptions, out: Any = None) -> tuple[int, RunFigures]:
             with app.producer_or_acquire() as producer:
                 for i in range(options.tasks):
                     app.send_task("demo.call_api", args=(i,), producer=producer)
-            view = _LiveView(options, conn, out)
+            view = _LiveView(options, conn, out, store)
             _drive(options, env, conn, view)
             figures = figures_from(
                 conn.lrange(demo_app.RECORD_KEY, 0, -1),
@@ -183,9 +184,11 @@ def _control(env: dict[str, str], command: str) -> None:
 class _LiveView:
     """A rich live table of starts per worker, achieved rate and pause state (off for --json)."""
 
-    def __init__(self, options: DemoOptions, conn: redis.Redis, out: Any) -> None:
+    def __init__(self, options: DemoOptions, conn: redis.Redis, out: Any, store_url: str) -> None:
         self.options = options
         self.conn = conn
+        self.store_url = store_url
+        self.store: Store | None = None
         self.live: Any = None
         if not options.as_json:
             from rich.console import Console
@@ -202,6 +205,18 @@ class _LiveView:
         if self.live is not None:
             self.live.__exit__(*exc)
 
+    def next_slot_s(self) -> float:
+        """Seconds from now to the next free slot of the demo queue, from the store."""
+        from celery_interval import demo_app
+        from celery_interval.stores import store_from_url
+
+        if self.store is None:
+            self.store = store_from_url(self.store_url)
+        return (
+            self.store.status(demo_app.QUEUE, round(self.options.interval_s * 1e6)).next_slot_in_us
+            / 1e6
+        )
+
     def update(self, phase: str) -> None:
         if self.live is None:
             return
@@ -211,18 +226,17 @@ class _LiveView:
 
         records = [json.loads(r) for r in self.conn.lrange(demo_app.RECORD_KEY, 0, -1)]
         per_worker = Counter(r["worker"] for r in records)
-        times = sorted(r["us"] for r in records)
-        rate = (len(times) - 1) / ((times[-1] - times[0]) / 1e6) if len(times) > 2 else 0.0
-        table = Table(title=f"celery-interval demo — queue '{demo_app.QUEUE}' — {phase}")
-        table.add_column("worker")
-        table.add_column("started", justify="right")
+        recent = [r["us"] for r in records if r["us"] >= max(r["us"] for r in records) - 1e6]
+        rate = (len(recent) - 1) / ((recent[-1] - recent[0]) / 1e6) if len(recent) > 2 else 0.0
+        table = Table(title=f"celery-interval demo: {demo_app.QUEUE!r} {phase}", show_header=False)
+        table.add_column("")
+        table.add_column("", justify="right")
         for worker, count in sorted(per_worker.items()):
-            table.add_row(worker, str(count))
-        table.add_row("all", f"{len(records)}/{self.options.tasks}")
-        table.caption = (
-            f"achieved {rate:.1f}/s (over the whole run, pause included) "
-            f"· target {1 / self.options.interval_s:.1f}/s"
-        )
+            table.add_row(f"started on {worker}", str(count))
+        table.add_row("started, all workers", f"{len(records)}/{self.options.tasks}")
+        table.add_row("achieved rate (last 1 s)", f"{rate:.1f}/s")
+        table.add_row("target rate", f"{1 / self.options.interval_s:.1f}/s")
+        table.add_row("next slot in", f"{self.next_slot_s():.3f}s")
         self.live.update(table)
 
 

@@ -1,0 +1,101 @@
+"""`celery -A proj interval …` through Celery's own command group, and a real demo run."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+
+@pytest.fixture
+def run(monkeypatch: pytest.MonkeyPatch, redis_server: Any, redis_client: Any) -> Any:
+    monkeypatch.setenv("CLI_TEST_BROKER", redis_server.broker_url_for(4))
+    monkeypatch.setenv("CLI_TEST_STORE", redis_server.url_for(0))
+    sys.modules.pop("cliapp", None)
+    from celery.bin.celery import celery
+
+    def invoke(*args: str, input: str | None = None) -> Any:
+        sys.modules.pop("cliapp", None)
+        return CliRunner().invoke(celery, ["-A", "cliapp", "interval", *args], input=input)
+
+    return invoke
+
+
+def status(run: Any, queue: str) -> dict[str, Any]:
+    result = run("status", queue, "--json", "--timeout", "0.2")
+    assert result.exit_code == 0, result.output
+    rows: list[dict[str, Any]] = json.loads(result.output)["queues"]
+    assert [r["queue"] for r in rows] == [queue]
+    return rows[0]
+
+
+def test_status_with_no_worker_running(run: Any) -> None:
+    row = status(run, "api")
+    assert (row["interval_s"], row["paused"], row["tickets"], row["exists"]) == (1.0, False, 0, False)
+    table = run("status", "--timeout", "0.2")
+    assert table.exit_code == 0 and "api" in table.output and "mail" in table.output
+
+
+def test_pause_unpause_and_set(run: Any) -> None:
+    assert run("pause", "api").exit_code == 0
+    assert status(run, "api")["paused"] is True
+    assert status(run, "mail")["paused"] is False
+    assert run("unpause", "api").exit_code == 0
+    assert status(run, "api")["paused"] is False
+    result = run("set", "api", "10/s")
+    assert result.exit_code == 0 and "0.1s" in result.output
+    row = status(run, "api")
+    assert (row["interval_s"], row["overridden"]) == (0.1, True)
+
+
+def test_reset_asks_unless_yes(run: Any) -> None:
+    run("pause", "api")
+    declined = run("reset", "api", input="n\n")
+    assert declined.exit_code != 0 and status(run, "api")["paused"] is True
+    assert run("reset", "api", "--yes").exit_code == 0
+    assert status(run, "api")["paused"] is False
+
+
+@pytest.mark.parametrize(
+    ("args", "named"),
+    [
+        (("set", "api", "fast"), "'fast'"),
+        (("set", "api", "10/fortnight"), "'10/fortnight'"),
+        (("set", "api", "0"), "'0'"),
+        (("set", "api", "nan"), "'nan'"),
+        (("pause", "nope"), "'nope'"),
+        (("unpause", "nope"), "'nope'"),
+        (("status", "nope"), "'nope'"),
+        (("reset", "nope", "--yes"), "'nope'"),
+    ],
+)
+def test_bad_input_names_the_value(run: Any, args: tuple[str, ...], named: str) -> None:
+    result = run(*args)
+    assert result.exit_code != 0
+    assert named in result.output
+    if "nope" in named:
+        assert "api, mail" in result.output, "the error lists the configured queues"
+
+
+def test_demo_json_real_run() -> None:
+    """The README's main command, as a newcomer runs it (embedded Redis, 3 real workers)."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "celery_interval.cli", "demo", "--json", "--tasks", "30"],
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    lines = proc.stdout.strip().splitlines()
+    assert len(lines) == 1, "--json prints exactly one JSON object"
+    figures = json.loads(lines[0])
+    for key in ("tasks", "completed", "duplicates", "violations", "min_gap_s", "interval_s",
+                "workers", "utilization", "p99_lateness_s"):  # fmt: skip
+        assert key in figures
+    assert (figures["tasks"], figures["completed"], figures["duplicates"]) == (30, 30, 0)
+    assert figures["violations"] == 0 and figures["min_gap_s"] >= 0.05
+    assert figures["workers"] == 3 and figures["utilization"] >= 0.9
