@@ -18,7 +18,7 @@ DEFAULTS: dict[str, Any] = {
     "interval_store_url": None,
     "interval_queues": {},
     "interval_key_prefix": "ci:",
-    "interval_max_held": 100,
+    "interval_max_held": 400,
     "interval_max_ahead_s": 300.0,
     "interval_ledger_max": 100_000,
     "interval_lease_s": 30.0,

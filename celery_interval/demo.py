@@ -100,6 +100,7 @@ def run_demo(options: DemoOptions, out: Any = None) -> tuple[int, RunFigures]:
         try:
             _wait_ready(app, options.workers, procs)
             started_us = _store_now_us(conn)
+            calls_before = _script_calls(conn)
             with app.producer_or_acquire() as producer:
                 for i in range(options.tasks):
                     app.send_task("demo.call_api", args=(i,), producer=producer)
@@ -112,6 +113,7 @@ def run_demo(options: DemoOptions, out: Any = None) -> tuple[int, RunFigures]:
                 interval_s=options.interval_s,
                 workers=options.workers,
                 since_us=started_us,
+                store_calls=_script_calls(conn) - calls_before,
             )
         finally:
             for proc in procs:
@@ -137,6 +139,12 @@ def _wait_ready(app: Any, workers: int, procs: list[subprocess.Popen[bytes]]) ->
         if len(app.control.ping(timeout=0.5) or []) >= workers:
             return
     raise RuntimeError(f"demo workers not ready within 60s ({workers} expected)")
+
+
+def _script_calls(conn: redis.Redis) -> int:
+    """Lua script calls the store has served (grant, claim, done, control), from INFO."""
+    stats = conn.info("commandstats")
+    return sum(int(stats.get(f"cmdstat_{c}", {}).get("calls", 0)) for c in ("evalsha", "eval"))
 
 
 def _store_now_us(conn: redis.Redis) -> int:

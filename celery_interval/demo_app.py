@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import socket
+import time
 from typing import Any
 
 import redis
@@ -62,10 +63,12 @@ def _warm_up(**_: Any) -> None:
 @app.task(base=IntervalTask, bind=True, name="demo.call_api")
 def call_api(self: Any, i: int) -> int:
     """The demo's rate-sensitive call: records when it really started."""
+    mono_ns = time.monotonic_ns()
     record_start(
         app.conf.interval_store_url,
         RECORD_KEY,
         {
+            "mono_ns": mono_ns,
             "i": i,
             "id": self.request.id,
             "ticket": self.request.get("interval_ticket"),

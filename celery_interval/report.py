@@ -9,7 +9,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-__all__ = ["RunFigures", "figures_from", "percentile"]
+__all__ = ["RunFigures", "body_slack_us", "figures_from", "percentile"]
 
 
 @dataclass(frozen=True)
@@ -28,6 +28,9 @@ class RunFigures:
     body_min_gap_s: float
     paused_s: float
     claims: int
+    p50_lateness_s: float
+    body_below_floor: int
+    store_calls_per_task: float
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -57,11 +60,14 @@ def figures_from(
     interval_s: float,
     workers: int,
     since_us: int = 0,
+    store_calls: int = 0,
 ) -> RunFigures:
     """Exactly-once from the body records; spacing, lateness and pauses from the ledger."""
     starts = [json.loads(r) for r in records]
     ids = [s["id"] for s in starts]
-    body_times = sorted(s["us"] for s in starts)
+    # One host's monotonic clock when every worker recorded it (the demo), else the store's.
+    clock = "mono_ns" if starts and all("mono_ns" in s for s in starts) else "us"
+    body_times = sorted(s[clock] // (1000 if clock == "mono_ns" else 1) for s in starts)
     claims: list[tuple[int, int]] = []
     pauses: list[tuple[str, int]] = []
     for _entry_id, fields in ledger:
@@ -92,7 +98,15 @@ def figures_from(
         body_min_gap_s=min(body_gaps) / 1e6 if body_gaps else math.nan,
         paused_s=paused_us / 1e6,
         claims=len(claims),
+        p50_lateness_s=percentile([late / 1e6 for _, late in claims], 50),
+        body_below_floor=sum(1 for g in body_gaps if g < interval_us - body_slack_us(interval_us)),
+        store_calls_per_task=store_calls / tasks if tasks else math.nan,
     )
+
+
+def body_slack_us(interval_us: int) -> int:
+    """What OS scheduling may take off a gap between body starts: max(10 %, 3 ms)."""
+    return max(interval_us // 10, 3_000)
 
 
 def _paused_us(pauses: list[tuple[str, int]], claim_times: list[int]) -> int:

@@ -79,4 +79,4 @@ def test_django_settings_snippet_reads_as_celery_interval_settings() -> None:
         sys.path.remove(str(EXAMPLES))
     assert settings.queues_us == {"api": 1_000_000, "mail": 2_000_000}
     assert settings.store_url == "redis://localhost:6379/0"
-    assert settings.max_held == 100
+    assert settings.max_held == 400
