@@ -20,8 +20,8 @@ QUEUE = os.environ.get("CELERY_INTERVAL_DEMO_QUEUE", "demo")
 RECORD_KEY = "celery_interval:demo:starts"
 
 
-def make_app(broker: str, store: str, queue: str, interval_s: float) -> Celery:
-    """A Celery app with one interval queue ``queue``."""
+def make_app(broker: str, store: str, queue: str, interval_s: float, **conf: Any) -> Celery:
+    """A Celery app with one interval queue ``queue`` (and any further settings)."""
     app = Celery("celery_interval_demo", broker=broker, set_as_current=False)
     app.conf.update(
         interval_store_url=store,
@@ -30,6 +30,7 @@ def make_app(broker: str, store: str, queue: str, interval_s: float) -> Celery:
         broker_connection_retry_on_startup=True,
         worker_hijack_root_logger=False,
         worker_redirect_stdouts=False,
+        **conf,
     )
     return app
 

@@ -35,7 +35,12 @@ def status(run: Any, queue: str) -> dict[str, Any]:
 
 def test_status_with_no_worker_running(run: Any) -> None:
     row = status(run, "api")
-    assert (row["interval_s"], row["paused"], row["tickets"], row["exists"]) == (1.0, False, 0, False)
+    assert (row["interval_s"], row["paused"], row["tickets"], row["exists"]) == (
+        1.0,
+        False,
+        0,
+        False,
+    )
     table = run("status", "--timeout", "0.2")
     assert table.exit_code == 0 and "api" in table.output and "mail" in table.output
 

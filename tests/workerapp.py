@@ -11,23 +11,14 @@ import redis
 from celery import Celery
 from celery.signals import task_prerun, worker_process_init
 
-from celery_interval import IntervalTask
+from celery_interval import IntervalTask, demo_app
 
 
 def make_app(broker: str, store: str, queue: str, interval_s: float, **conf: Any) -> Celery:
-    """An app whose interval queue ``queue`` runs one task per ``interval_s``."""
-    app = Celery("workerapp", broker=broker, set_as_current=False)
-    app.conf.update(
-        interval_store_url=store,
-        interval_queues={queue: interval_s},
-        task_default_queue=queue,
-        broker_connection_retry_on_startup=True,
-        worker_hijack_root_logger=False,
-        worker_redirect_stdouts=False,
-        broker_channel_error_retry=True,
-        **conf,
+    """The demo's app factory; test workers survive channel errors (RabbitMQ timeouts)."""
+    return demo_app.make_app(
+        broker, store, queue, interval_s, broker_channel_error_retry=True, **conf
     )
-    return app
 
 
 _recorder: redis.Redis | None = None

@@ -43,7 +43,6 @@ class Held:
     epoch: int = 0
     ticket: int = 0
     slot_us: int = 0
-    due_mono_ns: int = 0
     entry: Any = None
     state: str = "new"
 
@@ -402,7 +401,6 @@ class IntervalService:
     # -- timers and lifecycle --------------------------------------------------------------
 
     def _arm(self, held: Held, delay_s: float, callback: Callable[[Held], None]) -> None:
-        held.due_mono_ns = time.monotonic_ns() + int(delay_s * 1e9)
         held.entry = self.timer.call_after(delay_s, callback, (held,), priority=6)
 
     def _cancel(self, entry: Any) -> None:
