@@ -34,6 +34,10 @@ class DemoOptions:
     store: str | None = None
     as_json: bool = False
     timeout_s: float = 120.0
+    #: The task to run: the demo's IntervalTask, or (for comparisons) a plain task with
+    #: Celery's own ``rate_limit`` set to ``rate_limit``.
+    task: str = "demo.call_api"
+    rate_limit: str = ""
 
 
 @contextlib.contextmanager
@@ -66,6 +70,7 @@ def run_demo(options: DemoOptions, out: Any = None) -> tuple[int, RunFigures]:
     out = out or sys.stdout
     with _servers(options) as (broker, store):
         env = _env(broker, store, options.interval_s)
+        env["CELERY_INTERVAL_DEMO_RATE_LIMIT"] = options.rate_limit
         os.environ.update(env)
         app = demo_app.make_app(broker, store, demo_app.QUEUE, options.interval_s)
         conn = redis.Redis.from_url(store)
@@ -103,7 +108,7 @@ def run_demo(options: DemoOptions, out: Any = None) -> tuple[int, RunFigures]:
             calls_before = _script_calls(conn)
             with app.producer_or_acquire() as producer:
                 for i in range(options.tasks):
-                    app.send_task("demo.call_api", args=(i,), producer=producer)
+                    app.send_task(options.task, args=(i,), producer=producer)
             view = _LiveView(options, conn, out, store)
             _drive(options, env, conn, view)
             figures = figures_from(

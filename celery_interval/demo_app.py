@@ -64,6 +64,20 @@ def _warm_up(**_: Any) -> None:
 @app.task(base=IntervalTask, bind=True, name="demo.call_api")
 def call_api(self: Any, i: int) -> int:
     """The demo's rate-sensitive call: records when it really started."""
+    return _record_call(self, i)
+
+
+@app.task(
+    bind=True,
+    name="demo.rate_limited",
+    rate_limit=os.environ.get("CELERY_INTERVAL_DEMO_RATE_LIMIT") or None,
+)
+def rate_limited(self: Any, i: int) -> int:
+    """The same call limited by Celery's own per-worker ``rate_limit`` (for comparisons)."""
+    return _record_call(self, i)
+
+
+def _record_call(self: Any, i: int) -> int:
     mono_ns = time.monotonic_ns()
     record_start(
         app.conf.interval_store_url,

@@ -31,6 +31,11 @@ class RunFigures:
     p50_lateness_s: float
     body_below_floor: int
     store_calls_per_task: float
+    body_utilization: float
+    body_gaps_below_90pct: int
+    body_gap_p1_s: float
+    body_gap_p50_s: float
+    body_gap_p99_s: float
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -101,6 +106,13 @@ def figures_from(
         p50_lateness_s=percentile([late / 1e6 for _, late in claims], 50),
         body_below_floor=sum(1 for g in body_gaps if g < interval_us - body_slack_us(interval_us)),
         store_calls_per_task=store_calls / tasks if tasks else math.nan,
+        body_utilization=(len(body_times) - 1) * interval_us / (body_times[-1] - body_times[0])
+        if len(body_times) > 1 and body_times[-1] > body_times[0]
+        else math.nan,
+        body_gaps_below_90pct=sum(1 for g in body_gaps if g < 0.9 * interval_us),
+        body_gap_p1_s=percentile(body_gaps, 1) / 1e6,
+        body_gap_p50_s=percentile(body_gaps, 50) / 1e6,
+        body_gap_p99_s=percentile(body_gaps, 99) / 1e6,
     )
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import json
 import time
 from typing import Any
 
@@ -199,3 +200,35 @@ def test_a_worker_with_a_wrong_wall_clock(make_pool: Any, faketime_env: dict[str
 def _store_now_us(pool: Pool) -> int:
     seconds, micros = pool.recorder.time()
     return int(seconds) * 1_000_000 + int(micros)
+
+
+def test_inspect_countdown_override_and_timeout_warning(make_pool: Any) -> None:
+    """Held tickets show in `inspect interval_stats`; a countdown becomes the slot's not_before;
+    a per-call bucket override gets its own bucket; a too-long hold is warned about at start."""
+    pool = make_pool(
+        INTERVAL_S, broker="redis", conf={"interval_broker_timeout_s": 60.0}, loglevel="INFO"
+    )
+    worker = pool.start(1)[0]
+    assert "longer than the broker's redelivery timeout 60s" in worker.log()
+    assert celery_cli(pool, "control", "pause_queue", pool.queue).returncode == 0
+    sent_us = _store_now_us(pool)
+    ids = pool.send(3)
+    late = pool.app.send_task("workerapp.record", args=(99,), countdown=2, queue=pool.queue).id
+    vip = f"{pool.queue}:vip"  # a bucket of its own, with the queue's interval
+    other = pool.app.send_task(
+        "workerapp.record", args=(98,), queue=pool.queue, headers={"interval_bucket": vip}
+    ).id
+    time.sleep(1.0)
+    stats = celery_cli(pool, "inspect", "interval_stats", "--json", "--timeout", "2")
+    assert stats.returncode == 0, stats.stderr
+    per_bucket = json.loads(stats.stdout)[worker.name]
+    held = per_bucket[pool.queue]["held_tasks"]
+    assert {h["id"] for h in held} == {*ids, late}
+    assert sorted(h["ticket"] for h in held) == [1, 2, 3, 4]
+    assert per_bucket[pool.queue]["paused"] is True
+    assert celery_cli(pool, "control", "unpause_queue", pool.queue).returncode == 0
+    records = pool.wait_records(5)
+    by_id = {r["id"]: r for r in records}
+    assert by_id[late]["us"] - sent_us >= 2_000_000, "the countdown was not honoured"
+    assert other in by_id and f"interval {vip}: task {other} ticket 1" in worker.log()
+    assert f"interval {pool.queue}: task {ids[0]} ticket 1" in worker.log()
