@@ -66,9 +66,8 @@ def make_pool(redis_server: RedisProc, tmp_path: Any) -> Iterator[Any]:
 
     def make(interval_s: float, broker: str = "rabbitmq", **kwargs: Any) -> Pool:
         url = rabbitmq_url() if broker == "rabbitmq" else redis_server.broker_url_for(1)
-        pool = Pool(
-            broker=url, store=redis_server.url_for(0), interval_s=interval_s, tmp=tmp_path, **kwargs
-        )
+        kwargs.setdefault("store", redis_server.url_for(0))
+        pool = Pool(broker=url, interval_s=interval_s, tmp=tmp_path, **kwargs)
         pools.append(pool)
         return pool
 

@@ -47,10 +47,12 @@ class Pool:
     env_extra: dict[str, str] = field(default_factory=dict)
     workers: list[Worker] = field(default_factory=list)
     loglevel: str = "WARNING"
+    #: Where tasks record their starts (default: the store's Redis).
+    record_url: str = ""
 
     def __post_init__(self) -> None:
         self.app = make_app(self.broker, self.store, self.queue, self.interval_s, **self.conf)
-        self.recorder = redis.Redis.from_url(self.store)
+        self.recorder = redis.Redis.from_url(self.record_url or self.store)
 
     def env(self) -> dict[str, str]:
         env = dict(os.environ)
@@ -60,6 +62,7 @@ class Pool:
             CI_TEST_QUEUE=self.queue,
             CI_TEST_INTERVAL=str(self.interval_s),
             CI_TEST_CONF=json.dumps(self.conf),
+            CI_TEST_RECORD=self.record_url,
             PYTHONPATH=os.pathsep.join([str(TESTS_DIR), env.get("PYTHONPATH", "")]),
             **self.env_extra,
         )

@@ -28,7 +28,8 @@ def recorder() -> redis.Redis:
     """A connection to the store's Redis, opened once per process (before the first task)."""
     global _recorder
     if _recorder is None:
-        _recorder = redis.Redis.from_url(os.environ["CI_TEST_STORE"])
+        url = os.environ.get("CI_TEST_RECORD") or os.environ["CI_TEST_STORE"]
+        _recorder = redis.Redis.from_url(url)
         _recorder.ping()
     return _recorder
 

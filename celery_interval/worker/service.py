@@ -108,6 +108,7 @@ class IntervalService:
         self._pause_polls: dict[str, Any] = {}
         self._outage_since: float | None = None
         self.clock = StoreClock()
+        self._epochs: dict[str, int] = {}
         self._backoff_s = 0.05
 
     # -- receipt ---------------------------------------------------------------------------
@@ -232,6 +233,14 @@ class IntervalService:
             self._arm(held, result.delay_us / 1e6 + 0.001, self._due)
         elif outcome is Outcome.RETICKET:
             stats.retickets += 1
+            if result.epoch != held.epoch and self._epochs.get(held.bucket) != result.epoch:
+                self._epochs[held.bucket] = result.epoch
+                logger.warning(
+                    "interval %s: the store lost its state (new epoch %d): held tasks re-ticket, "
+                    "the first start waits one interval",
+                    held.bucket,
+                    result.epoch,
+                )
             logger.info(
                 "interval %s: task %s lost its spot (ticket %d, epoch %d -> %d), re-ticketing",
                 held.bucket,
