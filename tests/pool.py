@@ -100,7 +100,11 @@ class Pool:
             for w in self.workers:
                 if w.name in pending and w.proc.poll() is not None:
                     raise RuntimeError(f"worker {w.name} exited early:\n{w.log()[-3000:]}")
-            replies = self.app.control.ping(destination=list(pending), timeout=0.5) or []
+            try:
+                replies = self.app.control.ping(destination=list(pending), timeout=0.5) or []
+            except (OSError, *self.app.connection_for_write().connection_errors):
+                time.sleep(0.2)  # a broker connection reset: ask again
+                continue
             for reply in replies:
                 pending -= set(reply)
         if pending:

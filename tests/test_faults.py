@@ -44,3 +44,19 @@ def test_store_outage_then_restart_with_every_key_lost(make_pool: Any, redis_ser
         assert log.count("interval store unreachable") == 1, "one log line per outage"
         assert "interval store reachable again" in log
     assert any("the store lost its state (new epoch" in w.log() for w in pool.workers)
+
+
+def test_sigkill_one_then_two_of_three_workers(make_pool: Any) -> None:
+    """RabbitMQ returns a dead worker's unacked messages at once; a copy of a claimed one waits
+    for its lease (3 s here) to expire, then runs; nothing is lost or started twice."""
+    pool = make_pool(INTERVAL_S, conf={"interval_lease_s": 3.0})
+    first, second, _ = pool.start(3)
+    ids = pool.send(150)
+    pool.wait_records(40, timeout_s=60)
+    pool.kill(first)
+    pool.wait_records(80, timeout_s=60)
+    pool.kill(second)
+    records = pool.wait_records(150, timeout_s=120)
+    assert_exactly_once(records, ids)
+    deadlines = sorted(r["deadline_ns"] // 1000 for r in records)
+    assert min(b - a for a, b in itertools.pairwise(deadlines)) >= body_floor_us(INTERVAL_S)

@@ -14,7 +14,7 @@ from celery.worker.state import task_reserved
 from celery.worker.strategy import hybrid_to_proto2, proto1_to_proto2
 
 from celery_interval.errors import ConfigurationError
-from celery_interval.task import bucket_of, interval_of
+from celery_interval.task import START_HEADER, bucket_of, interval_of
 from celery_interval.worker.bootstep import service_for
 from celery_interval.worker.service import Held
 
@@ -111,12 +111,25 @@ def interval_strategy(task: Any, app: Any, consumer: Any, **_: Any) -> Any:
 
 
 def _track_ack(req: Any, service: Any, bucket: str, retries: int) -> None:
-    """Mirror the broker ack into a done mark; a requeue ends the lease instead."""
+    """Mirror the broker ack into a done mark; a requeue ends the lease instead.
+
+    Celery acks an ordinary task when a pool process accepts it, which here is up to ``lead``
+    before its start: the ack waits for the start deadline, so a worker killed in between
+    leaves the message to the broker (its lease expires and a copy runs) instead of losing it.
+    """
     on_ack, on_reject = req.on_ack, req.on_reject
 
-    def ack(*args: Any, **kwargs: Any) -> None:
+    def ack_now(*args: Any, **kwargs: Any) -> None:
         on_ack(*args, **kwargs)
         service.mark_done(bucket, req.id, retries)
+
+    def ack(*args: Any, **kwargs: Any) -> None:
+        start_ns = req.request_dict.get(START_HEADER)
+        wait_s = (start_ns - time.monotonic_ns()) / 1e9 if isinstance(start_ns, int) else 0.0
+        if wait_s > 0:
+            service.timer.call_after(wait_s, ack_now, args, kwargs, priority=5)
+        else:
+            ack_now(*args, **kwargs)
 
     def reject(log: Any, errors: Any, requeue: bool = False) -> None:
         on_reject(log, errors, requeue)
