@@ -101,6 +101,14 @@ if os.environ.get("CI_TEST_BROKER"):
         _record(self, "tenant", tenant, i)
         return i
 
+    @app.task(base=IntervalTask, bind=True, name="workerapp.record_late", acks_late=True)
+    def record_late(self: Any, i: int, sleep_s: float = 0.0) -> int:
+        _record(self, "start", i)
+        if sleep_s:
+            time.sleep(sleep_s)
+        _record(self, "end", i)
+        return i
+
     @app.task(bind=True, name="workerapp.plain")
     def plain(self: Any, i: int) -> int:
         _record(self, "plain", i)
