@@ -59,7 +59,7 @@ def _env(broker: str, store: str, interval_s: float) -> dict[str, str]:
     }
 
 
-def _celery(env: dict[str, str], *args: str) -> list[str]:
+def _celery(*args: str) -> list[str]:
     return [sys.executable, "-m", "celery", "-A", "celery_interval.demo_app", *args]
 
 
@@ -82,7 +82,6 @@ def run_demo(options: DemoOptions, out: Any = None) -> tuple[int, RunFigures]:
         procs = [
             subprocess.Popen(
                 _celery(
-                    env,
                     "worker",
                     "-Q",
                     demo_app.QUEUE,
@@ -186,7 +185,7 @@ def _control(env: dict[str, str], command: str) -> None:
     from celery_interval import demo_app
 
     subprocess.run(
-        _celery(env, "control", command, demo_app.QUEUE, "--timeout", "1"),
+        _celery("control", command, demo_app.QUEUE, "--timeout", "1"),
         env=env,
         check=True,
         stdout=subprocess.DEVNULL,

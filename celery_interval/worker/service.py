@@ -34,6 +34,7 @@ class Held:
 
     request: Any
     bucket: str
+    retries: int
     queue: str | None
     interval_us: int
     not_before_in_us: int
@@ -48,7 +49,7 @@ class Held:
 
     @property
     def key(self) -> tuple[str, str, int]:
-        return (self.bucket, self.request.id, int(self.request.request_dict.get("retries") or 0))
+        return (self.bucket, self.request.id, self.retries)
 
 
 @dataclass
@@ -64,7 +65,6 @@ class BucketStats:
     duplicates: int = 0
     interval_us: int = 0
     last_paused: bool = False
-    last_slot_us: int = 0
 
 
 @dataclass
@@ -132,7 +132,7 @@ class IntervalService:
             grant = self.store.grant(
                 held.bucket,
                 held.request.id,
-                held.key[2],
+                held.retries,
                 held.interval_us,
                 held.not_before_in_us,
             )
@@ -156,7 +156,6 @@ class IntervalService:
             return
         stats.grants += 1
         stats.interval_us = held.interval_us
-        stats.last_slot_us = grant.slot_us
         stats.last_paused = grant.paused
         held.epoch, held.ticket, held.slot_us = grant.epoch, grant.ticket, grant.slot_us
         due_ns = time.monotonic_ns() + grant.delay_us * 1000
@@ -190,7 +189,7 @@ class IntervalService:
             result = self.store.claim(
                 held.bucket,
                 held.request.id,
-                held.key[2],
+                held.retries,
                 held.interval_us,
                 held.epoch,
                 held.slot_us,

@@ -98,6 +98,7 @@ def interval_strategy(task: Any, app: Any, consumer: Any, **_: Any) -> Any:
             Held(
                 request=req,
                 bucket=bucket,
+                retries=retries,
                 queue=_queue_of(task, req),
                 interval_us=interval_us,
                 not_before_in_us=not_before_in_us,
