@@ -151,9 +151,12 @@ def _lead_us(conf: Any, key: str) -> int:
 
 def _store_url(conf: Any) -> str:
     url = conf.get("interval_store_url")
-    if url:
-        if not isinstance(url, str):
-            raise ConfigurationError(f"interval_store_url={url!r}: expected a URL string")
+    if url is not None:
+        if not isinstance(url, str) or not url.strip():
+            raise ConfigurationError(
+                f"interval_store_url={url!r}: expected a URL string such as "
+                "redis://host:6379/0 (leave it unset to use a Redis broker)"
+            )
         return url
     broker = conf.get("broker_url") or ""
     if isinstance(broker, str) and broker.startswith(("redis://", "rediss://")):

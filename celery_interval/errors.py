@@ -8,7 +8,14 @@ __all__ = [
     "StoreError",
     "StoreUnavailable",
     "UnknownBucket",
+    "short_repr",
 ]
+
+
+def short_repr(value: object) -> str:
+    """``repr(value)``, cut short: a message quoting a 10 KB header helps nobody."""
+    text = repr(value)
+    return text if len(text) <= 80 else f"{text[:60]}… ({len(text)} characters)"
 
 
 class IntervalError(Exception):

@@ -11,11 +11,13 @@ __all__ = [
     "Claim",
     "Done",
     "Grant",
+    "Granted",
     "Lease",
     "Mark",
     "Outcome",
     "Status",
     "claim",
+    "clamp_lead",
     "done",
     "grant",
     "new_state",
@@ -23,6 +25,7 @@ __all__ = [
     "renew",
     "set_interval",
     "status",
+    "take",
     "unpause",
     "virtual_now",
 ]
@@ -30,6 +33,9 @@ __all__ = [
 
 #: A claim may admit a start at most this far ahead; a new epoch assumes a lost one did.
 MAX_LEAD_US = 20_000
+#: A granted slot is remembered this long after its delay, so a redelivered copy of the
+#: message (broker timeout, channel closed, holder died) gets the same slot, not a new one.
+GRANTED_TTL_US = 3_600_000_000
 
 
 class Outcome(str, enum.Enum):
@@ -73,7 +79,18 @@ class Done:
     expires_real_us: int
 
 
-Mark = Lease | Done
+@dataclass(frozen=True)
+class Granted:
+    """This (task_id, retries) holds ticket ``ticket`` at ``slot_us`` of ``epoch``: a copy
+    granted again gets the same slot while no later ticket has started."""
+
+    epoch: int
+    ticket: int
+    slot_us: int
+    expires_real_us: int
+
+
+Mark = Lease | Done | Granted
 
 
 @dataclass(frozen=True)
@@ -143,6 +160,11 @@ def effective_interval(state: BucketState, interval_us: int) -> int:
     return interval_us if state.interval_override_us is None else state.interval_override_us
 
 
+def clamp_lead(lead_us: int) -> int:
+    """A claim's lead, kept within 0..MAX_LEAD_US."""
+    return min(max(0, lead_us), MAX_LEAD_US)
+
+
 def live(mark: Mark | None, now_us: int) -> Mark | None:
     """The mark if it has not expired at ``now_us``."""
     return mark if mark is not None and mark.expires_real_us > now_us else None
@@ -154,18 +176,33 @@ def grant(
     now_us: int,
     interval_us: int,
     not_before_in_us: int = 0,
-) -> tuple[BucketState, Grant]:
-    """Atomically take the next ticket and slot ``max(v, tat, v + not_before_in_us)``."""
+) -> tuple[BucketState, Mark | None, Grant]:
+    """Atomically take the next ticket and slot ``max(v, tat, v + not_before_in_us)``.
+
+    Idempotent per (task_id, retries): a copy whose granted slot has not been passed by a
+    later start gets that ticket and slot again, so redelivered copies waste no slot.
+    """
     if state is None:
         state = new_state(now_us, interval_us)
+    mark = live(mark, now_us)
     v = virtual_now(state, now_us)
     paused = state.paused_at_real_us is not None
-    if isinstance(live(mark, now_us), Done):
-        return state, Grant(Outcome.DUPLICATE, state.epoch, 0, 0, 0, paused)
+    if isinstance(mark, Done):
+        return state, mark, Grant(Outcome.DUPLICATE, state.epoch, 0, 0, 0, paused)
+    if (
+        isinstance(mark, Granted)
+        and mark.epoch == state.epoch
+        and mark.slot_us >= state.current_slot_us
+    ):
+        delay_us = max(0, mark.slot_us - v)
+        again = Grant(Outcome.OK, state.epoch, mark.ticket, mark.slot_us, delay_us, paused)
+        return state, mark, again
     slot_us = max(v, state.tat_us, v + max(0, not_before_in_us))
     ticket = state.ticket + 1
     state = replace(state, tat_us=slot_us + effective_interval(state, interval_us), ticket=ticket)
-    return state, Grant(Outcome.OK, state.epoch, ticket, slot_us, slot_us - v, paused)
+    if not isinstance(mark, Lease):
+        mark = Granted(state.epoch, ticket, slot_us, now_us + slot_us - v + GRANTED_TTL_US)
+    return state, mark, Grant(Outcome.OK, state.epoch, ticket, slot_us, slot_us - v, paused)
 
 
 def claim(
@@ -193,21 +230,59 @@ def claim(
     v = virtual_now(state, now_us)
     if isinstance(mark, Done):
         return state, mark, Claim(Outcome.DUPLICATE, state.epoch, 0, now_us)
+    earliest_us = state.last_start_us + effective_interval(state, interval_us)
     if isinstance(mark, Lease):
         if mark.holder != holder:
             held_us = mark.expires_real_us - now_us
             return state, mark, Claim(Outcome.HELD, state.epoch, held_us, now_us)
-        return state, mark, Claim(Outcome.OK, state.epoch, max(0, mark.start_us - v), now_us)
-    if epoch != state.epoch or slot_us < state.current_slot_us:
+        if mark.start_us >= v:
+            return state, mark, Claim(Outcome.OK, state.epoch, mark.start_us - v, now_us)
+        # The holder never heard of its admitted start (the reply was lost) and that start has
+        # passed: admit a new one, an interval after the last, as if that one had happened.
+        slot_us = state.current_slot_us
+    elif epoch != state.epoch or slot_us < state.current_slot_us:
         return state, mark, Claim(Outcome.RETICKET, state.epoch, 0, now_us)
-    earliest_us = max(slot_us, state.last_start_us + effective_interval(state, interval_us))
-    lead_us = min(max(0, lead_us), MAX_LEAD_US)
+    else:
+        earliest_us = max(slot_us, earliest_us)
+    lead_us = clamp_lead(lead_us)
     if v + lead_us < earliest_us:
         return state, mark, Claim(Outcome.WAIT, state.epoch, earliest_us - v, now_us)
     start_us = max(v + min(max(0, handoff_us), lead_us), earliest_us)
     state = replace(state, last_start_us=start_us, current_slot_us=slot_us)
     lease = Lease(holder, start_us, now_us + lease_us)
     return state, lease, Claim(Outcome.OK, state.epoch, start_us - v, now_us)
+
+
+def take(
+    state: BucketState | None,
+    mark: Mark | None,
+    now_us: int,
+    interval_us: int,
+    not_before_in_us: int,
+    holder: str,
+    lease_us: int,
+    lead_us: int = 0,
+    handoff_us: int = 0,
+) -> tuple[BucketState, Mark | None, Grant, Claim | None]:
+    """``grant``, then ``claim`` in the same step when the slot is due within ``lead_us`` and the
+    bucket runs: a task whose turn is now takes its ticket and its start in one round trip."""
+    state, mark, granted = grant(state, mark, now_us, interval_us, not_before_in_us)
+    due = granted.delay_us <= clamp_lead(lead_us)
+    if granted.outcome is not Outcome.OK or granted.paused or not due:
+        return state, mark, granted, None
+    state, mark, claimed = claim(
+        state,
+        mark,
+        now_us,
+        interval_us,
+        granted.epoch,
+        granted.slot_us,
+        holder,
+        lease_us,
+        lead_us,
+        handoff_us,
+    )
+    return state, mark, granted, claimed
 
 
 def done(mark: Mark | None, now_us: int, dedupe_ttl_us: int) -> Done:

@@ -48,7 +48,9 @@ def claimant(url: str, worker: int, results: Any) -> None:
 
 
 def hammer(url: str, during: Any = None) -> list[tuple[str, int, int, int]]:
-    ctx = multiprocessing.get_context("fork")
+    # spawn, not fork: a forked child runs kombu's after-fork hooks on connections an earlier
+    # test left in this process (a control broadcast's reply consumer) and can hang there.
+    ctx = multiprocessing.get_context("spawn")
     results = ctx.Queue()
     procs = [ctx.Process(target=claimant, args=(url, w, results)) for w in range(PROCESSES)]
     for p in procs:

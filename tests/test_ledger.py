@@ -41,14 +41,14 @@ def grant_entry(
     task: str, r: int, ticket: int, slot: int, delay: int, **kw: object
 ) -> dict[str, str]:
     e = {"op": "grant:OK", "now": T_US, "task": task, "r": r, "ticket": ticket, "slot": slot,
-         "delay": delay, "epoch": T_US, "paused": 0} | kw  # fmt: skip
+         "delay": delay, "epoch": T_US, "paused": 0, "interval": I_US} | kw  # fmt: skip
     return {k: str(v) for k, v in e.items()}
 
 
 def claim_entry(outcome: str, task: str, r: int, ticket: int, slot: int, holder: str,
                 now: int, **extra: int) -> dict[str, str]:  # fmt: skip
     e = {"op": f"claim:{outcome}", "now": now, "task": task, "r": r, "ticket": ticket,
-         "slot": slot, "holder": holder, "epoch": T_US} | extra  # fmt: skip
+         "slot": slot, "holder": holder, "epoch": T_US, "interval": I_US} | extra  # fmt: skip
     return {k: str(v) for k, v in e.items()}
 
 
@@ -246,3 +246,14 @@ def test_ledger_lives_in_the_bucket_hash_slot(cluster_client: redis.RedisCluster
             for key in (f"ci:{{{bucket}}}:s", store.ledger_key(bucket))
         }
         assert len(slots) == 1
+
+
+def test_grants_and_claims_carry_the_effective_interval(redis_client: redis.Redis[Any]) -> None:
+    """The audit reads the interval each start had to clear from the claim entry itself."""
+    store = RedisStore(redis_client, now_us=Clock(T_US))
+    store.set_interval("api", I_US, 3 * I_US)
+    g = store.grant("api", "t1", 0, I_US)
+    store.claim("api", "t1", 0, I_US, g.epoch, g.slot_us, "w1", LEASE_US, ticket=g.ticket)
+    entries = fields_of(store, "api")
+    assert [e["op"] for e in entries] == ["set_interval", "grant:OK", "claim:WAIT"]
+    assert [e["interval"] for e in entries] == [str(3 * I_US)] * 3

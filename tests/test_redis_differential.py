@@ -134,6 +134,35 @@ class Differential(RuleBasedStateMachine):
         return (bucket, task, retry, expected.epoch, expected.slot_us)
 
     @rule(
+        target=grants,
+        bucket=buckets,
+        task=tasks,
+        retry=retries,
+        interval=intervals_us,
+        not_before=st.one_of(st.just(0), st.integers(-(10**6), 10**8)),
+        holder=holders,
+        lease=leases_us,
+        lead=leads_us,
+        handoff=handoffs_us,
+    )
+    def take(
+        self,
+        bucket: str,
+        task: str,
+        retry: int,
+        interval: int,
+        not_before: int,
+        holder: str,
+        lease: int,
+        lead: int,
+        handoff: int,
+    ) -> tuple[str, str, int, int, int]:
+        args = (bucket, task, retry, interval, not_before, holder, lease, lead, handoff)
+        expected = self.model.take(*args)
+        assert self.redis.take(*args) == expected
+        return (bucket, task, retry, expected[0].epoch, expected[0].slot_us)
+
+    @rule(
         g=grants,
         slot_shift=st.sampled_from([0, 0, 0, -1, 1]),
         holder=holders,

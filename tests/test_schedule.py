@@ -46,10 +46,11 @@ class Model:
         self.now_us = T0_US + t_us
 
     def op_grant(self, task: str, retries: int, not_before_in_us: int) -> tuple[Any, ...]:
-        self.state, g = schedule.grant(
+        self.state, mark, g = schedule.grant(
             self.state, self.marks.get((task, retries)), self.now_us, self.interval_us,
             not_before_in_us,
         )  # fmt: skip
+        self._put((task, retries), mark)
         if g.outcome is Outcome.DUPLICATE:
             return ("DUPLICATE",)
         self.granted[(task, retries)] = (g.epoch, g.slot_us)
@@ -97,6 +98,10 @@ class Model:
         """The store lost everything (a restart without persistence)."""
         self.state = None
         self.marks.clear()
+
+    def op_lose_state(self) -> None:
+        """Only the bucket's record is gone (``reset``): marks of an old epoch remain."""
+        self.state = None
 
     def op_status(self) -> tuple[Any, ...]:
         s = schedule.status(self.state, self.now_us, self.interval_us)
@@ -183,6 +188,30 @@ GRANT_TABLE = [
         [at(-ML), grant("a"), at(500), PAUSE, at(1_200), grant("b"), STATUS],
         [("OK", 1, 1_000, ML + 1_000), ("OK", 2, 2_000, 1_500, "paused"),
          ("status", 2, 2_500, I_US, True)],
+    ),
+    (
+        "a redelivered copy gets its ticket and slot again (also while paused): no slot wasted",
+        [at(-ML), grant("a"), grant("b"), at(500), grant("a"), PAUSE, at(900), grant("b"),
+         STATUS],
+        [("OK", 1, 1_000, ML + 1_000), ("OK", 2, 2_000, ML + 2_000), ("OK", 1, 1_000, 500),
+         ("OK", 2, 2_000, 1_500, "paused"), ("status", 2, 2_500, I_US, True)],
+    ),
+    (
+        "a copy whose slot a later start passed takes a new ticket at the tail",
+        [at(-ML), grant("a"), grant("b"), at(2_000), claim("b"), grant("a"), grant("a")],
+        [("OK", 1, 1_000, ML + 1_000), ("OK", 2, 2_000, ML + 2_000), ("OK", 0),
+         ("OK", 3, 3_000, 1_000), ("OK", 3, 3_000, 1_000)],
+    ),
+    (
+        "a copy of a claimed task takes a new ticket and is HELD by the lease",
+        [at(-ML), grant("a"), at(1_000), claim("a"), grant("a"), claim("a", "w2")],
+        [("OK", 1, 1_000, ML + 1_000), ("OK", 0), ("OK", 2, 2_000, 1_000),
+         ("HELD", 10 * I_US)],
+    ),
+    (
+        "a granted slot is not reused across a new epoch (state lost)",
+        [at(-ML), grant("a"), at(100), ("lose_state",), grant("a")],
+        [("OK", 1, 1_000, ML + 1_000), ("OK", 1, ML + 1_100, ML + 1_000)],
     ),
 ]  # fmt: skip
 
@@ -284,12 +313,14 @@ LEASE_TABLE = [
          ("HELD", 10_000)],
     ),
     (
-        "the same holder re-claiming gets OK again without moving state (idempotent)",
+        "the same holder re-claiming before its start gets it again (idempotent); once that "
+        "start passed unheard (a lost reply), a new start one interval after it",
         [at(-ML), grant("a"), at(990), claim("a", lead_us=20), RECORD, at(995),
-         claim("a", lead_us=20), at(1_200), claim("a"), RECORD, STARTS],
+         claim("a", lead_us=20), at(1_200), claim("a"), RECORD, at(2_000), claim("a"), RECORD,
+         STARTS],
         [("OK", 1, 1_000, ML + 1_000), ("OK", 10), ("record", 2_000, 1, 1_000, 1_000),
-         ("OK", 5), ("OK", 0), ("record", 2_000, 1, 1_000, 1_000),
-         ("starts", 1_000, 1_000, 1_200)],
+         ("OK", 5), ("WAIT", 800), ("record", 2_000, 1, 1_000, 1_000), ("OK", 0),
+         ("record", 2_000, 1, 1_000, 2_000), ("starts", 1_000, 1_000, 2_000)],
     ),
     (
         "DUPLICATE after done: in grant and in claim, for every holder",
@@ -571,7 +602,7 @@ def check_sequence(steps: list[Step]) -> None:
 
 def test_handoff_keeps_a_late_claim_start_in_the_future() -> None:
     """A claim on time starts at its slot; a late one still leaves ``handoff`` for the hand-off."""
-    state, g = schedule.grant(None, None, 0, 1_000)
+    state, _, g = schedule.grant(None, None, 0, 1_000)
     slot = g.slot_us
     on_time = schedule.claim(state, None, slot - 500, 1_000, g.epoch, slot, "h", 10**6, 600, 300)
     assert on_time[2] == Claim(Outcome.OK, g.epoch, 500, slot - 500)
@@ -580,3 +611,27 @@ def test_handoff_keeps_a_late_claim_start_in_the_future() -> None:
     assert late[0].last_start_us == slot + 350
     capped = schedule.claim(state, None, slot + 50, 1_000, g.epoch, slot, "h", 10**6, 100, 900)
     assert capped[2].delay_us == 100, "handoff is capped at lead"
+
+
+def test_take_is_a_grant_then_a_claim_when_the_slot_is_due() -> None:
+    """``take`` equals ``grant`` followed at the same instant by ``claim`` of its slot when that
+    slot is due within the lead; otherwise (later slot, paused, done) it is ``grant`` alone."""
+    state, _, first = schedule.grant(None, None, 0, 1_000)
+    now = first.slot_us - 400  # the next slot is one interval after the first's
+    for lead_us, claims in ((600, False), (1_600, True)):
+        grant_only = schedule.grant(state, None, now, 1_000)
+        claim_then = schedule.claim(
+            grant_only[0], grant_only[1], now, 1_000, grant_only[2].epoch,
+            grant_only[2].slot_us, "h", 10**6, lead_us, 300,
+        )  # fmt: skip
+        taken = schedule.take(state, None, now, 1_000, 0, "h", 10**6, lead_us, 300)
+        if claims:
+            assert taken == (claim_then[0], claim_then[1], grant_only[2], claim_then[2])
+            assert taken[3] is not None and taken[3].outcome is Outcome.OK
+        else:
+            assert taken == (*grant_only, None)
+    paused = schedule.pause(state, now, 1_000)
+    assert schedule.take(paused, None, now, 1_000, 0, "h", 10**6, 20_000)[3] is None
+    done = schedule.done(None, now, 10**6)
+    taken = schedule.take(state, done, now, 1_000, 0, "h", 10**6, 20_000)
+    assert taken[2].outcome is Outcome.DUPLICATE and taken[3] is None

@@ -47,13 +47,17 @@ def test_claims_wait_for_their_slot_then_start(store: Store) -> None:
     g = store.grant("b", "t1", 0, I_US)
     early = store.claim("b", "t1", 0, I_US, g.epoch, g.slot_us, "h1", LEASE_US)
     assert early.outcome is Outcome.WAIT and 0 < early.delay_us <= g.delay_us
-    wait_s(early.delay_us)
-    ok = store.claim("b", "t1", 0, I_US, g.epoch, g.slot_us, "h1", LEASE_US)
-    assert ok.outcome is Outcome.OK and ok.delay_us == 0
-    again = store.claim("b", "t1", 0, I_US, g.epoch, g.slot_us, "h1", LEASE_US)
+    wait_s(early.delay_us - 18_000)  # claim up to MAX_LEAD_US early: the start is ahead
+    ok = store.claim("b", "t1", 0, I_US, g.epoch, g.slot_us, "h1", LEASE_US, MAX_LEAD_US)
+    assert ok.outcome is Outcome.OK and 0 < ok.delay_us <= MAX_LEAD_US
+    again = store.claim("b", "t1", 0, I_US, g.epoch, g.slot_us, "h1", LEASE_US, MAX_LEAD_US)
     assert again.outcome is Outcome.OK, "a claim is idempotent for its holder"
+    assert again.now_us + again.delay_us == ok.now_us + ok.delay_us, "the same start"
     other = store.claim("b", "t1", 0, I_US, g.epoch, g.slot_us, "h2", LEASE_US)
     assert other.outcome is Outcome.HELD and 0 < other.delay_us <= LEASE_US
+    wait_s(ok.delay_us)  # the admitted start passes unheard (as if the OK reply were lost)
+    late = store.claim("b", "t1", 0, I_US, g.epoch, g.slot_us, "h1", LEASE_US)
+    assert late.outcome is Outcome.WAIT and 0 < late.delay_us < I_US, "spaced after that start"
 
 
 def test_done_makes_copies_duplicates_but_not_retries(store: Store) -> None:
@@ -70,7 +74,7 @@ def test_done_makes_copies_duplicates_but_not_retries(store: Store) -> None:
 def test_lease_expiry_lets_a_copy_run_and_renew_extends(store: Store) -> None:
     g = store.grant("b", "t1", 0, I_US)
     wait_s(g.delay_us)
-    short_us = 100_000
+    short_us = 600_000  # long enough that a loaded machine (fsync of the file store) keeps it
     assert store.claim("b", "t1", 0, I_US, g.epoch, g.slot_us, "h1", short_us).outcome is Outcome.OK
     assert store.renew("b", "t1", 0, "h1", short_us) is True
     assert store.renew("b", "t1", 0, "h2", short_us) is False
@@ -122,3 +126,12 @@ def test_buckets_are_independent(store: Store) -> None:
     store.pause("a", I_US)
     assert store.status("a", I_US).paused and not store.status("b", I_US).paused
     assert store.grant("b", "t", 0, I_US).ticket == 1
+
+
+def test_a_redelivered_copy_gets_its_ticket_and_slot_again(store: Store) -> None:
+    first = store.grant("b", "t1", 0, I_US)
+    store.grant("b", "t2", 0, I_US)
+    copy = store.grant("b", "t1", 0, I_US)
+    assert (copy.ticket, copy.slot_us, copy.epoch) == (first.ticket, first.slot_us, first.epoch)
+    assert store.grant("b", "t3", 0, I_US).ticket == 3, "the copy took no ticket of its own"
+    assert store.status("b", I_US).ticket == 3

@@ -16,7 +16,12 @@ from celery_interval.stores.base import DoneMark, Store
 __all__ = ["DoneMark", "Store", "mask_url", "store_for_settings", "store_from_url"]
 
 _QUERY_PASSWORD = re.compile(r"(?i)([?&]password=)[^&#]*")
-_SCHEMES = "redis://host:6379/0, rediss://…, unix:///path.sock, file:///shared/dir or memory://"
+_SCHEMES = (
+    "redis://host:6379/0, rediss://…, unix:///path.sock, redis+cluster://host:port[,host:port…], "
+    "rediss+cluster://…, file:///shared/dir or memory://"
+)
+#: URL schemes of a Redis Cluster (the ``+cluster`` convention of limits, go-redis and others).
+CLUSTER_SCHEMES = ("redis+cluster", "rediss+cluster")
 
 
 def mask_url(url: str) -> str:
@@ -37,7 +42,8 @@ def store_from_url(
     timeout_s: float | None = None,
     ledger_max: int = 100_000,
 ) -> Store:
-    """A store for ``url``: redis:// or rediss:// (RedisStore), file:///dir, or memory://.
+    """A store for ``url``: redis://, rediss://, unix:// or redis[s]+cluster:// (RedisStore),
+    file:///dir, or memory://.
 
     ``timeout_s`` is the Redis socket timeout; ``ledger_max`` caps each bucket's ledger Stream
     at about that many entries (0 = no ledger). Both apply to RedisStore only: the file and
@@ -51,14 +57,15 @@ def store_from_url(
     shown = mask_url(url)
     try:
         parts = urlsplit(url)
-        parts.port  # noqa: B018 — urlsplit checks the port only when it is read
+        if parts.scheme.lower() not in CLUSTER_SCHEMES:  # host:port,host:port: checked per node
+            parts.port  # noqa: B018 — urlsplit checks the port only when it is read
     except ValueError:
         # The parser's own message may quote part of a password: name the URL masked instead.
         raise ConfigurationError(
             f"malformed interval store URL {shown!r}: bad host or port (e.g. redis://host:6379/0)"
         ) from None
     scheme = parts.scheme.lower()
-    if scheme in ("redis", "rediss", "unix"):
+    if scheme in ("redis", "rediss", "unix", *CLUSTER_SCHEMES):
         if "://" not in url:
             raise ConfigurationError(
                 f"malformed interval store URL {shown!r}: expected {scheme}://"

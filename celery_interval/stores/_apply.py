@@ -45,11 +45,12 @@ class ModelStore(ABC):
     def grant(
         self, bucket: str, task_id: str, retries: int, interval_us: int, not_before_in_us: int = 0
     ) -> Grant:
-        """Atomically take a ticket and slot (``schedule.grant``); DUPLICATE if already done."""
+        """Atomically take a ticket and slot (``schedule.grant``, idempotent per task copy)."""
         with self._locked(bucket) as txn:
-            txn.state, result = schedule.grant(
+            txn.state, mark, result = schedule.grant(
                 txn.state, txn.mark(task_id, retries), txn.now_us, interval_us, not_before_in_us
             )
+            txn.set_mark(task_id, retries, mark)
             return result
 
     def claim(
@@ -86,6 +87,34 @@ class ModelStore(ABC):
             )
             txn.set_mark(task_id, retries, mark)
             return result
+
+    def take(
+        self,
+        bucket: str,
+        task_id: str,
+        retries: int,
+        interval_us: int,
+        not_before_in_us: int,
+        holder: str,
+        lease_us: int,
+        lead_us: int = 0,
+        handoff_us: int = 0,
+    ) -> tuple[Grant, Claim | None]:
+        """Atomically grant, and claim at once when the slot is due (``schedule.take``)."""
+        with self._locked(bucket) as txn:
+            txn.state, mark, granted, claimed = schedule.take(
+                txn.state,
+                txn.mark(task_id, retries),
+                txn.now_us,
+                interval_us,
+                not_before_in_us,
+                holder,
+                lease_us,
+                lead_us,
+                handoff_us,
+            )
+            txn.set_mark(task_id, retries, mark)
+            return granted, claimed
 
     def done(self, marks: Sequence[DoneMark], dedupe_ttl_us: int) -> None:
         """Mark each message acknowledged; atomic per bucket (one lock per bucket in the batch)."""

@@ -60,6 +60,21 @@ class Store(Protocol):
         """
         ...
 
+    def take(
+        self,
+        bucket: str,
+        task_id: str,
+        retries: int,
+        interval_us: int,
+        not_before_in_us: int,
+        holder: str,
+        lease_us: int,
+        lead_us: int = 0,
+        handoff_us: int = 0,
+    ) -> tuple[Grant, Claim | None]:
+        """Atomically grant, and claim at once when the slot is due (``schedule.take``)."""
+        ...
+
     def done(self, marks: Sequence[DoneMark], dedupe_ttl_us: int) -> None:
         """Mark each message acknowledged for ``dedupe_ttl_us``; each atomic, batch pipelined."""
         ...

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from celery_interval.errors import StoreError, StoreUnavailable
-from celery_interval.schedule import BucketState, Done, Lease, Mark
+from celery_interval.schedule import BucketState, Done, Granted, Lease, Mark
 from celery_interval.stores._apply import BucketTxn, ModelStore
 
 __all__ = ["FORMAT_VERSION", "FileStore", "wall_clock_us"]
@@ -225,6 +225,14 @@ def _encode(
                 start_us=mark.start_us,
                 expires_real_us=mark.expires_real_us,
             )
+        elif isinstance(mark, Granted):
+            row.update(
+                kind="granted",
+                epoch=mark.epoch,
+                ticket=mark.ticket,
+                slot_us=mark.slot_us,
+                expires_real_us=mark.expires_real_us,
+            )
         else:
             row.update(kind="done", expires_real_us=mark.expires_real_us)
         rows.append(row)
@@ -294,6 +302,10 @@ def _decode(
             marks[key] = Lease(holder, integer(row, "start_us"), integer(row, "expires_real_us"))
         elif kind == "done":
             marks[key] = Done(integer(row, "expires_real_us"))
+        elif kind == "granted":
+            marks[key] = Granted(
+                *(integer(row, name) for name in ("epoch", "ticket", "slot_us", "expires_real_us"))
+            )
         else:
             raise corrupt(f"unknown mark kind {kind!r}")
     return state, marks

@@ -6,7 +6,9 @@ from celery_interval.errors import ConfigurationError
 
 __all__ = [
     "DEFAULT_PREFIX",
+    "bucket_of_ledger_key",
     "ledger_key",
+    "ledger_key_pattern",
     "mark_key",
     "state_key",
     "validate_bucket",
@@ -47,3 +49,18 @@ def mark_key(prefix: str, bucket: str, task_id: str, retries: int) -> str:
 def ledger_key(prefix: str, bucket: str) -> str:
     """The capped Stream the scripts append the bucket's ledger to (reserved)."""
     return f"{prefix}{{{bucket}}}:l"
+
+
+def ledger_key_pattern(prefix: str) -> str:
+    """A SCAN ``MATCH`` pattern for every ledger key under ``prefix`` (glob characters escaped)."""
+    escaped = "".join("\\" + c if c in "*?[]\\" else c for c in prefix)
+    return f"{escaped}{{*}}:l"
+
+
+def bucket_of_ledger_key(prefix: str, key: str | bytes) -> str | None:
+    """The bucket whose ledger ``key`` is (the inverse of ``ledger_key``), else None."""
+    text = key.decode("utf-8", "replace") if isinstance(key, bytes) else key
+    head, tail = f"{prefix}{{", "}:l"
+    if not text.startswith(head) or not text.endswith(tail) or len(text) <= len(head + tail):
+        return None
+    return text[len(head) : -len(tail)]

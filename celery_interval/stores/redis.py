@@ -4,18 +4,23 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import os
 from collections.abc import Callable, Iterator, Sequence
 from importlib.resources import files
 from typing import TYPE_CHECKING, Any, TypeAlias, cast
-from urllib.parse import urlsplit
+from urllib.parse import urlsplit, urlunsplit
 
 import redis
 from redis.backoff import ExponentialBackoff
+from redis.cluster import ClusterNode
+from redis.connection import parse_url
 from redis.exceptions import (
+    AuthenticationError,
     BusyLoadingError,
     ClusterDownError,
     NoScriptError,
     ReadOnlyError,
+    RedisClusterException,
     RedisError,
     ResponseError,
     TryAgainError,
@@ -25,8 +30,18 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from redis.retry import Retry
 
 from celery_interval.errors import ConfigurationError, StoreError, StoreUnavailable
-from celery_interval.schedule import BucketState, Claim, Done, Grant, Lease, Mark, Outcome, Status
-from celery_interval.stores import keys, mask_url
+from celery_interval.schedule import (
+    BucketState,
+    Claim,
+    Done,
+    Grant,
+    Granted,
+    Lease,
+    Mark,
+    Outcome,
+    Status,
+)
+from celery_interval.stores import CLUSTER_SCHEMES, keys, mask_url
 from celery_interval.stores.base import DoneMark
 
 if TYPE_CHECKING:
@@ -39,6 +54,7 @@ __all__ = ["DEFAULT_LEDGER_MAX", "SCRIPT_NAMES", "RedisStore", "script_source"]
 SCRIPT_NAMES = (
     "grant",
     "claim",
+    "take",
     "done",
     "renew",
     "pause",
@@ -58,10 +74,17 @@ _UNAVAILABLE: tuple[type[Exception], ...] = (
     ReadOnlyError,  # a failover left us talking to a replica
 )
 
+#: URL query options that name a file (checked when the store is made, not at first use).
+_TLS_FILE_OPTIONS = ("ssl_ca_certs", "ssl_ca_path", "ssl_certfile", "ssl_keyfile")
+
 DEFAULT_SOCKET_TIMEOUT_S = 5.0
 DEFAULT_HEALTH_CHECK_INTERVAL_S = 30
 #: About this many entries are kept in each bucket's ledger Stream (XADD MAXLEN ~).
 DEFAULT_LEDGER_MAX = 100_000
+
+
+#: The scripts that run ops.lua's grant_op and claim_op.
+_RUN_OPS = frozenset({"grant", "claim", "take"})
 
 
 def _lua_text(name: str) -> str:
@@ -73,7 +96,25 @@ def script_source(name: str) -> str:
     """The full text sent to Redis for script ``name``: lib.lua followed by ``<name>.lua``."""
     if name not in SCRIPT_NAMES:
         raise ValueError(f"unknown script {name!r}")
-    return _lua_text("lib") + "\n" + _lua_text(name)
+    parts = ("lib", "ops", name) if name in _RUN_OPS else ("lib", name)
+    return "\n".join(_lua_text(part) for part in parts)
+
+
+def _grant_of(r: Any) -> Grant:
+    """Decode grant_op's reply."""
+    return Grant(
+        outcome=Outcome(_text(r[0])),
+        epoch=int(r[1]),
+        ticket=int(r[2]),
+        slot_us=int(r[3]),
+        delay_us=int(r[4]),
+        paused=bool(int(r[5])),
+    )
+
+
+def _claim_of(r: Any) -> Claim:
+    """Decode claim_op's reply."""
+    return Claim(Outcome(_text(r[0])), int(r[1]), int(r[2]), int(r[3]))
 
 
 def _describe(client: RedisClient) -> str:
@@ -93,6 +134,65 @@ def _describe(client: RedisClient) -> str:
     nodes: Any = getattr(manager, "startup_nodes", None) or {}
     names = list(nodes)[:3] if isinstance(nodes, dict) else []
     return "redis cluster " + (",".join(str(n) for n in names) or "<unknown nodes>")
+
+
+def _connection_options(url: str, shown: str) -> dict[str, Any]:
+    """The options ``url`` gives each connection, checked by building one (no I/O): a misspelt
+    option, a bad value or a missing TLS file raises ConfigurationError here, not at first use."""
+    try:
+        options: dict[str, Any] = cast(Any, parse_url)(url)
+    except ValueError as exc:
+        raise ConfigurationError(f"malformed interval store URL {shown!r}: {exc}") from None
+    for name in _TLS_FILE_OPTIONS:
+        path = options.get(name)
+        if path is not None and not os.path.exists(path):
+            raise ConfigurationError(
+                f"interval store URL {shown!r}: {name} {path!r} does not exist"
+            )
+    built = dict(options)
+    connection_class = built.pop("connection_class", redis.Connection)
+    try:
+        connection_class(**built)
+    except (TypeError, ValueError, RedisError) as exc:
+        raise ConfigurationError(f"interval store URL {shown!r}: bad option: {exc}") from None
+    return options
+
+
+def _cluster_seeds(url: str, shown: str) -> tuple[str, list[ClusterNode]]:
+    """``redis+cluster://u:p@h1:1,h2:2/0?o`` → (``redis://u:p@h1:1/0?o``, the seed nodes)."""
+    parts = urlsplit(url)
+    userinfo, at, hosts = parts.netloc.rpartition("@")
+    nodes = []
+    for item in hosts.split(","):
+        try:
+            node = urlsplit(f"//{item}")
+            host, port = node.hostname, node.port
+        except ValueError:
+            host = port = None
+        if not host or port is None:
+            raise ConfigurationError(
+                f"interval store URL {shown!r}: bad cluster node {item!r}, expected "
+                "redis+cluster://host:port[,host:port…]"
+            )
+        nodes.append(cast(Any, ClusterNode)(host, port))
+    scheme = parts.scheme.lower().removesuffix("+cluster")
+    seed = urlunsplit((scheme, userinfo + at + hosts.split(",")[0], parts.path, parts.query, ""))
+    if _connection_options(seed, shown).get("db", 0) != 0:
+        raise ConfigurationError(
+            f"interval store URL {shown!r}: a Redis Cluster has only database 0"
+        )
+    return seed, nodes
+
+
+def _cluster_client(seed: str, nodes: list[ClusterNode], timeout_s: float) -> redis.RedisCluster:
+    """A RedisCluster client; it asks the seeds for the slot map as it is made."""
+    return redis.RedisCluster(
+        url=seed,
+        startup_nodes=nodes[1:],  # the seed URL adds the first
+        socket_timeout=timeout_s,
+        socket_connect_timeout=timeout_s,
+        retry=Retry(ExponentialBackoff(cap=0.1, base=0.01), 1),
+    )
 
 
 def _text(value: Any) -> str:
@@ -119,12 +219,16 @@ def _status(reply: Sequence[Any]) -> Status:
 
 
 def decode_mark(raw: str | bytes | None) -> Mark | None:
-    """Parse a mark value (``L|holder|start_us|expires_real_us`` or ``D|expires_real_us``)."""
+    """Parse a mark value (``L|holder|start_us|expires_real_us``, ``D|expires_real_us`` or
+    ``G|epoch|ticket|slot_us|expires_real_us``)."""
     if raw is None:
         return None
     value = _text(raw)
     if value.startswith("D|"):
         return Done(int(value[2:]))
+    if value.startswith("G|"):
+        epoch, ticket, slot_us, until_us = (int(x) for x in value[2:].split("|"))
+        return Granted(epoch, ticket, slot_us, until_us)
     if value.startswith("L|"):
         head, start_us, expires_us = value.rsplit("|", 2)
         return Lease(head[2:], int(start_us), int(expires_us))
@@ -141,25 +245,52 @@ class RedisStore:
 
     def __init__(
         self,
-        client: RedisClient,
+        client: RedisClient | Callable[[], RedisClient],
         key_prefix: str = keys.DEFAULT_PREFIX,
         now_us: Callable[[], int] | None = None,
         ledger_max: int = DEFAULT_LEDGER_MAX,
+        *,
+        where: str | None = None,
     ) -> None:
+        """``client`` is a redis-py client, or a function making one on first use (a Cluster
+        client connects as it is made, and a store unreachable at start must not raise here).
+        ``where`` names the store in errors (default: host and port of ``client``)."""
         if isinstance(ledger_max, bool) or not isinstance(ledger_max, int) or ledger_max < 0:
             raise ConfigurationError(
                 f"ledger_max must be an integer >= 0 (0 turns the ledger off), got {ledger_max!r}"
             )
-        # Any: the installed redis stubs lag redis-py (no cluster scripting, no Script.sha).
-        self._client: Any = cast(Any, client)
         self._prefix = keys.validate_prefix(key_prefix)
         self._ledger_max = ledger_max
         self._now_us = now_us
-        self._where = _describe(client)
-        self._is_cluster = isinstance(client, redis.RedisCluster)
-        self._scripts: dict[str, Any] = {
-            name: self._client.register_script(script_source(name)) for name in SCRIPT_NAMES
+        self._connect: Callable[[], RedisClient] | None = None
+        # Any: the installed redis stubs lag redis-py (no cluster scripting, no Script.sha).
+        self._live: Any = None
+        self._scripts: dict[str, Any] = {}
+        if isinstance(client, redis.Redis | redis.RedisCluster):
+            self._use(client)
+            self._where = where or _describe(client)
+        else:
+            self._connect = client
+            self._where = where or "<a Redis client made on first use>"
+
+    def _use(self, client: RedisClient) -> None:
+        self._live = cast(Any, client)
+        self._scripts = {
+            name: self._live.register_script(script_source(name)) for name in SCRIPT_NAMES
         }
+
+    @property
+    def _client(self) -> Any:
+        """The redis-py client, made on first use when the store was given a factory."""
+        return self._ensure_client()
+
+    def _ensure_client(self) -> Any:
+        if self._live is None and self._connect is not None:
+            try:
+                self._use(self._connect())
+            except (RedisClusterException, RedisError, OSError) as exc:
+                raise StoreUnavailable(f"interval store {self._where} unavailable: {exc}") from exc
+        return self._live
 
     @classmethod
     def from_url(
@@ -171,29 +302,39 @@ class RedisStore:
         now_us: Callable[[], int] | None = None,
         ledger_max: int = DEFAULT_LEDGER_MAX,
     ) -> RedisStore:
-        """A store on a redis://, rediss:// or unix:// URL; a bad one raises ConfigurationError."""
+        """A store on a redis://, rediss://, unix://, redis+cluster:// or rediss+cluster:// URL.
+
+        A cluster URL lists seed nodes, ``redis+cluster://[user:password@]host:port[,host:port…]``,
+        and takes the same query options as ``redis://`` (``rediss+cluster://``: TLS). A bad URL
+        or option raises ConfigurationError; errors name the URL with its password masked.
+        """
         shown = mask_url(url)
         try:
-            scheme = urlsplit(url).scheme
+            scheme = urlsplit(url).scheme.lower()
         except ValueError as exc:
             raise ConfigurationError(f"malformed interval store URL {shown!r}: {exc}") from None
+        store = functools.partial(
+            cls, key_prefix=key_prefix, now_us=now_us, ledger_max=ledger_max, where=shown
+        )
+        if scheme in CLUSTER_SCHEMES:
+            seed, nodes = _cluster_seeds(url, shown)
+            return store(functools.partial(_cluster_client, seed, nodes, socket_timeout_s))
         if scheme not in ("redis", "rediss", "unix"):
             raise ConfigurationError(
-                f"interval store URL {shown!r} must start with redis://, rediss:// or unix://"
+                f"interval store URL {shown!r} must start with redis://, rediss://, unix://, "
+                "redis+cluster:// or rediss+cluster://"
             )
-        try:
-            client: redis.Redis = redis.Redis.from_url(
-                url,
-                socket_timeout=socket_timeout_s,
-                socket_connect_timeout=socket_timeout_s,
-                health_check_interval=DEFAULT_HEALTH_CHECK_INTERVAL_S,
-                # One quick retry covers a pooled connection the server closed; longer outages
-                # surface as StoreUnavailable and the caller holds its tasks and backs off.
-                retry=Retry(ExponentialBackoff(cap=0.1, base=0.01), 1),
-            )
-        except ValueError as exc:
-            raise ConfigurationError(f"malformed interval store URL {shown!r}: {exc}") from None
-        return cls(client, key_prefix=key_prefix, now_us=now_us, ledger_max=ledger_max)
+        _connection_options(url, shown)
+        client: redis.Redis = redis.Redis.from_url(
+            url,
+            socket_timeout=socket_timeout_s,
+            socket_connect_timeout=socket_timeout_s,
+            health_check_interval=DEFAULT_HEALTH_CHECK_INTERVAL_S,
+            # One quick retry covers a pooled connection the server closed; longer outages
+            # surface as StoreUnavailable and the caller holds its tasks and backs off.
+            retry=Retry(ExponentialBackoff(cap=0.1, base=0.01), 1),
+        )
+        return store(client)
 
     # -- the Store protocol -------------------------------------------------------------
 
@@ -207,21 +348,30 @@ class RedisStore:
     ) -> Grant:
         r = self._run(
             "grant",
-            [
-                self._state_key(bucket),
-                self._mark_key(bucket, task_id, retries),
-                self.ledger_key(bucket),
-            ],
+            self._task_keys(bucket, task_id, retries),
             [interval_us, not_before_in_us, task_id, retries, self._ledger_max],
         )
-        return Grant(
-            outcome=Outcome(_text(r[0])),
-            epoch=int(r[1]),
-            ticket=int(r[2]),
-            slot_us=int(r[3]),
-            delay_us=int(r[4]),
-            paused=bool(int(r[5])),
-        )
+        return _grant_of(r)
+
+    def take(
+        self,
+        bucket: str,
+        task_id: str,
+        retries: int,
+        interval_us: int,
+        not_before_in_us: int,
+        holder: str,
+        lease_us: int,
+        lead_us: int = 0,
+        handoff_us: int = 0,
+    ) -> tuple[Grant, Claim | None]:
+        r = self._run(
+            "take",
+            self._task_keys(bucket, task_id, retries),
+            [interval_us, not_before_in_us, task_id, retries, self._ledger_max,
+             holder, lease_us, lead_us, handoff_us],
+        )  # fmt: skip
+        return _grant_of(r), (_claim_of(r[6:]) if len(r) > 6 else None)
 
     def claim(
         self,
@@ -240,11 +390,7 @@ class RedisStore:
     ) -> Claim:
         r = self._run(
             "claim",
-            [
-                self._state_key(bucket),
-                self._mark_key(bucket, task_id, retries),
-                self.ledger_key(bucket),
-            ],
+            self._task_keys(bucket, task_id, retries),
             [
                 interval_us,
                 epoch,
@@ -259,7 +405,7 @@ class RedisStore:
                 handoff_us,
             ],
         )
-        return Claim(Outcome(_text(r[0])), int(r[1]), int(r[2]), int(r[3]))
+        return _claim_of(r)
 
     def done(self, marks: Sequence[DoneMark], dedupe_ttl_us: int) -> None:
         """One done script per bucket (its marks share a hash slot), pipelined on one Redis.
@@ -275,14 +421,15 @@ class RedisStore:
             by_bucket.setdefault(m.bucket, []).append(
                 self._mark_key(m.bucket, m.task_id, m.retries)
             )
-        script = self._scripts["done"]
         with self._errors("done"):
-            if self._is_cluster:
+            client = self._client
+            script = self._scripts["done"]
+            if isinstance(client, redis.RedisCluster):
                 for mark_keys in by_bucket.values():
                     script(keys=mark_keys, args=[now, dedupe_ttl_us])
                 return
             for attempt in range(2):
-                pipe = self._client.pipeline(transaction=False)
+                pipe = client.pipeline(transaction=False)
                 for mark_keys in by_bucket.values():
                     # EVALSHA straight into the pipeline: one round trip (redis-py's Script in a
                     # Pipeline sends SCRIPT EXISTS first). done is idempotent, so after NOSCRIPT
@@ -293,7 +440,7 @@ class RedisStore:
                 if not errors:
                     return
                 if attempt == 0 and all(isinstance(e, NoScriptError) for e in errors):
-                    script.sha = self._client.script_load(script.script)
+                    script.sha = client.script_load(script.script)
                     continue
                 raise errors[0]
 
@@ -331,8 +478,9 @@ class RedisStore:
             self._client.ping()
 
     def close(self) -> None:
-        with contextlib.suppress(RedisError, OSError):
-            self._client.close()
+        if self._live is not None:
+            with contextlib.suppress(RedisError, OSError):
+                self._live.close()
 
     # -- the ledger ---------------------------------------------------------------------
 
@@ -393,6 +541,13 @@ class RedisStore:
     def _mark_key(self, bucket: str, task_id: str, retries: int) -> str:
         return keys.mark_key(self._prefix, keys.validate_bucket(bucket), task_id, retries)
 
+    def _task_keys(self, bucket: str, task_id: str, retries: int) -> list[str]:
+        return [
+            self._state_key(bucket),
+            self._mark_key(bucket, task_id, retries),
+            self.ledger_key(bucket),
+        ]
+
     def _control_keys(self, bucket: str) -> list[str]:
         return [self._state_key(bucket), self.ledger_key(bucket)]
 
@@ -402,12 +557,18 @@ class RedisStore:
     def _run(self, name: str, script_keys: list[str], args: list[str | int]) -> Any:
         """Run script ``name`` (EVALSHA, reloaded on NOSCRIPT) with the clock override first."""
         with self._errors(name):
+            self._ensure_client()
             return self._scripts[name](keys=script_keys, args=[self._now_arg(), *args])
 
     @contextlib.contextmanager
     def _errors(self, op: str) -> Iterator[None]:
         try:
             yield
+        except AuthenticationError as exc:
+            raise StoreUnavailable(
+                f"interval store {self._where} refused the login during {op} "
+                f"(check the user and password of the store URL): {exc}"
+            ) from exc
         except _UNAVAILABLE as exc:
             raise StoreUnavailable(
                 f"interval store {self._where} unavailable during {op}: {exc}"

@@ -4,7 +4,8 @@
 -- Redis formats plain Lua numbers with 14 significant digits and would round µs values.
 -- State hash fields: e=epoch o=offset_us p=paused_at_real_us (absent: not paused)
 -- t=tat_us n=ticket c=current_slot_us l=last_start_us i=interval_override_us (absent: none).
--- Mark strings: lease "L|<holder>|<start_us>|<expires_real_us>", done "D|<expires_real_us>".
+-- Mark strings: lease "L|<holder>|<start_us>|<expires_real_us>", done "D|<expires_real_us>",
+-- granted "G|<epoch>|<ticket>|<slot_us>|<expires_real_us>".
 -- The ledger: a capped Stream per bucket (same hash tag); scripts append one entry per grant,
 -- claim and control action with ledger_append (cap 0 = ledger off).
 
@@ -42,6 +43,13 @@ end
 
 -- schedule.MAX_LEAD_US: a claim admits a start at most this far ahead.
 local MAX_LEAD_US = 20000
+-- schedule.GRANTED_TTL_US: a granted slot is remembered this long after its delay.
+local GRANTED_TTL_US = 3600000000
+
+-- schedule.clamp_lead: a claim's lead, kept within 0..MAX_LEAD_US.
+local function clamp_lead(lead)
+  return math.min(math.max(0, lead), MAX_LEAD_US)
+end
 
 -- schedule.new_state: a new epoch; the lost state may have admitted a start up to
 -- MAX_LEAD_US ahead, so last_start = now + MAX_LEAD_US and tat one interval after it.
@@ -108,7 +116,8 @@ local function effective_interval(s, interval)
   return interval
 end
 
--- The mark at key as {kind='L', holder, start, exp} or {kind='D', exp}, or nil.
+-- The mark at key as {kind='L', holder, start, exp}, {kind='D', exp} or
+-- {kind='G', e, ticket, slot, exp}, or nil.
 local function load_mark(key)
   local raw = redis.call('GET', key)
   if not raw then
@@ -117,6 +126,11 @@ local function load_mark(key)
   local kind = string.sub(raw, 1, 1)
   if kind == 'D' then
     return { kind = 'D', exp = tonumber(string.sub(raw, 3)) }
+  end
+  if kind == 'G' then
+    local e, ticket, slot, exp = string.match(raw, '^G|(%-?%d+)|(%-?%d+)|(%-?%d+)|(%-?%d+)$')
+    return { kind = 'G', e = tonumber(e), ticket = tonumber(ticket), slot = tonumber(slot),
+      exp = tonumber(exp) }
   end
   local holder, start, exp = string.match(raw, '^L|(.*)|(%-?%d+)|(%-?%d+)$')
   return { kind = 'L', holder = holder, start = tonumber(start), exp = tonumber(exp) }
@@ -135,6 +149,8 @@ local function put_mark(key, m, now)
   local value
   if m.kind == 'D' then
     value = 'D|' .. fmt(m.exp)
+  elseif m.kind == 'G' then
+    value = 'G|' .. fmt(m.e) .. '|' .. fmt(m.ticket) .. '|' .. fmt(m.slot) .. '|' .. fmt(m.exp)
   else
     value = 'L|' .. m.holder .. '|' .. fmt(m.start) .. '|' .. fmt(m.exp)
   end

@@ -1,0 +1,149 @@
+-- ops.lua: the grant and claim operations as functions of (keys, argv) laid out as grant.lua's
+-- and claim.lua's KEYS and ARGV; RedisStore prepends this file (after lib.lua) to the scripts
+-- that run them: grant.lua, claim.lua and take.lua (both in one step).
+
+-- grant_op: schedule.grant — the next ticket and slot max(v, tat, v + not_before), or the
+-- same ticket and slot again for a copy whose granted slot no later start has passed.
+-- KEYS[1] state hash, KEYS[2] mark of (task_id, retries), KEYS[3] ledger stream
+-- ARGV[1] now_us override ('' = Redis TIME), ARGV[2] interval_us, ARGV[3] not_before_in_us,
+-- ARGV[4] task_id, ARGV[5] retries (both for the ledger), ARGV[6] ledger_max (0 = no ledger)
+-- Returns {outcome, epoch, ticket, slot_us, delay_us, paused(0|1)}; outcome 'OK' or
+-- 'DUPLICATE' (the mark is a live done: ticket, slot and delay are 0). Saves a new epoch;
+-- a new ticket leaves a granted mark (unless the copy's task holds a live lease).
+-- Ledger: op=grant:<outcome> now task r ticket slot delay epoch paused interval (effective),
+-- again=1 when a copy got its slot again.
+local function grant_op(keys, argv)
+  local now = clock_us(argv[1])
+  local interval = tonumber(argv[2])
+  local not_before = tonumber(argv[3])
+  local task = argv[4]
+  local retries = tonumber(argv[5])
+  local ledger_max = tonumber(argv[6])
+  local s, is_new = load_or_new(keys[1], now, interval)
+  local v = virtual_now(s, now)
+  local paused = s.p ~= nil and 1 or 0
+  local m = live(load_mark(keys[2]), now)
+  local outcome, ticket, slot, delay, again = 'DUPLICATE', 0, 0, 0, nil
+  local reuse = m ~= nil and m.kind == 'G' and m.e == s.e and m.slot >= s.c
+  if (m ~= nil and m.kind == 'D') or reuse then
+    if is_new then
+      save_state(keys[1], s)
+    end
+    if reuse then
+      outcome, ticket, slot, again = 'OK', m.ticket, m.slot, 1
+      delay = math.max(0, slot - v)
+    end
+  else
+    outcome = 'OK'
+    slot = math.max(v, s.t, v + math.max(0, not_before))
+    delay = slot - v
+    s.n = s.n + 1
+    s.t = slot + effective_interval(s, interval)
+    ticket = s.n
+    save_fields(keys[1], s, is_new, 't', 'n')
+    if m == nil or m.kind ~= 'L' then
+      put_mark(keys[2], { kind = 'G', e = s.e, ticket = ticket, slot = slot,
+        exp = now + delay + GRANTED_TTL_US }, now)
+    end
+  end
+  local fields = {
+    'op', 'grant:' .. outcome, 'now', now, 'task', task, 'r', retries, 'ticket', ticket,
+    'slot', slot, 'delay', delay, 'epoch', s.e, 'paused', paused,
+    'interval', effective_interval(s, interval),
+  }
+  if again then
+    fields[#fields + 1] = 'again'
+    fields[#fields + 1] = 1
+  end
+  ledger_append(keys[3], ledger_max, fields)
+  return { outcome, s.e, ticket, slot, delay, paused }
+end
+
+-- claim_op: schedule.claim — may the copy held by `holder` start now?
+-- KEYS[1] state hash, KEYS[2] mark of (task_id, retries), KEYS[3] ledger stream
+-- ARGV[1] now_us override ('' = Redis TIME), ARGV[2] interval_us, ARGV[3] epoch,
+-- ARGV[4] slot_us, ARGV[5] holder, ARGV[6] lease_us, ARGV[7] lead_us (clamped to
+-- 0..MAX_LEAD_US), ARGV[8] task_id, ARGV[9] retries, ARGV[10] ticket (these three for the
+-- ledger only), ARGV[11] ledger_max (0 = no ledger), ARGV[12] handoff_us (clamped to 0..lead)
+-- Returns {outcome, epoch, delay_us, now_us}: OK (start_in), WAIT (wait), HELD (lease left),
+-- PAUSED, DUPLICATE, RETICKET (0). Saves a new epoch; drops an expired mark; OK leases
+-- (a granted mark is no lease: it only gives a redelivered copy the same slot).
+-- Ledger: op=claim:<outcome> now task r ticket slot holder epoch interval (effective), plus
+-- for OK start (real µs) and late (virtual start - slot, >= 0; again=1 when the holder
+-- re-claims its own lease before its start; readmit=1 when its admitted start passed
+-- unheard and a new start was admitted), for WAIT and HELD delay.
+local function claim_op(keys, argv)
+  local now = clock_us(argv[1])
+  local interval = tonumber(argv[2])
+  local epoch = tonumber(argv[3])
+  local slot = tonumber(argv[4])
+  local holder = argv[5]
+  local lease = tonumber(argv[6])
+  local lead = tonumber(argv[7])
+  local ledger_max = tonumber(argv[11])
+  local handoff = tonumber(argv[12])
+
+  local function reply(s, outcome, delay, ...)
+    local fields = {
+      'op', 'claim:' .. outcome, 'now', now, 'task', argv[8], 'r', tonumber(argv[9]),
+      'ticket', tonumber(argv[10]), 'slot', slot, 'holder', holder, 'epoch', s.e,
+      'interval', effective_interval(s, interval),
+    }
+    for _, x in ipairs({ ... }) do
+      fields[#fields + 1] = x
+    end
+    ledger_append(keys[3], ledger_max, fields)
+    return { outcome, s.e, delay, now }
+  end
+
+  local s, is_new = load_or_new(keys[1], now, interval)
+  if is_new then
+    save_state(keys[1], s)
+  end
+  local raw = load_mark(keys[2])
+  local m = live(raw, now)
+  if raw ~= nil and m == nil then
+    redis.call('DEL', keys[2])
+  end
+  if s.p ~= nil then
+    return reply(s, 'PAUSED', 0)
+  end
+  local v = virtual_now(s, now)
+  local earliest = s.l + effective_interval(s, interval)
+  local readmit = nil
+  if m ~= nil and m.kind ~= 'G' then
+    if m.kind == 'D' then
+      return reply(s, 'DUPLICATE', 0)
+    end
+    if m.holder ~= holder then
+      local left = m.exp - now
+      return reply(s, 'HELD', left, 'delay', left)
+    end
+    if m.start >= v then
+      return reply(s, 'OK', m.start - v, 'start', now + m.start - v,
+        'late', math.max(0, m.start - slot), 'again', 1)
+    end
+    -- The holder never heard of its admitted start (a lost reply) and it has passed: admit a
+    -- new one an interval after the last, as if that one had happened.
+    slot = s.c
+    readmit = 1
+  elseif epoch ~= s.e or slot < s.c then
+    return reply(s, 'RETICKET', 0)
+  else
+    earliest = math.max(slot, earliest)
+  end
+  lead = clamp_lead(lead)
+  if v + lead < earliest then
+    return reply(s, 'WAIT', earliest - v, 'delay', earliest - v)
+  end
+  local start = math.max(v + math.min(math.max(0, handoff), lead), earliest)
+  s.l = start
+  s.c = slot
+  save_fields(keys[1], s, false, 'l', 'c')
+  put_mark(keys[2], { kind = 'L', holder = holder, start = start, exp = now + lease }, now)
+  if readmit then
+    return reply(s, 'OK', start - v, 'start', now + start - v, 'late', start - slot,
+      'readmit', 1)
+  end
+  return reply(s, 'OK', start - v, 'start', now + start - v, 'late', start - slot)
+end
