@@ -6,11 +6,12 @@ import weakref
 from typing import Any
 
 from celery_interval.config import settings_of
-from celery_interval.errors import UnknownBucket
+from celery_interval.errors import UnknownBucket, short_repr
 from celery_interval.intervals import parse_interval_us
 from celery_interval.schedule import Status
 from celery_interval.stores import store_for_settings
 from celery_interval.stores.base import Store
+from celery_interval.task import MAX_BUCKET_CHARS
 
 __all__ = [
     "configured_interval_us",
@@ -36,20 +37,23 @@ def store_for(app: Any) -> Store:
 
 
 def configured_interval_us(app: Any, bucket: str) -> int:
-    """The interval of a configured bucket; ``UnknownBucket`` names the configured ones."""
+    """The interval of a configured bucket (or ``queue:key`` of one); else ``UnknownBucket``
+    naming it and the configured ones."""
     settings = settings_of(app)
-    try:
-        return settings.interval_us(bucket)
-    except UnknownBucket:
+    if not isinstance(bucket, str) or not bucket or len(bucket) > MAX_BUCKET_CHARS:
         task_buckets = _task_buckets(app)
-        base = bucket.split(":", 1)[0]
-        for name in (bucket, base):
-            if name in task_buckets:
-                return task_buckets[name]
-        known = sorted({*settings.buckets(), *task_buckets})
-        raise UnknownBucket(
-            f"unknown interval bucket {bucket!r}; configured: {', '.join(known) or 'none'}"
-        ) from None
+    else:
+        try:
+            return settings.interval_us(bucket)
+        except UnknownBucket:
+            task_buckets = _task_buckets(app)
+            for name in (bucket, bucket.split(":", 1)[0]):
+                if name in task_buckets:
+                    return task_buckets[name]
+    known = sorted({*settings.buckets(), *task_buckets})
+    raise UnknownBucket(
+        f"unknown interval bucket {short_repr(bucket)}; configured: {', '.join(known) or 'none'}"
+    )
 
 
 def _task_buckets(app: Any) -> dict[str, int]:
@@ -70,7 +74,8 @@ def _task_buckets(app: Any) -> dict[str, int]:
 
 def pause(app: Any, queue: str, *, broadcast: bool = True) -> Status:
     """Pause ``queue`` cluster-wide: persisted in the store, broadcast to live workers."""
-    result = store_for(app).pause(queue, configured_interval_us(app, queue))
+    interval_us = configured_interval_us(app, queue)
+    result = store_for(app).pause(queue, interval_us)
     if broadcast:
         app.control.broadcast("pause_queue", arguments={"queue": queue})
     return result
@@ -78,7 +83,8 @@ def pause(app: Any, queue: str, *, broadcast: bool = True) -> Status:
 
 def unpause(app: Any, queue: str, *, broadcast: bool = True) -> Status:
     """Resume ``queue``; granted slots shift by the pause length, live workers wake at once."""
-    result = store_for(app).unpause(queue, configured_interval_us(app, queue))
+    interval_us = configured_interval_us(app, queue)
+    result = store_for(app).unpause(queue, interval_us)
     if broadcast:
         app.control.broadcast("unpause_queue", arguments={"queue": queue})
     return result
@@ -87,7 +93,8 @@ def unpause(app: Any, queue: str, *, broadcast: bool = True) -> Status:
 def set_interval(app: Any, queue: str, interval: object, *, broadcast: bool = True) -> Status:
     """Override ``queue``'s interval (seconds or a rate) for the whole pool."""
     new_interval_us = parse_interval_us(interval, name="interval")
-    result = store_for(app).set_interval(queue, configured_interval_us(app, queue), new_interval_us)
+    interval_us = configured_interval_us(app, queue)
+    result = store_for(app).set_interval(queue, interval_us, new_interval_us)
     if broadcast:
         app.control.broadcast("set_interval", arguments={"queue": queue, "interval": str(interval)})
     return result
@@ -101,7 +108,8 @@ def reset(app: Any, queue: str) -> None:
 
 def status(app: Any, queue: str) -> Status:
     """Read ``queue``'s state from the store."""
-    return store_for(app).status(queue, configured_interval_us(app, queue))
+    interval_us = configured_interval_us(app, queue)
+    return store_for(app).status(queue, interval_us)
 
 
 def status_dict(result: Status) -> dict[str, Any]:

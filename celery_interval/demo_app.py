@@ -58,7 +58,10 @@ app = make_app(
 
 @worker_process_init.connect
 def _warm_up(**_: Any) -> None:
-    record_start(app.conf.interval_store_url, RECORD_KEY + ":warmup", {"pid": os.getpid()})
+    """Open each pool process's recording connection before its first timed start (only when
+    this module's app records to a Redis: another app that imports it runs its own)."""
+    if str(app.conf.interval_store_url).startswith(("redis://", "rediss://", "unix://")):
+        record_start(app.conf.interval_store_url, RECORD_KEY + ":warmup", {"pid": os.getpid()})
 
 
 @app.task(base=IntervalTask, bind=True, name="demo.call_api")

@@ -4,21 +4,37 @@ from __future__ import annotations
 
 import inspect
 import time
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Mapping, MutableMapping, Sequence
+from typing import Any, NamedTuple
 
 from celery import Task
 
-from celery_interval.errors import ConfigurationError
+from celery_interval.errors import ConfigurationError, UnknownBucket, short_repr
 from celery_interval.intervals import parse_interval_us
 
-__all__ = ["BUCKET_HEADER", "START_HEADER", "IntervalTask", "bucket_of", "interval_of"]
+__all__ = [
+    "BUCKET_HEADER",
+    "MAX_BUCKET_CHARS",
+    "START_HEADER",
+    "IntervalTask",
+    "Placement",
+    "bucket_of",
+    "drop_internal_headers",
+    "interval_of",
+    "placement_of",
+    "retries_of",
+]
 
 BUCKET_HEADER = "interval_bucket"
 START_HEADER = "interval_start_ns"
 SPIN_HEADER = "interval_spin_ns"
 CLAIMED_HEADER = "interval_claimed_ns"
 TICKET_HEADER = "interval_ticket"
+#: Set by the worker on the request it releases; a message's own copies are stale or forged
+#: (Celery copies custom headers into a retry's message).
+INTERNAL_HEADERS = (START_HEADER, SPIN_HEADER, CLAIMED_HEADER, TICKET_HEADER)
+#: A bucket name is part of every store key of the bucket: longer ones are refused.
+MAX_BUCKET_CHARS = 200
 
 BucketSpec = str | Callable[[Sequence[Any], Mapping[str, Any]], object] | None
 
@@ -37,6 +53,7 @@ class IntervalTask(Task):  # type: ignore[misc]
         from celery_interval.install import install
 
         install(app)
+        _check_options(cls)
 
     def apply_async(
         self,
@@ -48,10 +65,7 @@ class IntervalTask(Task):  # type: ignore[misc]
     ) -> Any:
         """Send as usual; ``interval_bucket=`` overrides the bucket of this one call."""
         if interval_bucket is not None:
-            if not isinstance(interval_bucket, str) or not interval_bucket:
-                raise ConfigurationError(
-                    f"interval_bucket={interval_bucket!r}: expected a non-empty string"
-                )
+            _check_bucket(interval_bucket, "interval_bucket=")
             options["headers"] = {**(options.get("headers") or {}), BUCKET_HEADER: interval_bucket}
         return super().apply_async(args, kwargs, **options)
 
@@ -72,6 +86,32 @@ def wait_until(deadline_ns: int, spin_ns: int) -> None:
         pass
 
 
+def _check_options(cls: type[IntervalTask]) -> None:
+    """A task's ``interval`` and ``interval_bucket`` options, checked when it is bound."""
+    name = getattr(cls, "name", None) or cls.__name__
+    if cls.interval is not None:
+        parse_interval_us(cls.interval, name=f"{name}.interval")
+    spec = inspect.getattr_static(cls, "interval_bucket", None)
+    if isinstance(spec, str):
+        _check_bucket(spec, f"{name}.interval_bucket=")
+    elif spec is not None and not callable(spec) and not isinstance(spec, classmethod):
+        raise ConfigurationError(
+            f"{name}.interval_bucket={short_repr(spec)}: expected a bucket name or a callable "
+            "of (args, kwargs) returning a key"
+        )
+
+
+def _check_bucket(bucket: object, what: str) -> str:
+    """``bucket`` if it is a usable bucket name; else ConfigurationError quoting ``what``."""
+    if not isinstance(bucket, str) or not bucket:
+        raise ConfigurationError(f"{what}{short_repr(bucket)}: expected a non-empty string")
+    if len(bucket) > MAX_BUCKET_CHARS:
+        raise ConfigurationError(
+            f"{what}{short_repr(bucket)}: a bucket name is at most {MAX_BUCKET_CHARS} characters"
+        )
+    return bucket
+
+
 def bucket_of(
     task: Any,
     headers: Mapping[str, Any],
@@ -82,11 +122,7 @@ def bucket_of(
     """The bucket of one message: header override, task option, else the task's queue."""
     override = headers.get(BUCKET_HEADER)
     if override is not None:
-        if not isinstance(override, str) or not override:
-            raise ConfigurationError(
-                f"message header {BUCKET_HEADER}={override!r}: expected a non-empty string"
-            )
-        return override
+        return _check_bucket(override, f"message header {BUCKET_HEADER}=")
     base = getattr(task, "queue", None) or routing_key or task.app.conf.task_default_queue
     # Read statically: a function stored on the task class would otherwise bind as a method.
     spec = inspect.getattr_static(task, "interval_bucket", None)
@@ -99,10 +135,12 @@ def bucket_of(
     try:
         key = spec(args, kwargs)
     except Exception as exc:
+        raise ConfigurationError(f"{task.name}.interval_bucket raised {short_repr(exc)}") from exc
+    if key is None or key == "":
         raise ConfigurationError(
-            f"{task.name}.interval_bucket raised {exc.__class__.__name__}: {exc}"
-        ) from exc
-    return f"{base}:{key}"
+            f"{task.name}.interval_bucket returned {key!r}: expected a key such as a tenant id"
+        )
+    return _check_bucket(f"{base}:{key}", f"{task.name}.interval_bucket gave bucket ")
 
 
 def interval_of(task: Any, bucket: str, configured: Callable[[str], int]) -> int:
@@ -111,3 +149,49 @@ def interval_of(task: Any, bucket: str, configured: Callable[[str], int]) -> int
     if own is None:
         return configured(bucket)
     return parse_interval_us(own, name=f"{task.name}.interval")
+
+
+def retries_of(headers: Mapping[str, Any]) -> int:
+    """The message's retry count (part of its dedupe key): an integer >= 0, else an error."""
+    retries = headers.get("retries")
+    if retries is None:
+        return 0
+    if isinstance(retries, bool) or not isinstance(retries, int) or retries < 0:
+        raise ConfigurationError(
+            f"message header retries={short_repr(retries)}: expected an integer >= 0"
+        )
+    return retries
+
+
+class Placement(NamedTuple):
+    """Where one message's start is scheduled."""
+
+    bucket: str
+    interval_us: int
+    retries: int
+
+
+def placement_of(
+    task: Any,
+    headers: Mapping[str, Any],
+    args: Sequence[Any],
+    kwargs: Mapping[str, Any],
+    routing_key: str | None,
+    configured: Callable[[str], int],
+) -> Placement:
+    """Bucket, interval and retry count of one message; ``ConfigurationError`` names the
+    header, task option or bucket at fault."""
+    bucket = bucket_of(task, headers, args, kwargs, routing_key)
+    try:
+        interval_us = interval_of(task, bucket, configured)
+    except UnknownBucket as exc:
+        if headers.get(BUCKET_HEADER) is None:
+            raise
+        raise UnknownBucket(f"message header {BUCKET_HEADER}={short_repr(bucket)}: {exc}") from None
+    return Placement(bucket, interval_us, retries_of(headers))
+
+
+def drop_internal_headers(headers: MutableMapping[str, Any]) -> None:
+    """Forget the worker's own headers a message arrived with (stale, or forged)."""
+    for name in INTERNAL_HEADERS:
+        headers.pop(name, None)

@@ -49,6 +49,8 @@ class Pool:
     loglevel: str = "WARNING"
     #: Where tasks record their starts (default: the store's Redis).
     record_url: str = ""
+    #: The module ``celery -A`` loads (``faultapp`` adds fault hooks to ``workerapp``).
+    app_module: str = "workerapp"
 
     def __post_init__(self) -> None:
         self.app = make_app(self.broker, self.store, self.queue, self.interval_s, **self.conf)
@@ -80,7 +82,7 @@ class Pool:
         name = f"w{len(self.workers) + 1}-{self.queue}@localhost"
         log_path = self.tmp / f"{name}.log"
         cmd = [
-            sys.executable, "-m", "celery", "-A", "workerapp", "worker",
+            sys.executable, "-m", "celery", "-A", self.app_module, "worker",
             "-Q", queues or f"{self.queue},{self.queue}-plain",
             "-c", str(concurrency), "-P", pool, "-n", name, "-l", self.loglevel,
             "--without-gossip", "--without-mingle",
@@ -170,6 +172,18 @@ class Pool:
                         conn.default_channel.queue_delete(q)
         except Exception:
             pass
+
+
+def run_once(pool: Pool, n: int) -> tuple[list[str], list[dict[str, Any]]]:
+    """One worker (-c 2) on a fresh recorder runs ``n`` tasks; returns their ids and starts."""
+    try:
+        pool.recorder.flushdb()
+        pool.start(1, concurrency=2)
+        ids = pool.send(n)
+        records = pool.wait_records(n)
+    finally:
+        pool.stop()
+    return ids, records
 
 
 def gaps_us(records: list[dict[str, Any]]) -> list[int]:

@@ -205,7 +205,8 @@ def _store_now_us(pool: Pool) -> int:
 
 
 def test_inspect_countdown_override_and_timeout_warning(make_pool: Any) -> None:
-    """Held tickets show in `inspect interval_stats`; a countdown becomes the slot's not_before;
+    """Held tasks show in `inspect interval_stats`, with a ticket for each free pool process and
+    the rest queued; a countdown task takes its ticket when due and its slot is not before it;
     a per-call bucket override gets its own bucket; a too-long hold is warned about at start."""
     pool = make_pool(
         INTERVAL_S, broker="redis", conf={"interval_broker_timeout_s": 60.0}, loglevel="INFO"
@@ -226,7 +227,9 @@ def test_inspect_countdown_override_and_timeout_warning(make_pool: Any) -> None:
     per_bucket = json.loads(stats.stdout)[worker.name]
     held = per_bucket[pool.queue]["held_tasks"]
     assert {h["id"] for h in held} == {*ids, late}
-    assert sorted(h["ticket"] for h in held) == [1, 2, 3, 4]
+    by_held_id = {h["id"]: h for h in held}
+    assert [by_held_id[i]["ticket"] for i in ids] == [1, 2, 0], held  # -c 2: two tickets
+    assert (by_held_id[ids[2]]["state"], by_held_id[late]["state"]) == ("queued", "eta"), held
     assert per_bucket[pool.queue]["paused"] is True
     assert celery_cli(pool, "control", "unpause_queue", pool.queue).returncode == 0
     records = pool.wait_records(5)
@@ -234,3 +237,20 @@ def test_inspect_countdown_override_and_timeout_warning(make_pool: Any) -> None:
     assert by_id[late]["us"] - sent_us >= 2_000_000, "the countdown was not honoured"
     assert other in by_id and f"interval {vip}: task {other} ticket 1" in worker.log()
     assert f"interval {pool.queue}: task {ids[0]} ticket 1" in worker.log()
+
+
+def test_a_busy_pool_claims_its_own_tickets_in_order(make_pool: Any) -> None:
+    """One worker, one pool process, bodies 4x the interval: every task is due while the pool
+    is busy. The worker claims them lowest ticket first, so it never passes its own tickets
+    (a pass would re-ticket them to the tail)."""
+    pool = make_pool(0.005)
+    pool.start(1, concurrency=1)
+    ids = pool.send(40, sleep_s=0.02)
+    records = pool.wait_records(40)
+    assert_exactly_once(records, ids)
+    from celery_interval.stores.keys import ledger_key
+
+    ops = [f[b"op"] for _id, f in pool.recorder.xrange(ledger_key("ci:", pool.queue))]
+    assert ops.count(b"claim:RETICKET") == 0, f"{ops.count(b'claim:RETICKET')} re-tickets"
+    tickets = [r["ticket"] for r in sorted(records, key=lambda r: r["mono_ns"])]
+    assert tickets == sorted(tickets)

@@ -9,16 +9,15 @@ from typing import Any
 
 import redis
 from celery import Celery
-from celery.signals import task_prerun, worker_process_init
+from celery.signals import task_failure, task_prerun, worker_process_init
 
 from celery_interval import IntervalTask, demo_app
 
 
 def make_app(broker: str, store: str, queue: str, interval_s: float, **conf: Any) -> Celery:
-    """The demo's app factory; test workers survive channel errors (RabbitMQ timeouts)."""
-    return demo_app.make_app(
-        broker, store, queue, interval_s, broker_channel_error_retry=True, **conf
-    )
+    """The demo's app factory: what a user writes, nothing more (the library itself makes the
+    workers survive broker channel errors)."""
+    return demo_app.make_app(broker, store, queue, interval_s, **conf)
 
 
 _recorder: redis.Redis | None = None
@@ -76,6 +75,12 @@ if os.environ.get("CI_TEST_BROKER"):
     def _open_recorder(**_: Any) -> None:
         recorder()
 
+    @task_failure.connect
+    def _note_failure(task_id: str = "", exception: Any = None, **_: Any) -> None:
+        """Every task_failure signal, in a list of its own (a failed task has no start)."""
+        entry = {"id": task_id, "error": f"{type(exception).__name__}: {exception}"}
+        recorder().rpush(f"failure:{os.environ['CI_TEST_QUEUE']}", json.dumps(entry))
+
     @task_prerun.connect
     def _note_prerun(task: Any = None, **_: Any) -> None:
         if task is not None:
@@ -108,6 +113,30 @@ if os.environ.get("CI_TEST_BROKER"):
             time.sleep(sleep_s)
         _record(self, "end", i)
         return i
+
+    @app.task(
+        base=IntervalTask,
+        bind=True,
+        name="workerapp.tenant_kw",
+        interval_bucket=lambda args, kwargs: kwargs["tenant"],
+    )
+    def tenant_kw(self: Any, i: int, tenant: str = "") -> int:
+        """Its bucket callable raises KeyError when a call forgets ``tenant=``."""
+        _record(self, "tenant_kw", i)
+        return i
+
+    if os.environ.get("CI_TEST_TASK_INTERVAL"):
+
+        @app.task(
+            base=IntervalTask,
+            bind=True,
+            name="workerapp.own_interval",
+            interval=os.environ["CI_TEST_TASK_INTERVAL"],
+        )
+        def own_interval(self: Any, i: int) -> int:
+            """A task with its own ``interval`` option, as the environment gives it."""
+            _record(self, "start", i)
+            return i
 
     @app.task(bind=True, name="workerapp.plain")
     def plain(self: Any, i: int) -> int:

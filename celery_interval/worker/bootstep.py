@@ -28,7 +28,7 @@ def service_for(c: Any) -> IntervalService:
             store=store_for_settings(settings),
             timer=c.timer,
             hostname=c.hostname,
-            pool_free=lambda: len(reserved_requests) < max(1, int(c.pool.limit or 1)),
+            pool_slots=lambda: max(1, int(c.pool.limit or 1)) - len(reserved_requests),
             stop_queue=lambda queue: _stop_queue(c, queue),
             resume_queue=lambda queue: _resume_queue(c, queue),
             qos=lambda: c.qos,
@@ -51,6 +51,15 @@ def _resume_queue(c: Any, queue: str) -> None:
     c.task_consumer.consume()
 
 
+def _survive_channel_errors(app: Any) -> None:
+    """Held messages stay unacked: a broker that closes the channel of a long hold (RabbitMQ's
+    ``consumer_timeout``) must make the consumer reconnect (the messages return to the queue and
+    are granted again; the dedupe drops copies), not stop the worker."""
+    if not app.conf.broker_channel_error_retry:
+        app.conf.broker_channel_error_retry = True
+        logger.info("interval: broker_channel_error_retry enabled (held messages stay unacked)")
+
+
 class IntervalStep(bootsteps.StartStopStep):
     """Starts the interval service with the consumer; drops held copies when the channel goes."""
 
@@ -58,6 +67,7 @@ class IntervalStep(bootsteps.StartStopStep):
 
     def __init__(self, c: Any, **kwargs: Any) -> None:
         c.interval_service = None
+        _survive_channel_errors(c.app)
         super().__init__(c, **kwargs)
 
     def start(self, c: Any) -> None:
@@ -66,7 +76,7 @@ class IntervalStep(bootsteps.StartStopStep):
         try:
             service.store.ping()
         except Exception as exc:
-            logger.error("interval store unreachable at start (%s): tasks will be held", exc)
+            service.on_outage(exc)  # the outage's one log line; tasks are held until it ends
 
     def stop(self, c: Any) -> None:
         if c.interval_service is not None:

@@ -17,6 +17,8 @@ def _service(state: Any) -> Any:
 
 
 def _run(action: Any) -> dict[str, Any]:
+    """The command's reply: ``ok`` with the bucket's status, or ``error`` (an unknown queue,
+    a bad or missing argument, an unreachable store) naming what was wrong."""
     try:
         return {"ok": control.status_dict(action())}
     except (ConfigurationError, StoreUnavailable) as exc:
@@ -24,13 +26,13 @@ def _run(action: Any) -> dict[str, Any]:
 
 
 @control_command(args=[("queue", str)], signature="<queue>")
-def pause_queue(state: Any, queue: str, **_: Any) -> dict[str, Any]:
+def pause_queue(state: Any, queue: Any = None, **_: Any) -> dict[str, Any]:
     """Pause starts of an interval queue on every worker (state kept in the store)."""
     return _run(lambda: control.pause(state.app, queue, broadcast=False))
 
 
 @control_command(args=[("queue", str)], signature="<queue>")
-def unpause_queue(state: Any, queue: str, **_: Any) -> dict[str, Any]:
+def unpause_queue(state: Any, queue: Any = None, **_: Any) -> dict[str, Any]:
     """Resume starts of an interval queue; held tasks keep their order and spacing."""
     reply = _run(lambda: control.unpause(state.app, queue, broadcast=False))
     service = _service(state)
@@ -44,7 +46,7 @@ def unpause_queue(state: Any, queue: str, **_: Any) -> dict[str, Any]:
 @control_command(
     args=[("queue", str), ("interval", str)], signature="<queue> <seconds | rate, e.g. 10/s>"
 )
-def set_interval(state: Any, queue: str, interval: str, **_: Any) -> dict[str, Any]:
+def set_interval(state: Any, queue: Any = None, interval: Any = None, **_: Any) -> dict[str, Any]:
     """Change an interval queue's interval for the whole pool (kept in the store)."""
     return _run(lambda: control.set_interval(state.app, queue, interval, broadcast=False))
 

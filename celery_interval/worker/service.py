@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from collections import Counter, defaultdict
+from collections import Counter, defaultdict, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -23,6 +23,9 @@ logger = logging.getLogger("celery_interval.worker")
 
 #: How often a due task re-checks for a free pool process (seconds).
 POOL_POLL_S = 0.001
+#: With the pool full of this worker's interval tasks, a queued task still looks for a free
+#: process this often (their ends trigger a look; this covers a lost trigger).
+STARVED_POLL_S = 0.05
 #: The pool process spins (rather than sleeps) the last stretch before a start, at most this
 #: long and a fifth of the interval: a halted idle vCPU can wake a sleeper milliseconds late.
 MAX_SPIN_NS = 2_000_000
@@ -46,6 +49,8 @@ class Held:
     slot_us: int = 0
     entry: Any = None
     state: str = "new"
+    ticketed: bool = False
+    received_ns: int = field(default_factory=time.monotonic_ns)
 
     @property
     def key(self) -> tuple[str, str, int]:
@@ -84,7 +89,7 @@ class IntervalService:
         store: Store,
         timer: Any,
         hostname: str,
-        pool_free: Callable[[], bool],
+        pool_slots: Callable[[], int],
         stop_queue: Callable[[str], None],
         resume_queue: Callable[[str], None],
         qos: Callable[[], Any],
@@ -93,7 +98,7 @@ class IntervalService:
         self.store = store
         self.timer = timer
         self.hostname = hostname
-        self._pool_free = pool_free
+        self._pool_slots = pool_slots
         self._stop_queue = stop_queue
         self._resume_queue = resume_queue
         self._qos = qos
@@ -106,6 +111,14 @@ class IntervalService:
         self._leases: dict[tuple[str, str, int], str] = {}
         self._renew_entry: Any = None
         self._pause_polls: dict[str, Any] = {}
+        self._pool_waiting: list[Held] = []
+        self._pool_poll: Any = None
+        self._queued: dict[str, deque[Held]] = defaultdict(deque)
+        self._ticketed: Counter[str] = Counter()
+        self._filling = False
+        self._fill_entry: Any = None
+        self._in_pool = 0
+        self._starved_entry: Any = None
         self._outage_since: float | None = None
         self.clock = StoreClock()
         self._epochs: dict[str, int] = {}
@@ -114,36 +127,105 @@ class IntervalService:
     # -- receipt ---------------------------------------------------------------------------
 
     def receive(self, held: Held) -> None:
-        """Take a new message: raise prefetch for it, grant a slot, apply the hold caps."""
+        """Take a new message: raise prefetch for it, queue it for a ticket (an ETA or countdown
+        task once it is due), apply the hold caps."""
         self.held[held.bucket].append(held)
         self._qos().increment_eventually()
-        self._grant(held)
+        eligible_in_us = held.not_before_in_us - self.settings.lead_us
+        if eligible_in_us > 0:
+            held.state = "eta"
+            self._arm(held, eligible_in_us / 1e6, self._enqueue)
+        else:
+            self._enqueue(held)
         self._apply_caps(held.queue)
+
+    def pool_freed(self) -> None:
+        """A pool process finished a task (may be called from a pool thread): fill soon."""
+        self._in_pool -= 1
+        if self._fill_entry is None:
+            self._fill_entry = self.timer.call_after(0.0, self._fill_all, priority=6)
 
     def new_holder(self) -> str:
         """A holder id unique to one delivery on this worker."""
         return f"{self.hostname}/{uuid.uuid4().hex[:12]}"
 
+    # -- tickets: one per free pool process -----------------------------------------------
+
+    def _enqueue(self, held: Held) -> None:
+        held.entry = None
+        held.state = "queued"
+        self._queued[held.bucket].append(held)
+        self._fill(held.bucket)
+
+    def _fill(self, bucket: str) -> None:
+        """Take tickets, oldest message first, while this bucket holds fewer unstarted tickets
+        here than the pool has free processes: a ticket held with no process to start it is
+        passed by other workers' later tickets and must re-ticket to the tail."""
+        queued = self._queued.get(bucket)
+        if self._filling or not queued:
+            return
+        self._filling = True
+        try:
+            while queued and self._ticketed[bucket] < self._pool_slots():
+                held = queued.popleft()
+                held.ticketed = True
+                self._ticketed[bucket] += 1
+                self._grant(held)
+        finally:
+            self._filling = False
+        if queued and not self._ticketed[bucket] and self._starved_entry is None:
+            # No process is free: ours finishing calls pool_freed; other tasks need a look.
+            delay_s = POOL_POLL_S if self._in_pool <= 0 else STARVED_POLL_S
+            self._starved_entry = self.timer.call_after(delay_s, self._starved_poll, priority=6)
+
+    def _starved_poll(self) -> None:
+        self._starved_entry = None
+        self._fill_all()
+
+    def _fill_all(self) -> None:
+        self._fill_entry = None
+        for bucket in [b for b, q in self._queued.items() if q]:
+            self._fill(bucket)
+
     # -- the slot cycle --------------------------------------------------------------------
 
     def _grant(self, held: Held) -> None:
+        """Take a ticket; with a pool process free, claim it in the same trip if it is due."""
         held.state = "granting"
+        not_before_in_us = max(
+            0, held.not_before_in_us - (time.monotonic_ns() - held.received_ns) // 1000
+        )
+        claimed: Claim | None = None
+        sent_ns = time.monotonic_ns()
         try:
-            grant = self.store.grant(
-                held.bucket,
-                held.request.id,
-                held.retries,
-                held.interval_us,
-                held.not_before_in_us,
-            )
+            if self._pool_slots() > 0 and not self._pool_waiting and not held.request.revoked():
+                grant, claimed = self.store.take(
+                    held.bucket,
+                    held.request.id,
+                    held.retries,
+                    held.interval_us,
+                    not_before_in_us,
+                    held.holder,
+                    self.settings.lease_us,
+                    self.settings.lead_us,
+                    self.settings.handoff_us,
+                )
+            else:
+                grant = self.store.grant(
+                    held.bucket, held.request.id, held.retries, held.interval_us, not_before_in_us
+                )
         except StoreUnavailable as exc:
-            self._on_outage(exc)
+            self.on_outage(exc)
             self._arm(held, self._backoff_s, self._grant)
             return
+        received_ns = time.monotonic_ns()
         self._on_store_ok()
-        self._on_grant(held, grant)
+        self._on_grant(held, grant, claimed is None)
+        if claimed is not None:
+            self.clock.observe(claimed.now_us, sent_ns, received_ns)
+            self._on_claim(held, claimed, sent_ns, received_ns)
 
-    def _on_grant(self, held: Held, grant: Grant) -> None:
+    def _on_grant(self, held: Held, grant: Grant, arm: bool = True) -> None:
         stats = self.stats[held.bucket]
         if grant.outcome is Outcome.DUPLICATE:
             stats.duplicates += 1
@@ -173,16 +255,20 @@ class IntervalService:
             " (paused)" if grant.paused else "",
             len(self.held[held.bucket]),
         )
-        self._arm(held, max(0, grant.delay_us - self.settings.lead_us) / 1e6, self._due)
+        if arm:
+            self._arm(held, max(0, grant.delay_us - self.settings.lead_us) / 1e6, self._due)
 
     def _due(self, held: Held) -> None:
         held.entry = None
+        if self._pool_slots() <= 0 or self._pool_waiting:
+            self._wait_for_pool(held)
+            return
+        self._claim(held)
+
+    def _claim(self, held: Held) -> None:
         if held.request.revoked():
             logger.info("interval %s: task %s revoked while held", held.bucket, held.request.id)
             self._drop(held, ack=False)
-            return
-        if not self._pool_free():
-            self._arm(held, POOL_POLL_S, self._due)
             return
         sent_ns = time.monotonic_ns()
         try:
@@ -200,13 +286,41 @@ class IntervalService:
                 handoff_us=self.settings.handoff_us,
             )
         except StoreUnavailable as exc:
-            self._on_outage(exc)
+            self.on_outage(exc)
             self._arm(held, self._backoff_s, self._due)
             return
         received_ns = time.monotonic_ns()
         self.clock.observe(result.now_us, sent_ns, received_ns)
         self._on_store_ok()
         self._on_claim(held, result, sent_ns, received_ns)
+
+    def _wait_for_pool(self, held: Held) -> None:
+        """Queue a due task behind those already waiting for a pool process; one poll for all
+        of them (a task whose timer fires as the pool frees must not jump the queue)."""
+        held.state = "waiting-pool"
+        self._pool_waiting.append(held)
+        self._ensure_pool_poll()
+
+    def _ensure_pool_poll(self) -> None:
+        if self._pool_poll is None:
+            self._pool_poll = self.timer.call_after(POOL_POLL_S, self._on_pool_poll, priority=6)
+
+    def _on_pool_poll(self) -> None:
+        """Claim waiting tasks lowest ticket first while pool processes are free: a worker
+        that claimed in timer order would pass its own earlier tickets (they re-ticket)."""
+        self._pool_poll = None
+        waiting = sorted(self._pool_waiting, key=lambda h: (h.ticket, h.bucket))
+        self._pool_waiting = []
+        for i, held in enumerate(waiting):
+            if self._pool_slots() <= 0:
+                self._pool_waiting = waiting[i:] + self._pool_waiting
+                break
+            if held.state != "waiting-pool":
+                continue
+            held.state = "granted"
+            self._claim(held)
+        if self._pool_waiting:
+            self._ensure_pool_poll()
 
     def _on_claim(self, held: Held, result: Claim, sent_ns: int, received_ns: int) -> None:
         stats = self.stats[held.bucket]
@@ -263,6 +377,7 @@ class IntervalService:
         held.request.request_dict[CLAIMED_HEADER] = time.monotonic_ns()
         held.request.request_dict[START_HEADER] = start_ns
         held.request.request_dict[SPIN_HEADER] = min(MAX_SPIN_NS, held.interval_us * 200)
+        self._in_pool += 1
         if held.acks_late:
             self._leases[held.key] = held.holder
             self._ensure_renew()
@@ -273,11 +388,15 @@ class IntervalService:
         self._forget(held)
         if ack:
             held.request.acknowledge()
+        self._fill(held.bucket)
 
     def _forget(self, held: Held) -> None:
         if held.entry is not None:
             self._cancel(held.entry)
             held.entry = None
+        if held.ticketed:
+            held.ticketed = False
+            self._ticketed[held.bucket] -= 1
         bucket_held = self.held.get(held.bucket)
         if bucket_held is not None and held in bucket_held:
             bucket_held.remove(held)
@@ -332,7 +451,7 @@ class IntervalService:
         try:
             paused = self.store.status(bucket, interval_us).paused
         except StoreUnavailable as exc:
-            self._on_outage(exc)
+            self.on_outage(exc)
             paused = True
         if paused:
             self._ensure_pause_poll(bucket)
@@ -361,7 +480,7 @@ class IntervalService:
         try:
             self.store.done(batch, self.settings.dedupe_ttl_us)
         except StoreUnavailable as exc:
-            self._on_outage(exc)
+            self.on_outage(exc)
             self._done_pending = batch + self._done_pending
             self._done_entry = self.timer.call_after(self._backoff_s, self.flush_done, priority=8)
             return
@@ -379,7 +498,7 @@ class IntervalService:
             try:
                 renewed = self.store.renew(bucket, task_id, retries, holder, self.settings.lease_us)
             except StoreUnavailable as exc:
-                self._on_outage(exc)
+                self.on_outage(exc)
                 break
             if not renewed:
                 self._leases.pop((bucket, task_id, retries), None)
@@ -387,7 +506,8 @@ class IntervalService:
 
     # -- store outages ---------------------------------------------------------------------
 
-    def _on_outage(self, exc: Exception) -> None:
+    def on_outage(self, exc: Exception) -> None:
+        """The store could not be reached: log the outage once, back off the retries."""
         if self._outage_since is None:
             self._outage_since = time.monotonic()
             logger.error(
@@ -427,6 +547,13 @@ class IntervalService:
                 dropped += 1
         for entry in self._pause_polls.values():
             self._cancel(entry)
+        for entry in (self._pool_poll, self._fill_entry, self._starved_entry):
+            if entry is not None:
+                self._cancel(entry)
+        self._pool_poll = self._fill_entry = self._starved_entry = None
+        self._pool_waiting.clear()
+        self._queued.clear()
+        self._ticketed.clear()
         self.held.clear()
         self.paused.clear()
         self._pause_polls.clear()

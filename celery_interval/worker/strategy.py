@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from typing import Any
 
 from celery import signals
@@ -14,7 +15,7 @@ from celery.worker.state import task_reserved
 from celery.worker.strategy import hybrid_to_proto2, proto1_to_proto2
 
 from celery_interval.errors import ConfigurationError
-from celery_interval.task import START_HEADER, bucket_of, interval_of
+from celery_interval.task import START_HEADER, drop_internal_headers, placement_of
 from celery_interval.worker.bootstep import service_for
 from celery_interval.worker.service import Held
 
@@ -29,8 +30,11 @@ def interval_strategy(task: Any, app: Any, consumer: Any, **_: Any) -> Any:
     hostname = consumer.hostname
     eventer = consumer.event_dispatcher
     connection_errors = consumer.connection_errors
-    Req = create_request_cls(
-        symbol_by_name(task.Request), task, consumer.pool, hostname, eventer, app=app
+    Req = _freeing_pool(
+        create_request_cls(
+            symbol_by_name(task.Request), task, consumer.pool, hostname, eventer, app=app
+        ),
+        service.pool_freed,
     )
     acks_late = bool(getattr(task, "acks_late", False))
 
@@ -70,19 +74,19 @@ def interval_strategy(task: Any, app: Any, consumer: Any, **_: Any) -> Any:
         if req.revoked():
             return
         signals.task_received.send(sender=consumer, request=req)
+        drop_internal_headers(req.request_dict)
         try:
-            bucket = bucket_of(
+            bucket, interval_us, retries = placement_of(
                 task,
                 req.request_dict,
                 req.args,
                 req.kwargs,
                 (req.delivery_info or {}).get("routing_key"),
+                service.settings.interval_us,
             )
-            interval_us = interval_of(task, bucket, service.settings.interval_us)
         except ConfigurationError as exc:
             _fail(req, exc)
             return
-        retries = int(req.request_dict.get("retries") or 0)
         holder = service.new_holder()
         _track_ack(req, service, bucket, retries)
         not_before_in_us = 0
@@ -109,6 +113,27 @@ def interval_strategy(task: Any, app: Any, consumer: Any, **_: Any) -> Any:
         )
 
     return handler
+
+
+def _freeing_pool(base: Any, pool_freed: Callable[[], None]) -> Any:
+    """The request class, telling the service when its task left the pool process."""
+
+    class Request(base):  # type: ignore[misc]
+        __slots__ = ()
+
+        def on_success(self, *args: Any, **kwargs: Any) -> Any:
+            try:
+                return super().on_success(*args, **kwargs)
+            finally:
+                pool_freed()
+
+        def on_failure(self, *args: Any, **kwargs: Any) -> Any:
+            try:
+                return super().on_failure(*args, **kwargs)
+            finally:
+                pool_freed()
+
+    return Request
 
 
 def _track_ack(req: Any, service: Any, bucket: str, retries: int) -> None:
@@ -153,3 +178,13 @@ def _fail(req: Any, exc: ConfigurationError) -> None:
     logger.error("interval: task %s cannot be scheduled: %s", req.id, exc)
     req.task.backend.mark_as_failure(req.id, exc, request=req._context, store_result=True)
     req.acknowledge()
+    # As for a task that raised: error trackers and monitoring hooked to task_failure see it.
+    signals.task_failure.send(
+        sender=req.task,
+        task_id=req.id,
+        exception=exc,
+        args=req.args,
+        kwargs=req.kwargs,
+        traceback=None,
+        einfo=None,
+    )
