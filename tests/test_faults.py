@@ -1,20 +1,79 @@
-"""Faults injected for real: the store dies mid-run, loses every key, and comes back."""
+"""Faults injected for real: workers, store and broker fail mid-run; nothing lost or doubled."""
 
 from __future__ import annotations
 
+import contextlib
 import itertools
+import os
+import shutil
+import signal
+import subprocess
 import time
+from collections import Counter
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from test_pool import BODY_FLOOR_SHARE, assert_exactly_once, body_floor_us
+from latency import LatencyProxy
+from pool import Pool
+from test_pool import BODY_FLOOR_SHARE, assert_exactly_once, body_floor_us, claim_times_us
 
 from celery_interval.embedded import RedisProc
-from celery_interval.stores.keys import mark_key
+from celery_interval.stores.keys import ledger_key, mark_key
 
 pytestmark = pytest.mark.slow
 
 INTERVAL_S = 0.02
+
+
+def redis_visibility(timeout_s: float) -> dict[str, Any]:
+    """A Redis broker redelivers a message unacked this long (kombu checks every second here)."""
+    return {
+        "broker_transport_options": {
+            "visibility_timeout": timeout_s,
+            "unacked_restore_interval": 1,
+            "unacked_restore_throttle": 1,
+        }
+    }
+
+
+def ledger(pool: Pool) -> list[dict[str, str]]:
+    """The bucket's ledger entries, oldest first, as str → str."""
+    return [
+        {k.decode(): v.decode() for k, v in fields.items()}
+        for _id, fields in pool.recorder.xrange(ledger_key("ci:", pool.queue))
+    ]
+
+
+def assert_claims_spaced(pool: Pool, interval_s: float) -> list[int]:
+    """Every OK claim's start, on the store's clock, at least one interval after the previous."""
+    claims = claim_times_us(pool)
+    gaps = [b - a for a, b in itertools.pairwise(claims)]
+    assert min(gaps) >= round(interval_s * 1e6), f"claim gap {min(gaps)}us"
+    return gaps
+
+
+def publish(name: str, records: list[dict[str, Any]], ids: list[str], gaps_us: list[int]) -> None:
+    """One line of figures for the README's Guarantees table (``pytest -s | grep FIGURES``)."""
+    ran = Counter(r["id"] for r in records)
+    lost = sum(1 for i in ids if i not in ran)
+    doubled = sum(n - 1 for n in ran.values() if n > 1)
+    print(
+        f"FIGURES {name}: tasks={len(ids)} started={len(records)} lost={lost} doubled={doubled} "
+        f"min_gap_ms={min(gaps_us) / 1000:.2f} gaps={len(gaps_us)}"
+    )
+
+
+def deadline_gaps_us(records: list[dict[str, Any]]) -> list[int]:
+    deadlines = sorted(r["deadline_ns"] // 1000 for r in records)
+    return [b - a for a, b in itertools.pairwise(deadlines)]
+
+
+def assert_one_ok_claim_each(pool: Pool, ids: list[str], *, twice: str = "") -> None:
+    """The store admitted each task once (``twice``: a task whose first claimant died)."""
+    oks = Counter(e["task"] for e in ledger(pool) if e["op"] == "claim:OK" and "again" not in e)
+    assert sorted(oks) == sorted(ids), f"missing {set(ids) - set(oks)}"
+    assert {t: n for t, n in oks.items() if n != 1} == ({twice: 2} if twice else {})
 
 
 def test_store_outage_then_restart_with_every_key_lost(make_pool: Any, redis_server: Any) -> None:
@@ -35,8 +94,9 @@ def test_store_outage_then_restart_with_every_key_lost(make_pool: Any, redis_ser
     finally:
         store.stop()
     assert_exactly_once(records, ids)
-    deadlines = sorted(r["deadline_ns"] // 1000 for r in records)
-    assert min(b - a for a, b in itertools.pairwise(deadlines)) >= body_floor_us(INTERVAL_S)
+    deadline_gaps = deadline_gaps_us(records)
+    publish("test_store_outage_then_restart_with_every_key_lost", records, ids, deadline_gaps)
+    assert min(deadline_gaps) >= body_floor_us(INTERVAL_S)
     starts = sorted(r["mono_ns"] // 1000 for r in records)
     gaps = [b - a for a, b in itertools.pairwise(starts)]
     assert sum(g < body_floor_us(INTERVAL_S) for g in gaps) <= (1 - BODY_FLOOR_SHARE) * len(gaps)
@@ -47,10 +107,15 @@ def test_store_outage_then_restart_with_every_key_lost(make_pool: Any, redis_ser
     assert any("the store lost its state (new epoch" in w.log() for w in pool.workers)
 
 
-def test_sigkill_one_then_two_of_three_workers(make_pool: Any) -> None:
-    """RabbitMQ returns a dead worker's unacked messages at once; a copy of a claimed one waits
-    for its lease (3 s here) to expire, then runs; nothing is lost or started twice."""
-    pool = make_pool(INTERVAL_S, conf={"interval_lease_s": 3.0})
+@pytest.mark.parametrize("broker", ["rabbitmq", "redis"])
+def test_sigkill_one_then_two_of_three_workers(make_pool: Any, broker: str) -> None:
+    """The broker returns a dead worker's unacked messages (RabbitMQ at once, Redis after the
+    visibility timeout); a copy of a claimed one waits for its lease (3 s here) to expire,
+    then runs; nothing is lost or started twice."""
+    conf: dict[str, Any] = {"interval_lease_s": 3.0}
+    if broker == "redis":
+        conf.update(redis_visibility(4.0))
+    pool = make_pool(INTERVAL_S, broker=broker, conf=conf)
     first, second, _ = pool.start(3)
     ids = pool.send(150)
     pool.wait_records(40, timeout_s=60)
@@ -59,8 +124,10 @@ def test_sigkill_one_then_two_of_three_workers(make_pool: Any) -> None:
     pool.kill(second)
     records = pool.wait_records(150, timeout_s=120)
     assert_exactly_once(records, ids)
-    deadlines = sorted(r["deadline_ns"] // 1000 for r in records)
-    assert min(b - a for a, b in itertools.pairwise(deadlines)) >= body_floor_us(INTERVAL_S)
+    deadline_gaps = deadline_gaps_us(records)
+    claim_gaps = assert_claims_spaced(pool, INTERVAL_S)
+    publish(f"test_sigkill_one_then_two_of_three_workers[{broker}]", records, ids, claim_gaps)
+    assert min(deadline_gaps) >= body_floor_us(INTERVAL_S)
 
 
 def test_acks_late_task_killed_mid_body_runs_again(make_pool: Any) -> None:
@@ -86,3 +153,189 @@ def test_acks_late_task_killed_mid_body_runs_again(make_pool: Any) -> None:
     starts = [r["id"] for r in pool.records() if r["kind"] == "start"]
     assert starts.count(killed) == 2, "the killed acks_late task runs again, once"
     assert all(starts.count(i) == 1 for i in ids if i != killed)
+
+
+@pytest.mark.parametrize("broker", ["rabbitmq", "redis"])
+def test_killed_after_its_claim_before_the_ack(make_pool: Any, broker: str) -> None:
+    """The narrowest window: SIGKILL right after an OK claim, before the pool or the broker saw
+    the task. RabbitMQ redelivers at once and the copy is HELD by the dead claim's lease (2 s);
+    Redis redelivers after its 3 s visibility timeout. Either way the copy runs, once."""
+    conf: dict[str, Any] = {"interval_lease_s": 2.0}
+    if broker == "redis":
+        conf.update(redis_visibility(3.0))
+    pool = make_pool(INTERVAL_S, broker=broker, conf=conf, app_module="faultapp")
+    doomed = pool.start(1, CI_TEST_KILL_AFTER_CLAIM="5")[0]
+    survivor = pool.start(1)[0]
+    ids = pool.send(60)
+    records = pool.wait_records(60, timeout_s=90)
+    assert doomed.proc.wait(timeout=10) == -signal.SIGKILL
+    killed = pool.recorder.lrange(f"killed:{pool.queue}", 0, -1)
+    assert len(killed) == 1
+    killed_id = killed[0].decode()
+    assert_exactly_once(records, ids)
+    assert [r["host"] for r in records if r["id"] == killed_id] == [survivor.name]
+    outcomes = [e["op"] for e in ledger(pool) if e.get("task") == killed_id]
+    if broker == "rabbitmq":
+        assert "claim:HELD" in outcomes, outcomes  # the copy waited for the dead claim's lease
+    assert_one_ok_claim_each(pool, ids, twice=killed_id)  # the dead worker's claim, the copy's
+    claim_gaps = assert_claims_spaced(pool, INTERVAL_S)
+    publish(f"test_killed_after_its_claim_before_the_ack[{broker}]", records, ids, claim_gaps)
+
+
+def test_redis_visibility_timeout_shorter_than_the_hold(make_pool: Any) -> None:
+    """Held 2-6 s against a 2 s visibility timeout: the Redis broker redelivers held messages to
+    other workers while the first copies wait. The copies share their task's slot (the grant
+    is idempotent) and the claim's lease and dedupe start each task once."""
+    interval_s = 0.05
+    pool = make_pool(interval_s, broker="redis", conf=redis_visibility(2.0))
+    pool.start(3)
+    ids = pool.send(100)
+    records = pool.wait_records(100, timeout_s=120)
+    assert_exactly_once(records, ids)
+    # A copy is granted again (its slot), or dropped at its grant when its task already ran.
+    grants = Counter(e["task"] for e in ledger(pool) if e["op"].startswith("grant:"))
+    redelivered = [t for t, n in grants.items() if n > 1]
+    assert len(redelivered) >= 10, f"only {len(redelivered)} tasks were redelivered"
+    assert_one_ok_claim_each(pool, ids)
+    claim_gaps = assert_claims_spaced(pool, interval_s)
+    publish("test_redis_visibility_timeout_shorter_than_the_hold", records, ids, claim_gaps)
+    starts = sorted(r["us"] for r in records)
+    utilization = (len(starts) - 1) * interval_s * 1e6 / (starts[-1] - starts[0])
+    assert utilization >= 0.9, f"redelivered copies wasted slots: utilization {utilization:.2f}"
+
+
+@contextlib.contextmanager
+def rabbitmq_consumer_timeout(timeout_ms: int) -> Iterator[None]:
+    """Lower the local RabbitMQ's consumer_timeout (checked every second) for new channels."""
+    if shutil.which("rabbitmqctl") is None:
+        if os.environ.get("CI") == "true":
+            pytest.fail("CI=true and rabbitmqctl is missing: cannot set consumer_timeout")
+        pytest.skip("rabbitmqctl is not on PATH: cannot lower RabbitMQ's consumer_timeout")
+
+    def set_env(key: str, value: int) -> None:
+        subprocess.run(
+            ["rabbitmqctl", "eval", f"application:set_env(rabbit, {key}, {value})."],
+            check=True,
+            capture_output=True,
+            timeout=60,
+        )
+
+    set_env("consumer_timeout", timeout_ms)
+    set_env("channel_tick_interval", 1000)
+    try:
+        yield
+    finally:
+        set_env("consumer_timeout", 1_800_000)
+        set_env("channel_tick_interval", 60_000)
+
+
+def test_rabbitmq_consumer_timeout_shorter_than_a_hold(make_pool: Any) -> None:
+    """A pause holds messages past a 3 s consumer_timeout: RabbitMQ closes the channels. The
+    library turned broker_channel_error_retry on, so the workers reconnect, the messages come
+    back with their slots, and after the unpause each task runs once, spaced."""
+    interval_s = 0.05
+    with rabbitmq_consumer_timeout(3000):
+        pool = make_pool(interval_s, conf={"interval_broker_timeout_s": 3.0})
+        workers = pool.start(3)
+        pool.app.control.broadcast("pause_queue", arguments={"queue": pool.queue}, reply=True)
+        ids = pool.send(60)
+        time.sleep(8.0)  # at least two consumer timeouts while paused
+        assert not pool.records(), "a task started while paused"
+        pool.app.control.broadcast("unpause_queue", arguments={"queue": pool.queue}, reply=True)
+        records = pool.wait_records(60, timeout_s=90)
+        assert all(w.proc.poll() is None for w in workers), "a worker exited"
+    logs = "".join(w.log() for w in workers)
+    assert "PRECONDITION_FAILED" in logs or "timed out" in logs, "no consumer timeout happened"
+    assert_exactly_once(records, ids)
+    assert_one_ok_claim_each(pool, ids)
+    claim_gaps = assert_claims_spaced(pool, interval_s)
+    publish("test_rabbitmq_consumer_timeout_shorter_than_a_hold", records, ids, claim_gaps)
+
+
+def test_pause_longer_than_the_redis_visibility_timeout(make_pool: Any) -> None:
+    """Paused 7 s against a 2 s visibility timeout: copies pile up while paused; after the
+    unpause nothing starts twice."""
+    interval_s = 0.05
+    pool = make_pool(interval_s, broker="redis", conf=redis_visibility(2.0))
+    pool.start(3)
+    ids = pool.send(20)
+    pool.wait_records(5, timeout_s=30)
+    pool.app.control.broadcast("pause_queue", arguments={"queue": pool.queue}, reply=True)
+    time.sleep(7.0)
+    before = len(pool.records())
+    pool.app.control.broadcast("unpause_queue", arguments={"queue": pool.queue}, reply=True)
+    records = pool.wait_records(20, timeout_s=60)
+    assert before < 20
+    assert_exactly_once(records, ids)
+    grants = Counter(e["task"] for e in ledger(pool) if e["op"] == "grant:OK")
+    assert max(grants.values()) > 1, "no message was redelivered during the pause"
+    assert_one_ok_claim_each(pool, ids)
+    claim_gaps = assert_claims_spaced(pool, interval_s)
+    publish("test_pause_longer_than_the_redis_visibility_timeout", records, ids, claim_gaps)
+
+
+def test_store_unreachable_for_seconds_keeps_its_state(make_pool: Any, redis_server: Any) -> None:
+    """The store hangs (SIGSTOP) for 4 s with its state intact: no task starts meanwhile, all
+    run once afterwards, each worker logs the outage once, and the epoch does not change."""
+    store = RedisProc()
+    try:
+        pool = make_pool(
+            INTERVAL_S,
+            store=store.url,
+            record_url=redis_server.url_for(6),
+            conf={"interval_store_timeout_s": 0.5},
+        )
+        pool.recorder.delete(f"record:{pool.queue}")
+        pool.start(3)
+        ids = pool.send(150)
+        pool.wait_records(40, timeout_s=60)
+        assert store.proc is not None
+        store.proc.send_signal(signal.SIGSTOP)
+        stopped_at_ns = time.monotonic_ns()
+        time.sleep(4.0)
+        during = [r for r in pool.records() if r["mono_ns"] > stopped_at_ns + 50_000_000]
+        store.proc.send_signal(signal.SIGCONT)
+        assert not during, f"{len(during)} tasks started while the store hung"
+        records = pool.wait_records(150, timeout_s=120)
+        epochs = {e["epoch"] for e in _ledger_of(store.url, pool.queue) if "epoch" in e}
+    finally:
+        store.stop()
+    assert_exactly_once(records, ids)
+    assert len(epochs) == 1, f"the state was kept, yet epochs {epochs}"
+    deadline_gaps = deadline_gaps_us(records)
+    publish("test_store_unreachable_for_seconds_keeps_its_state", records, ids, deadline_gaps)
+    assert min(deadline_gaps) >= body_floor_us(INTERVAL_S)
+    for worker in pool.workers:
+        log = worker.log()
+        assert log.count("interval store unreachable") == 1, "one log line per outage"
+        assert "interval store reachable again" in log
+        assert "new epoch" not in log
+
+
+def _ledger_of(url: str, queue: str) -> list[dict[str, str]]:
+    import redis
+
+    conn = redis.Redis.from_url(url)
+    return [
+        {k.decode(): v.decode() for k, v in fields.items()}
+        for _id, fields in conn.xrange(ledger_key("ci:", queue))
+    ]
+
+
+def test_a_worker_behind_a_slow_link_to_the_store(make_pool: Any, redis_server: Any) -> None:
+    """One worker reaches the store through a proxy adding 15 ms each way (30 ms per round trip,
+    longer than the 20 ms interval); claims stay exact on the store's clock, deadlines too."""
+    with LatencyProxy("127.0.0.1", redis_server.port, delay_s=0.015) as proxy:
+        pool = make_pool(INTERVAL_S)
+        slow_store = f"redis://127.0.0.1:{proxy.port}/0"
+        slow = pool.start(1, CI_TEST_STORE=slow_store, CI_TEST_RECORD=pool.store)[0]
+        pool.start(2)
+        ids = pool.send(150)
+        records = pool.wait_records(150, timeout_s=120)
+    assert_exactly_once(records, ids)
+    assert any(r["host"] == slow.name for r in records), "the slow worker never ran a task"
+    assert_one_ok_claim_each(pool, ids)
+    claim_gaps = assert_claims_spaced(pool, INTERVAL_S)
+    publish("test_a_worker_behind_a_slow_link_to_the_store", records, ids, claim_gaps)
+    deadline_gaps = deadline_gaps_us(records)
+    assert min(deadline_gaps) >= body_floor_us(INTERVAL_S)

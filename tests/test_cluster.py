@@ -1,0 +1,225 @@
+"""Redis Cluster as the store: a real local 3-master cluster named by a redis+cluster:// URL."""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+from pool import Pool, run_once
+from redisproc import RedisProc
+from test_pool import assert_exactly_once
+from test_security import exercise
+
+from celery_interval.errors import ConfigurationError, StoreUnavailable
+from celery_interval.schedule import Outcome
+from celery_interval.stores import mask_url, store_from_url
+from celery_interval.stores.base import DoneMark
+from celery_interval.stores.redis import RedisStore, script_source
+
+SLOTS = 16384
+BUCKETS = 1000
+INTERVAL_US = 200_000
+LEASE_US = 30_000_000
+DEDUPE_US = 3_600_000_000
+
+
+def _assemble(nodes: list[RedisProc], timeout_s: float = 30.0) -> None:
+    """Turn one-node clusters into one cluster of three masters, a third of the slots each."""
+    clients = [redis.Redis(host="127.0.0.1", port=n.port, decode_responses=True) for n in nodes]
+    try:
+        bounds = [i * SLOTS // len(nodes) for i in range(len(nodes) + 1)]
+        for i, client in enumerate(clients):
+            client.config_set("cluster-node-timeout", 1000)  # rejoin delay 1 s instead of 5 s
+            client.execute_command("CLUSTER RESET", "HARD")  # forget the slots RedisProc added
+            client.execute_command("CLUSTER SET-CONFIG-EPOCH", i + 1)
+            client.execute_command("CLUSTER ADDSLOTS", *range(bounds[i], bounds[i + 1]))
+        for client in clients[1:]:
+            client.execute_command("CLUSTER MEET", "127.0.0.1", nodes[0].port)
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            infos = [client.execute_command("CLUSTER INFO") for client in clients]
+            if all(
+                info["cluster_state"] == "ok"
+                and int(info["cluster_known_nodes"]) == len(nodes)
+                and int(info["cluster_slots_ok"]) == SLOTS
+                for info in infos
+            ):
+                return
+            time.sleep(0.05)
+        raise RuntimeError(f"the cluster did not converge in {timeout_s}s: {infos}")
+    finally:
+        for client in clients:
+            client.close()
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[list[RedisProc]]:
+    """Three private redis-servers in cluster mode forming one cluster (no replicas)."""
+    with ThreadPoolExecutor(3) as executor:  # each start waits ~2 s for its one-node cluster
+        nodes = list(executor.map(lambda _: RedisProc(cluster=True), range(3)))
+    try:
+        _assemble(nodes)
+        yield nodes
+    finally:
+        for node in nodes:
+            node.stop()
+
+
+def cluster_url(nodes: list[RedisProc]) -> str:
+    return "redis+cluster://" + ",".join(f"127.0.0.1:{n.port}" for n in nodes)
+
+
+@pytest.fixture
+def node_clients(cluster: list[RedisProc]) -> Iterator[list[redis.Redis[str]]]:
+    """A plain client of each node (sees only that node's keys); every node flushed first."""
+    clients = [redis.Redis(port=n.port, decode_responses=True) for n in cluster]
+    for client in clients:
+        client.flushall()
+    yield clients
+    for client in clients:
+        client.close()
+
+
+def _buckets_on(client: redis.Redis[str], kind: str) -> set[str]:
+    """Buckets with a key of ``kind`` (``s`` state, ``l`` ledger, ``m`` marks) on one node."""
+    pattern = "ci:{*}:m:*" if kind == "m" else f"ci:{{*}}:{kind}"
+    return {key[4 : key.index("}")] for key in client.scan_iter(match=pattern, count=1000)}
+
+
+def test_a_thousand_buckets_spread_over_three_masters(
+    cluster: list[RedisProc], node_clients: list[redis.Redis[str]]
+) -> None:
+    store = store_from_url(cluster_url(cluster))
+    assert isinstance(store, RedisStore)
+    buckets = [f"tenant-{i}" for i in range(BUCKETS)]
+    grants = {b: [store.grant(b, f"{b}/t{k}", 0, INTERVAL_US) for k in (1, 2, 3)] for b in buckets}
+    for bucket, granted in grants.items():
+        assert [g.outcome for g in granted] == [Outcome.OK] * 3, bucket
+        assert [g.ticket for g in granted] == [1, 2, 3], bucket
+        slots = [g.slot_us for g in granted]
+        assert [b - a for a, b in itertools.pairwise(slots)] == [INTERVAL_US] * 2, bucket
+    # every first slot is at most one interval (plus the new epoch's lead) after its grant
+    time.sleep(max(g[0].delay_us for g in grants.values()) / 1e6 + 0.005)
+
+    for bucket, (first, second, _) in grants.items():
+        ok = store.claim(
+            bucket, f"{bucket}/t1", 0, INTERVAL_US, first.epoch, first.slot_us, "h", LEASE_US
+        )
+        assert ok.outcome is Outcome.OK, (bucket, ok)
+        early = store.claim(
+            bucket, f"{bucket}/t2", 0, INTERVAL_US, second.epoch, second.slot_us, "h", LEASE_US
+        )
+        assert early.outcome is Outcome.WAIT and early.delay_us > 0, (bucket, early)
+    store.done([DoneMark(b, f"{b}/t1", 0) for b in buckets], DEDUPE_US)
+    again = {b: store.grant(b, f"{b}/t1", 0, INTERVAL_US).outcome for b in buckets}
+    assert set(again.values()) == {Outcome.DUPLICATE}
+
+    states = [_buckets_on(c, "s") for c in node_clients]
+    per_node = [len(s) for s in states]
+    print(f"buckets per master: {per_node}")
+    assert sum(per_node) == BUCKETS and set().union(*states) == set(buckets)
+    assert min(per_node) > 0, f"a master owns no bucket: {per_node}"
+    for client, own in zip(node_clients, states, strict=True):
+        # the ledger and the marks of a bucket live on the master that holds its state
+        assert _buckets_on(client, "l") == own
+        assert _buckets_on(client, "m") == own
+        for bucket in list(own)[:5]:
+            ops = [f["op"] for _, f in client.xrange(f"ci:{{{bucket}}}:l")]
+            assert ops.count("grant:OK") == 3 and "claim:OK" in ops and "claim:WAIT" in ops
+
+
+def test_scripts_reload_on_every_master_from_one_seed(
+    cluster: list[RedisProc], node_clients: list[redis.Redis[str]]
+) -> None:
+    store = store_from_url(f"redis+cluster://127.0.0.1:{cluster[1].port}")  # discovers the rest
+    assert isinstance(store, RedisStore)
+    buckets = [f"b{i}" for i in range(30)]
+    for bucket in buckets:
+        store.status(bucket, INTERVAL_US)  # loads the status script where it runs
+    for client in node_clients:
+        client.script_flush()
+    marks = []
+    for bucket in buckets:
+        assert store.grant(bucket, "t", 0, INTERVAL_US).ticket == 1
+        marks.append(DoneMark(bucket, "t", 0))
+    store.done(marks, DEDUPE_US)  # one script call per bucket: EVALSHA cannot be cluster-pipelined
+    assert {store.grant(b, "t", 0, INTERVAL_US).outcome for b in buckets} == {Outcome.DUPLICATE}
+    sha = hashlib.sha1(script_source("grant").encode()).hexdigest()  # redis-py's Script.sha
+    assert [c.script_exists(sha) for c in node_clients] == [[True]] * 3
+    assert all(_buckets_on(c, "s") for c in node_clients), "every master served some bucket"
+
+
+def test_every_operation_on_every_master(
+    cluster: list[RedisProc], node_clients: list[redis.Redis[str]]
+) -> None:
+    store = store_from_url(cluster_url(cluster))
+    for i in range(12):
+        exercise(store, f"ops-{i}")  # grant … reset: the ledger stays behind on its master
+    store.close()
+    assert all(_buckets_on(c, "l") for c in node_clients), "a master ran no operation"
+
+
+def test_a_cluster_unreachable_at_start_is_unavailable_not_fatal() -> None:
+    with RedisProc(cluster=True) as node:
+        node.kill()
+        url = f"redis+cluster://:cluster-pw@127.0.0.1:{node.port}"
+        store = store_from_url(url)  # no connection yet: a worker starting now must not crash
+        with pytest.raises(StoreUnavailable) as excinfo:
+            store.status("api", INTERVAL_US)
+        message = str(excinfo.value)
+        assert mask_url(url) in message and "cluster-pw" not in message
+        node.restart()  # a one-node cluster on the same port
+        redis.Redis(port=node.port).config_set("requirepass", "cluster-pw")
+        assert store.grant("api", "t", 0, INTERVAL_US).ticket == 1  # the same store connects now
+        store.close()
+
+
+@pytest.mark.parametrize(
+    ("url", "named"),
+    [
+        ("redis+cluster://127.0.0.1:notaport", "'127.0.0.1:notaport'"),
+        ("redis+cluster://127.0.0.1:7000,:7001", "':7001'"),
+        ("redis+cluster://", "''"),
+        ("redis+cluster://127.0.0.1:7000/3", "only database 0"),
+        ("redis+cluster://:s3cret@127.0.0.1:7000?db=2", "only database 0"),
+        ("rediss+cluster://127.0.0.1:7000?ssl_ca_cert=/ca.pem", "ssl_ca_cert"),
+    ],
+)
+def test_malformed_cluster_urls_are_named(url: str, named: str) -> None:
+    with pytest.raises(ConfigurationError) as excinfo:
+        store_from_url(url)
+    message = str(excinfo.value)
+    assert named in message and mask_url(url) in message and "s3cret" not in message
+
+
+@pytest.mark.slow
+def test_a_worker_on_the_cluster_store(
+    cluster: list[RedisProc],
+    node_clients: list[redis.Redis[str]],
+    redis_server: Any,
+    tmp_path: Path,
+) -> None:
+    interval_s = 0.05
+    pool = Pool(
+        broker=redis_server.broker_url_for(7),
+        store=cluster_url(cluster),
+        interval_s=interval_s,
+        tmp=tmp_path,
+        record_url=redis_server.url_for(8),
+    )
+    ids, records = run_once(pool, 12)
+    assert_exactly_once(records, ids)
+    tickets = [r["ticket"] for r in sorted(records, key=lambda r: r["us"])]
+    assert tickets == sorted(tickets)
+    store = store_from_url(cluster_url(cluster))
+    assert isinstance(store, RedisStore)
+    starts = sorted(int(f["start"]) for _, f in store.ledger(pool.queue) if f["op"] == "claim:OK")
+    assert len(starts) == 12
+    assert min(b - a for a, b in itertools.pairwise(starts)) >= round(interval_s * 1e6)
