@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import re
 import sys
 from typing import Any
 
@@ -118,7 +121,7 @@ def unpause(ctx: click.Context, queue: str) -> None:
     click.echo(f"unpaused {queue}")
 
 
-@interval.command(name="set")
+@interval.command(name="set", context_settings={"ignore_unknown_options": True})
 @click.argument("queue")
 @click.argument("interval_value", metavar="INTERVAL")
 @click.pass_context
@@ -136,10 +139,91 @@ def set_(ctx: click.Context, queue: str, interval_value: str) -> None:
 @_fail_on_interval_errors
 def reset(ctx: click.Context, queue: str, yes: bool) -> None:
     """Forget QUEUE's state (pause, override, tickets): a new epoch starts."""
+    app = _app(ctx)
+    control.configured_interval_us(app, queue)  # an unknown queue fails before the question
     if not yes:
         click.confirm(f"reset {queue}? held tasks will be re-ticketed", abort=True)
-    control.reset(_app(ctx), queue)
+    control.reset(app, queue)
     click.echo(f"reset {queue}")
+
+
+@interval.group(name="ledger")
+def ledger_group() -> None:
+    """Each bucket's ledger: every grant, claim outcome and control action."""
+
+
+@ledger_group.command(name="export")
+@click.option(
+    "--out",
+    required=True,
+    help="A file (JSON lines), a directory (existing or ending in /) of part files, or - for "
+    "stdout.",
+)
+@click.option(
+    "--bucket",
+    "buckets",
+    multiple=True,
+    help="Only this bucket (repeatable). Default: every bucket with a ledger (found by SCAN).",
+)
+@click.option(
+    "--since",
+    default=None,
+    help="Only entries from then on, on the store's clock: 90s, 30m, 2h, 1d ago; an ISO 8601 "
+    "time (naive = UTC); or Unix seconds.",
+)
+@click.option(
+    "--part-entries",
+    default=1_000_000,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="Entries per part file (directory output).",
+)
+@click.option(
+    "--chunk",
+    default=5_000,
+    show_default=True,
+    type=click.IntRange(1, 100_000),
+    help="Entries per XRANGE round trip.",
+)
+@click.pass_context
+@_fail_on_interval_errors
+def ledger_export(
+    ctx: click.Context,
+    out: str,
+    buckets: tuple[str, ...],
+    since: str | None,
+    part_entries: int,
+    chunk: int,
+) -> None:
+    """Write ledgers as JSON lines (one object per entry, with its bucket and stream id)."""
+    from celery_interval import ledger
+
+    app = _app(ctx)
+    if settings_of(app).ledger_max == 0:
+        click.echo(
+            "note: interval_ledger_max=0, the ledger is off; exporting what is left", err=True
+        )
+    reader = ledger.reader_for_app(app)
+    try:
+        since_us = None if since is None else ledger.parse_since_us(since, reader.now_us())
+        result = ledger.export(
+            reader,
+            out,
+            buckets=list(buckets),
+            since_us=since_us,
+            chunk=chunk,
+            part_entries=part_entries,
+        )
+    finally:
+        reader.close()
+    for bucket, count in result.per_bucket.items():
+        if count == 0:
+            click.echo(f"note: no ledger entries for bucket {bucket!r}", err=True)
+    where = "stdout" if out == "-" else out
+    click.echo(
+        f"exported {result.entries} entries of {len(result.per_bucket)} buckets to {where}",
+        err=out == "-",
+    )
 
 
 @click.group()
@@ -183,6 +267,119 @@ def demo(
         )
     )
     sys.exit(code)
+
+
+def _intervals_of(_ctx: click.Context, _param: click.Parameter, values: tuple[str, ...]) -> Any:
+    from celery_interval.intervals import parse_interval_us
+
+    found: dict[str, int] = {}
+    for value in values:
+        bucket, sep, seconds = value.partition("=")
+        if not sep or not bucket:
+            raise click.BadParameter(f"{value!r}: expected BUCKET=SECONDS (or a rate, api=10/s)")
+        try:
+            found[bucket] = parse_interval_us(seconds, name=f"--interval-of {bucket}")
+        except IntervalError as exc:
+            raise click.BadParameter(str(exc)) from None
+    return found
+
+
+def _spark_error(exc: Exception) -> str:
+    """The line of a Spark error that says what failed (``[ERROR_CLASS] …``, naming the file)."""
+    text = str(exc)
+    java = getattr(exc, "java_exception", None)  # py4j: the JVM's own message is the useful one
+    if java is not None:
+        with contextlib.suppress(Exception):
+            text = str(java.toString())
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    for line in lines:
+        found = re.search(r"\[[A-Z_.]+\].*", line)
+        if found:
+            return found.group(0)
+    return lines[0] if lines else type(exc).__name__
+
+
+def _spark_conf(_ctx: click.Context, _param: click.Parameter, values: tuple[str, ...]) -> Any:
+    found: dict[str, str] = {}
+    for value in values:
+        key, sep, setting = value.partition("=")
+        if not sep or not key.strip() or not setting:
+            raise click.BadParameter(f"{value!r}: expected KEY=VALUE (spark.driver.memory=4g)")
+        found[key.strip()] = setting
+    return found
+
+
+@main.command()
+@click.argument("ledgers", nargs=-1, required=True, metavar="LEDGER...")
+@click.option("--out", "out_dir", required=True, help="Directory for the summary, plots, report.")
+@click.option("--master", default="local[*]", show_default=True, help="Spark master URL.")
+@click.option(
+    "--interval-of",
+    "intervals_us",
+    multiple=True,
+    callback=_intervals_of,
+    metavar="BUCKET=SECONDS",
+    help="Audit BUCKET against this interval instead of the one its ledger records (repeatable).",
+)
+@click.option(
+    "--conf",
+    "spark_conf",
+    multiple=True,
+    callback=_spark_conf,
+    metavar="KEY=VALUE",
+    help="A Spark setting for the session (repeatable), e.g. spark.driver.memory=4g.",
+)
+@click.option(
+    "--plot-buckets",
+    default=20,
+    show_default=True,
+    type=click.IntRange(min=0),
+    help="Plot at most this many buckets (failing ones first, then the busiest).",
+)
+def audit(
+    ledgers: tuple[str, ...],
+    out_dir: str,
+    master: str,
+    intervals_us: dict[str, int],
+    spark_conf: dict[str, str],
+    plot_buckets: int,
+) -> None:
+    """Audit exported ledgers (files or directories of JSON lines, or Parquet) with Spark.
+
+    Exit status 0 when every bucket kept its interval with no duplicate start, 1 otherwise.
+    """
+    from celery_interval.spark import missing_requirement
+
+    for path in ledgers:
+        if "://" not in path and not os.path.exists(path):
+            raise click.BadParameter(f"{path!r}: no such file or directory", param_hint="LEDGER")
+    why = missing_requirement()
+    if why:
+        raise click.ClickException(why)
+    from celery_interval.spark.audit import main as audit_main
+
+    try:
+        summary = audit_main(
+            ledgers,
+            out_dir,
+            master=master,
+            intervals_us=intervals_us,
+            plot_buckets=plot_buckets,
+            conf=spark_conf,
+        )
+    except Exception as exc:
+        if not type(exc).__module__.startswith(("pyspark", "py4j")):
+            raise
+        raise click.ClickException(f"the Spark audit failed: {_spark_error(exc)}") from exc
+    for row in summary["buckets"]:
+        verdict = "ok" if row["ok"] else "FAIL"
+        click.echo(
+            f"{verdict:4} {row['bucket']}: {row['starts']} starts, {row['violations']} "
+            f"violations, {row['duplicate_starts']} duplicate starts, min gap {row['min_gap_s']}s"
+        )
+    click.echo(f"report: {os.path.join(out_dir, 'report.html')}")
+    if not summary["ok"]:
+        sys.exit(1)
 
 
 if __name__ == "__main__":  # pragma: no cover - `python -m celery_interval.cli`

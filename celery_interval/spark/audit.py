@@ -1,0 +1,608 @@
+"""The ledger audit: pure DataFrame -> DataFrame transforms, with the I/O only in ``main``.
+
+A *start* is a ``claim:OK`` entry (a holder's re-claim of its own lease, ``again=1``, is
+not). Gaps are measured between the starts the claims admitted (``start``, store real µs),
+not between the claims (``now``): a claim may come up to ``lead`` before the start it admits,
+and the interval governs starts. The interval a gap must clear is the later start's: from
+``--interval-of`` when given, else the ``interval`` the claim entry records, else the one the
+latest control entry (pause, unpause, set_interval) recorded before it.
+
+The heavy part is one pass: the entries are shuffled by bucket once, sorted once by time
+(duplicates from overlapping exports are adjacent and dropped, gaps and pauses come from
+running windows), sorted once by (task, retries) for duplicate starts, and folded into a
+small *cube* per (bucket, worker, second). Everything else is computed from the cube.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pyspark import StorageLevel
+from pyspark.sql import Column, DataFrame, SparkSession, Window
+from pyspark.sql import functions as F
+from pyspark.sql.types import LongType, StringType, StructField, StructType
+
+__all__ = [
+    "AUDIT_FIELDS",
+    "HIST_BINS",
+    "HIST_PER_INTERVAL",
+    "LEDGER_SCHEMA",
+    "AuditFrames",
+    "annotate",
+    "audit",
+    "build_session",
+    "cube_of",
+    "duplicate_tasks",
+    "gap_histogram",
+    "lateness_series",
+    "main",
+    "normalize",
+    "read_ledgers",
+    "starts_of",
+    "summary",
+    "typed_columns",
+    "worker_of",
+    "worker_shares",
+]
+
+_TEXT = ("bucket", "id", "op", "task", "holder")
+_NUMBERS = ("now", "r", "ticket", "slot", "delay", "epoch", "paused", "start", "late", "again")
+_NUMBERS_TOO = ("changed", "interval", "readmit")
+#: Every field an exported entry may carry (``ledger.entry_record``), typed.
+LEDGER_SCHEMA = StructType(
+    [StructField(n, StringType()) for n in _TEXT]
+    + [StructField(n, LongType()) for n in (*_NUMBERS, *_NUMBERS_TOO)]
+)
+#: The fields the audit reads.
+AUDIT_FIELDS = (
+    "bucket", "id", "op", "now", "task", "r", "holder", "start", "late", "again",
+    "changed", "interval", "readmit",
+)  # fmt: skip
+#: KLL sketch sizes of the percentiles: a sketch is exact (nearest rank) while it holds at most
+#: about k values. Each cube cell (a second of one worker) keeps a small one, exact at the
+#: rates an interval queue runs; a bucket's merged sketch is large (rank error ~0.01 %).
+KLL_CELL_K = 256
+KLL_K = 20_000
+#: Lateness over time is kept per second of store time, per bucket and worker.
+TBIN_US = 1_000_000
+#: The gap histogram: bins of a tenth of the interval, the last one for 4 intervals and more.
+HIST_PER_INTERVAL = 10
+HIST_BINS = 4 * HIST_PER_INTERVAL + 1
+_CONTROLS = ("pause", "unpause", "set_interval")
+#: Where a start's interval came from; entries carry the index (numbers aggregate faster).
+SOURCES = ("--interval-of", "ledger", "control")
+
+
+def _count_if(condition: Column) -> Column:
+    return F.sum(F.when(condition, 1).otherwise(0))
+
+
+def _seconds(us: Column) -> Column:
+    return us.cast("double") / 1e6
+
+
+def _flag(name: str) -> Column:
+    return F.coalesce(F.col(name), F.lit(0)) == 1
+
+
+def typed_columns(df: DataFrame, names: Sequence[str]) -> DataFrame:
+    """Exactly the columns ``names`` of ``df``, typed as in ``LEDGER_SCHEMA`` (absent: null)."""
+    types = {f.name: f.dataType for f in LEDGER_SCHEMA.fields}
+    present = set(df.columns)
+    return df.select(
+        *[
+            (F.col(name) if name in present else F.lit(None)).cast(types[name]).alias(name)
+            for name in names
+        ]
+    )
+
+
+def _by_time() -> Any:
+    return Window.partitionBy("bucket").orderBy("start_key", "id")
+
+
+def normalize(raw: DataFrame) -> DataFrame:
+    """The audited fields, typed, plus ``is_start`` and ``start_key`` (the admitted start of
+    a start, else ``now``); entries without bucket, op or now are dropped, and so is every
+    repeat of an entry (bucket, id) that overlapping exports both hold."""
+    valid = F.col("bucket").isNotNull() & F.col("op").isNotNull() & F.col("now").isNotNull()
+    # An entry without an id (a hand-made ledger) is never taken for another one.
+    unique_id = F.concat(F.lit("row-"), F.monotonically_increasing_id().cast("string"))
+    is_start = (F.col("op") == "claim:OK") & ~_flag("again")
+    keyed = (
+        typed_columns(raw, AUDIT_FIELDS)
+        .where(valid)
+        .select(
+            *[F.col(n) for n in AUDIT_FIELDS if n != "id"],
+            F.coalesce(F.col("id"), unique_id).alias("id"),
+            is_start.alias("is_start"),
+            F.when(is_start, F.coalesce(F.col("start"), F.col("now")))
+            .otherwise(F.col("now"))
+            .alias("start_key"),
+        )
+        .repartition("bucket")
+    )
+    # Both copies of an entry share (start_key, id): adjacent in this order.
+    repeat = F.lag("id").over(_by_time()) == F.col("id")
+    return (
+        keyed.withColumn("repeat", repeat).where(~F.coalesce("repeat", F.lit(False))).drop("repeat")
+    )
+
+
+def worker_of(holder: Column) -> Column:
+    """The worker of a claim's holder (``<hostname>/<12 hex digits>``, one per delivery)."""
+    return F.regexp_replace(holder, r"/[0-9a-f]{12}$", "")
+
+
+def annotate(ledger: DataFrame, intervals_us: Mapping[str, int] | None = None) -> DataFrame:
+    """Every entry of a ``normalize``-d ledger with, for starts: interval_us and its
+    interval_source, prev_start_us, prev_task, gap_us, violation (gap_us < interval_us;
+    null for a bucket's first start or an unknown interval), worker, tbin (second since the
+    bucket's first start), hbin (histogram bin) and new_holder (the same (task, retries)
+    started before by another delivery); for the close of a pause: pause_from_us and
+    pause_to_us; for a pause or a close: event_code (now x 2, + 1 for a pause)."""
+    w = _by_time()
+    before = w.rowsBetween(Window.unboundedPreceding, -1)
+    upto = w.rowsBetween(Window.unboundedPreceding, Window.currentRow)
+    start, is_start = F.col("start_key"), F.col("is_start")
+    op = F.col("op")
+    is_open = (op == "pause") & _flag("changed")
+    is_close = ((op == "unpause") & _flag("changed")) | (op == "reset")
+    control = op.isin(*_CONTROLS) & F.col("interval").isNotNull()
+    running = ledger.select(
+        "*",
+        F.last(F.when(control, F.col("interval")), ignorenulls=True).over(upto).alias("c_iv"),
+        F.last(F.when(is_start, start), ignorenulls=True).over(before).alias("prev_start_us"),
+        F.last(F.when(is_start, F.col("task")), ignorenulls=True).over(before).alias("prev_task"),
+        F.first(F.when(is_start, start), ignorenulls=True).over(upto).alias("t0"),
+        F.last(F.when(is_open | is_close, F.struct(is_open.alias("open"), F.col("now"))), True)
+        .over(before)
+        .alias("last_event"),
+    )
+    if intervals_us:
+        pairs = [F.lit(x) for bucket, us in sorted(intervals_us.items()) for x in (bucket, us)]
+        override = F.create_map(*pairs)[F.col("bucket")].cast(LongType())
+    else:
+        override = F.lit(None).cast(LongType())
+    interval_us = F.when(is_start, F.coalesce(override, F.col("interval"), F.col("c_iv")))
+    gap_us = F.when(is_start, start - F.col("prev_start_us"))
+    hbin = F.when(  # (least() skips nulls: a first start would land in the last bin)
+        gap_us.isNotNull() & interval_us.isNotNull(),
+        F.least(F.floor(gap_us * HIST_PER_INTERVAL / interval_us), F.lit(HIST_BINS - 1)),
+    )
+    last_event = F.col("last_event")
+    shaped = running.select(
+        *ledger.columns,
+        F.when(is_start, F.col("prev_start_us")).alias("prev_start_us"),
+        F.when(is_start, F.col("prev_task")).alias("prev_task"),
+        interval_us.alias("interval_us"),
+        F.when(is_start & override.isNotNull(), SOURCES.index("--interval-of"))
+        .when(is_start & F.col("interval").isNotNull(), SOURCES.index("ledger"))
+        .when(is_start & F.col("c_iv").isNotNull(), SOURCES.index("control"))
+        .alias("interval_source"),
+        gap_us.alias("gap_us"),
+        (gap_us < interval_us).alias("violation"),
+        F.when(is_start, worker_of(F.col("holder"))).alias("worker"),
+        F.when(is_start, F.floor((start - F.col("t0")) / TBIN_US)).alias("tbin"),
+        hbin.cast("int").alias("hbin"),
+        F.when(is_close & last_event["open"], last_event["now"]).alias("pause_from_us"),
+        F.when(is_close & last_event["open"], F.col("now")).alias("pause_to_us"),
+        # the last pause or close wins: now x 2 + 1 for a pause (max() of it is the latest)
+        F.when(is_open | is_close, F.col("now") * 2 + is_open.cast("long")).alias("event_code"),
+    )
+    by_task = Window.partitionBy("bucket", "is_start", "task", "r").orderBy(
+        "holder", "start_key", "id"
+    )
+    prev_holder = F.lag("holder").over(by_task)
+    new_holder = is_start & prev_holder.isNotNull() & (prev_holder != F.col("holder"))
+    return shaped.withColumn("new_holder", new_holder)
+
+
+def starts_of(ledger: DataFrame, intervals_us: Mapping[str, int] | None = None) -> DataFrame:
+    """The starts of a ``normalize``-d ledger with their ``annotate`` columns (a drill-down:
+    which start broke the interval, after which one)."""
+    return (
+        annotate(ledger, intervals_us)
+        .where("is_start")
+        .withColumnRenamed("start_key", "start_us")
+        .withColumnRenamed("late", "late_us")
+    )
+
+
+def cube_of(entries: DataFrame) -> DataFrame:
+    """``annotate``-d entries folded per (bucket, worker, tbin, pause_to_us): starts by worker
+    and second, each closed pause alone, every other entry in one cell per bucket (the three
+    null). Only declarative aggregates and small sketches: the cells are many."""
+    op, is_start = F.col("op"), F.col("is_start")
+    gap = F.col("gap_us")
+    start_at = F.when(is_start, F.col("start_key"))
+    return entries.groupBy("bucket", "worker", "tbin", "pause_to_us").agg(
+        F.count(F.lit(1)).alias("entries"),
+        F.min("now").alias("first_entry_us"),
+        F.max("now").alias("last_entry_us"),
+        _count_if((op == "grant:OK") & ~_flag("again")).alias("grants"),
+        _count_if((op == "grant:OK") & _flag("again")).alias("regrants"),
+        _count_if(op == "claim:WAIT").alias("waits"),
+        _count_if(op == "claim:HELD").alias("held"),
+        _count_if(op == "claim:PAUSED").alias("paused_claims"),
+        _count_if(op == "claim:RETICKET").alias("retickets"),
+        _count_if(op.isin("grant:DUPLICATE", "claim:DUPLICATE")).alias("dedupe_drops"),
+        _count_if((op == "claim:OK") & _flag("again")).alias("reclaims"),
+        _count_if(is_start & _flag("readmit")).alias("readmits"),
+        _count_if(is_start).alias("starts"),
+        F.min(start_at).alias("first_start_us"),
+        F.max(start_at).alias("last_start_us"),
+        F.min(gap).alias("min_gap_us"),
+        F.count(gap).alias("gaps"),
+        _count_if(gap.isNotNull() & F.col("interval_us").isNull()).alias("unknown_gaps"),
+        _count_if(F.col("violation")).alias("violations"),
+        F.sum(F.when(gap.isNotNull(), F.col("interval_us"))).alias("required_us"),
+        F.max(F.when(is_start, F.col("late"))).alias("late_max_us"),
+        F.kll_sketch_agg_bigint(F.when(is_start, F.col("late")), KLL_CELL_K).alias("late_sketch"),
+        F.kll_sketch_agg_bigint(gap, KLL_CELL_K).alias("gap_sketch"),
+        F.max_by("interval_us", start_at).alias("interval_us"),
+        F.max_by("interval_source", start_at).alias("interval_source"),
+        F.array(*[_count_if(F.col("hbin") == n) for n in range(HIST_BINS)]).alias("hist"),
+        _count_if(F.col("new_holder")).alias("duplicate_starts"),
+        F.max("pause_from_us").alias("pause_from_us"),
+        F.max("event_code").alias("event_code"),
+    )
+
+
+def worker_shares(cube: DataFrame) -> DataFrame:
+    """(bucket, workers): each worker's starts and share of its bucket's starts, as an array
+    of (worker, starts, share), the busiest first."""
+    per = (
+        cube.where(F.col("worker").isNotNull())
+        .groupBy("bucket", "worker")
+        .agg(F.sum("starts").alias("starts"))
+    )
+    listed = per.groupBy("bucket").agg(
+        F.sort_array(F.collect_list(F.struct("starts", "worker")), asc=False).alias("w")
+    )
+    total = F.aggregate("w", F.lit(0).cast(LongType()), lambda acc, x: acc + x["starts"])
+    return listed.select(
+        "bucket",
+        F.transform(
+            "w", lambda x: F.struct(x["worker"], x["starts"], (x["starts"] / total).alias("share"))
+        ).alias("workers"),
+    )
+
+
+def _quantile(sketch: Column, q: float, present: Column) -> Column:
+    return F.when(present, F.kll_sketch_get_quantile_bigint(sketch, F.lit(q)))
+
+
+def duplicate_tasks(entries: DataFrame, examples: int = 10) -> DataFrame:
+    """(bucket, duplicate_tasks): up to ``examples`` ids of tasks started by more than one
+    delivery, per bucket that has any (a drill-down: another pass over the entries)."""
+    return (
+        entries.where(F.col("new_holder"))
+        .groupBy("bucket")
+        .agg(F.slice(F.sort_array(F.collect_set("task")), 1, examples).alias("duplicate_tasks"))
+    )
+
+
+def summary(cube: DataFrame, duplicates: DataFrame | None = None) -> DataFrame:
+    """One row per bucket with entries: every figure of the audit (``*_s`` in seconds), with
+    the example ids of ``duplicates`` (``duplicate_tasks``) when given, else none."""
+    sums = ("entries", "grants", "regrants", "waits", "held", "paused_claims", "retickets",
+            "dedupe_drops", "reclaims", "readmits", "starts", "gaps", "unknown_gaps",
+            "violations", "required_us", "duplicate_starts")  # fmt: skip
+    folded = cube.groupBy("bucket").agg(
+        *[F.sum(n).alias(n) for n in sums],
+        F.min("first_entry_us").alias("first_entry_us"),
+        F.max("last_entry_us").alias("last_entry_us"),
+        F.min("first_start_us").alias("first_start_us"),
+        F.max("last_start_us").alias("last_start_us"),
+        F.min("min_gap_us").alias("min_gap_us"),
+        F.max("late_max_us").alias("late_max_us"),
+        F.kll_merge_agg_bigint("late_sketch", KLL_K).alias("late_sketch"),
+        F.kll_merge_agg_bigint("gap_sketch", KLL_K).alias("gap_sketch"),
+        F.max_by("interval_us", "last_start_us").alias("interval_us"),
+        F.max_by("interval_source", "last_start_us").alias("interval_source"),
+        F.collect_list(
+            F.when(
+                F.col("pause_to_us").isNotNull(),
+                F.struct(
+                    F.col("pause_from_us").alias("start_us"), F.col("pause_to_us").alias("end_us")
+                ),
+            )
+        ).alias("closed"),
+        F.max("event_code").alias("event_code"),
+    )
+    # A pause still open at the end of the ledger: a window without an end.
+    still_open = F.when(
+        F.col("event_code") % 2 == 1,
+        F.array(
+            F.struct(
+                F.floor(F.col("event_code") / 2).alias("start_us"),
+                F.lit(None).cast(LongType()).alias("end_us"),
+            )
+        ),
+    ).otherwise(F.array().cast("array<struct<start_us:bigint,end_us:bigint>>"))
+    windows = F.array_sort(F.concat(F.col("closed"), still_open))
+    first, last = F.col("first_start_us"), F.col("last_start_us")
+    starts_n = F.col("starts")
+    overlap = F.aggregate(
+        windows,
+        F.lit(0).cast(LongType()),
+        lambda acc, w: (
+            acc
+            + F.greatest(
+                F.lit(0).cast(LongType()),
+                F.least(F.coalesce(w["end_us"], last), last) - F.greatest(w["start_us"], first),
+            )
+        ),
+    )
+    paused_us = F.when(starts_n < 2, F.lit(0).cast(LongType())).otherwise(overlap)  # no span
+    span_us = last - first
+    active_us = span_us - F.coalesce(paused_us, F.lit(0))
+    interval_us = F.col("interval_us")
+    violations = (
+        F.when(starts_n < 2, F.lit(0))
+        .when(F.col("unknown_gaps") > 0, F.lit(None))
+        .otherwise(F.col("violations"))
+    )
+    has_gaps, has_starts = F.col("gaps") > 0, starts_n > 0
+    joined = folded.join(worker_shares(cube), "bucket", "left")
+    if duplicates is not None:
+        joined = joined.join(duplicates, "bucket", "left")
+    else:
+        joined = joined.withColumn("duplicate_tasks", F.lit(None).cast("array<string>"))
+    return joined.select(
+        "bucket",
+        "entries",
+        starts_n.alias("starts"),
+        _seconds(span_us).alias("span_s"),
+        _seconds(interval_us).alias("interval_s"),
+        F.element_at(F.array(*[F.lit(x) for x in SOURCES]), F.col("interval_source") + 1).alias(
+            "interval_source"
+        ),
+        (F.lit(1e6) / interval_us).alias("configured_rate_per_s"),
+        F.when(active_us > 0, (starts_n - 1) * F.lit(1e6) / active_us).alias("rate_per_s"),
+        F.when(active_us > 0, F.col("required_us") / active_us).alias("utilization"),
+        _seconds(F.col("min_gap_us")).alias("min_gap_s"),
+        _seconds(_quantile(F.col("gap_sketch"), 0.01, has_gaps)).alias("p1_gap_s"),
+        _seconds(_quantile(F.col("gap_sketch"), 0.5, has_gaps)).alias("p50_gap_s"),
+        violations.alias("violations"),
+        _seconds(_quantile(F.col("late_sketch"), 0.5, has_starts)).alias("late_p50_s"),
+        _seconds(_quantile(F.col("late_sketch"), 0.95, has_starts)).alias("late_p95_s"),
+        _seconds(_quantile(F.col("late_sketch"), 0.99, has_starts)).alias("late_p99_s"),
+        _seconds(F.col("late_max_us")).alias("late_max_s"),
+        "grants",
+        "retickets",
+        "waits",
+        "held",
+        "paused_claims",
+        "dedupe_drops",
+        "regrants",
+        "reclaims",
+        "readmits",
+        "duplicate_starts",
+        F.coalesce(F.col("duplicate_tasks"), F.array().cast("array<string>")).alias(
+            "duplicate_tasks"
+        ),
+        F.size(windows).alias("pauses"),
+        _seconds(paused_us).alias("paused_s"),
+        windows.alias("pause_windows"),
+        F.coalesce(
+            F.col("workers"),
+            F.array().cast("array<struct<worker:string,starts:bigint,share:double>>"),
+        ).alias("workers"),
+        "first_entry_us",
+        "last_entry_us",
+        "first_start_us",
+        F.coalesce((violations == 0) & (F.col("duplicate_starts") == 0), F.lit(False)).alias("ok"),
+    )
+
+
+def gap_histogram(cube: DataFrame) -> DataFrame:
+    """(bucket, bin, lo_s, hi_s, gaps, interval_s): gaps in tenths of the interval each start
+    had to clear (shown at the bucket's last interval); the last bin holds 4 intervals and
+    more. A bin is wholly below the interval or not."""
+    per_bin = (
+        cube.select("bucket", F.posexplode("hist").alias("bin", "n"))
+        .groupBy("bucket", "bin")
+        .agg(F.sum("n").alias("gaps"))
+    )
+    last = cube.groupBy("bucket").agg(F.max_by("interval_us", "last_start_us").alias("iv"))
+    width = F.col("iv") / HIST_PER_INTERVAL / 1e6
+    return (
+        per_bin.join(last, "bucket")
+        .where(F.col("iv").isNotNull())
+        .select(
+            "bucket",
+            "bin",
+            (F.col("bin") * width).alias("lo_s"),
+            ((F.col("bin") + 1) * width).alias("hi_s"),
+            "gaps",
+            _seconds(F.col("iv")).alias("interval_s"),
+        )
+    )
+
+
+def lateness_series(cube: DataFrame, points: int = 300) -> DataFrame:
+    """(bucket, t_s, late_p50_s, late_max_s, starts): lateness over time in at most
+    ``points`` time bins per bucket, ``t_s`` from the bucket's first start."""
+    per_second = cube.where(F.col("tbin").isNotNull())
+    span = per_second.groupBy("bucket").agg(
+        F.max("tbin").alias("last_tbin"), F.min("first_start_us").alias("t0")
+    )
+    binned = per_second.join(span, "bucket").withColumn(
+        "pbin", F.floor(F.col("tbin") * points / (F.col("last_tbin") + 1))
+    )
+    return binned.groupBy("bucket", "pbin").agg(
+        _seconds(F.min("first_start_us") - F.min("t0")).alias("t_s"),
+        _seconds(
+            F.kll_sketch_get_quantile_bigint(
+                F.kll_merge_agg_bigint("late_sketch", KLL_K), F.lit(0.5)
+            )
+        ).alias("late_p50_s"),
+        _seconds(F.max("late_max_us")).alias("late_max_s"),
+        F.sum("starts").alias("starts"),
+    )
+
+
+@dataclass(frozen=True)
+class AuditFrames:
+    """The audit's DataFrames: the annotated entries, the cube and the summary."""
+
+    entries: DataFrame
+    cube: DataFrame
+    summary: DataFrame
+
+
+def audit(raw: DataFrame, intervals_us: Mapping[str, int] | None = None) -> AuditFrames:
+    """Every frame of the audit of ``raw`` ledger entries (any number of buckets and exports)."""
+    entries = annotate(normalize(raw), intervals_us)
+    cube = cube_of(entries)
+    return AuditFrames(entries, cube, summary(cube, duplicate_tasks(entries)))
+
+
+# -- I/O ---------------------------------------------------------------------------------------
+
+
+def build_session(master: str = "local[*]", conf: Mapping[str, str] | None = None) -> SparkSession:
+    """A SparkSession for the audit on ``master`` (``local[*]`` or a cluster's URL); ``conf``
+    adds or overrides Spark settings (e.g. ``spark.driver.memory``)."""
+    builder = (
+        SparkSession.builder.master(master)
+        .appName("celery-interval audit")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.session.timeZone", "UTC")
+    )
+    if master.startswith("local"):
+        # One machine: a few shuffle partitions per core, not the cluster default of 200.
+        builder = builder.config("spark.sql.shuffle.partitions", "16")
+    # The cube has a cell per bucket, worker and second, each with two small sketches: keep
+    # them hashed (Spark falls back to sorting every entry above 128 cells per task).
+    builder = builder.config("spark.sql.objectHashAggregate.sortBased.fallbackThreshold", "1000000")
+    for key, value in (conf or {}).items():
+        builder = builder.config(key, value)
+    return builder.getOrCreate()
+
+
+def _is_parquet(path: str) -> bool:
+    if path.rstrip("/").endswith(".parquet"):
+        return True
+    folder = Path(path)
+    return "://" not in path and folder.is_dir() and any(folder.glob("*.parquet"))
+
+
+def read_ledgers(spark: SparkSession, paths: Sequence[str]) -> DataFrame:
+    """Exported ledgers: JSON lines files or directories of them, or Parquet (``*.parquet``,
+    or a directory of Parquet files)."""
+    parquet = [str(p) for p in paths if _is_parquet(str(p))]
+    json_paths = [str(p) for p in paths if str(p) not in parquet]
+    frames: list[DataFrame] = []
+    if json_paths:
+        frames.append(spark.read.schema(LEDGER_SCHEMA).option("mode", "FAILFAST").json(json_paths))
+    if parquet:
+        frames.append(typed_columns(spark.read.parquet(*parquet), LEDGER_SCHEMA.fieldNames()))
+    df = frames[0]
+    for other in frames[1:]:
+        df = df.unionByName(other)
+    return df
+
+
+def _plot_choice(rows: Sequence[Mapping[str, Any]], limit: int) -> list[str]:
+    ranked = sorted(rows, key=lambda r: (bool(r["ok"]), -int(r["starts"]), r["bucket"]))
+    return [r["bucket"] for r in ranked if r["starts"] > 1][:limit]
+
+
+def _write_parquet(rows: list[dict[str, Any]], path: Path) -> None:
+    import pyarrow as pa  # type: ignore[import-untyped]
+    import pyarrow.parquet as pq  # type: ignore[import-untyped]
+
+    pq.write_table(pa.Table.from_pylist(rows), path)
+
+
+def main(
+    ledgers: Sequence[str],
+    out_dir: str | Path,
+    *,
+    master: str = "local[*]",
+    intervals_us: Mapping[str, int] | None = None,
+    plot_buckets: int = 20,
+    conf: Mapping[str, str] | None = None,
+) -> dict[str, Any]:
+    """Audit ``ledgers`` and write DIR/summary.json, summary.parquet, the PNG plots and
+    report.html; returns the summary document. Reuses an active SparkSession (and then
+    leaves it running), else starts one on ``master`` and stops it at the end."""
+    from celery_interval.spark import page, plots
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    spark = SparkSession.getActiveSession()
+    own = spark is None
+    if spark is None:
+        spark = build_session(master, conf)
+    cube: DataFrame | None = None
+    try:
+        # The one pass over the entries; the cube it leaves is small and kept for the rest.
+        frames = audit(read_ledgers(spark, ledgers), intervals_us)
+        cube = frames.cube.persist(StorageLevel.MEMORY_AND_DISK)
+        rows = [r.asDict(recursive=True) for r in summary(cube).orderBy("bucket").collect()]
+        failing = [r["bucket"] for r in rows if r["duplicate_starts"]]
+        if failing:  # the ids of duplicate starts cost another pass: only when there are any
+            found = duplicate_tasks(frames.entries.where(F.col("bucket").isin(failing)))
+            examples = {r["bucket"]: r["duplicate_tasks"] for r in found.collect()}
+            for row in rows:
+                row["duplicate_tasks"] = examples.get(row["bucket"], [])
+        doc: dict[str, Any] = {
+            "generated": datetime.datetime.now(datetime.timezone.utc).isoformat(),
+            "ledgers": [str(p) for p in ledgers],
+            "intervals_of": {b: us / 1e6 for b, us in sorted((intervals_us or {}).items())},
+            "entries": sum(int(r["entries"]) for r in rows),
+            "ok": all(r["ok"] for r in rows),
+            "buckets": rows,
+        }
+        (out / "summary.json").write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
+        _write_parquet(rows, out / "summary.parquet")
+        chosen = _plot_choice(rows, plot_buckets)
+        images = _plots(cube.where(F.col("bucket").isin(chosen)), rows, chosen, out, plots)
+        page.write_report(out / "report.html", doc, images)
+        return doc
+    finally:
+        if cube is not None:
+            cube.unpersist()
+        if own:
+            spark.stop()
+
+
+def _plots(
+    cube: DataFrame, rows: Sequence[Mapping[str, Any]], chosen: list[str], out: Path, plots: Any
+) -> dict[str, list[str]]:
+    """Draw the chosen buckets' plots; returns bucket -> PNG file names ("" -> shared ones)."""
+    by_bucket = {r["bucket"]: r for r in rows}
+    hist: dict[str, list[tuple[float, float, int]]] = {}
+    for r in gap_histogram(cube).orderBy("bucket", "bin").collect():
+        hist.setdefault(r["bucket"], []).append((r["lo_s"], r["hi_s"], r["gaps"]))
+    series: dict[str, list[tuple[float, float, float]]] = {}
+    for r in lateness_series(cube).orderBy("bucket", "t_s").collect():
+        series.setdefault(r["bucket"], []).append((r["t_s"], r["late_p50_s"], r["late_max_s"]))
+    images: dict[str, list[str]] = {}
+    for n, bucket in enumerate(chosen):
+        row = by_bucket[bucket]
+        t0 = row["first_start_us"]
+        pauses = [
+            ((w["start_us"] - t0) / 1e6, ((w["end_us"] or row["last_entry_us"]) - t0) / 1e6)
+            for w in row["pause_windows"]
+        ]
+        gaps_png, late_png = f"bucket-{n:03d}-gaps.png", f"bucket-{n:03d}-lateness.png"
+        plots.gap_histogram(out / gaps_png, bucket, hist.get(bucket, []), row["interval_s"])
+        plots.lateness(out / late_png, bucket, series.get(bucket, []), pauses)
+        images[bucket] = [gaps_png, late_png]
+    if chosen:
+        plots.worker_share(
+            out / "workers.png",
+            [(b, [(w["worker"], w["share"]) for w in by_bucket[b]["workers"]]) for b in chosen],
+        )
+        images[""] = ["workers.png"]
+    return images

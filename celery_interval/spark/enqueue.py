@@ -1,0 +1,168 @@
+"""Fan a DataFrame out into an interval queue from Spark's executors, with deterministic ids."""
+
+from __future__ import annotations
+
+import functools
+import uuid
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from celery_interval.errors import ConfigurationError
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, Row
+
+__all__ = ["ID_NAMESPACE", "EnqueueCounts", "enqueue", "task_id_for"]
+
+#: The uuid5 namespace of the task ids ``enqueue`` derives (fixed: ids must never change).
+ID_NAMESPACE = uuid.UUID("6f3c1e52-8d0b-5a8e-9b7e-2f61c0d4a9b3")
+
+
+@dataclass(frozen=True)
+class EnqueueCounts:
+    """What one ``enqueue`` call sent: rows (messages) and partitions (one producer each)."""
+
+    rows: int
+    partitions: int
+
+
+@dataclass(frozen=True, eq=False)
+class _AppSpec:
+    """How an executor builds the Celery app: an importable app, or a bare app on a broker."""
+
+    app: str | None
+    broker_url: str | None
+    conf: tuple[tuple[str, Any], ...]
+
+
+_apps: dict[str, Any] = {}  # repr(spec) -> app: one app and producer pool per executor process
+
+
+def task_id_for(task_name: str, key: object, job: str = "") -> str:
+    """The task id of the row whose key is ``key``: uuid5 over ``job``, the task name and
+    ``str(key)``, so the same row of the same job always gets the same id."""
+    return str(uuid.uuid5(ID_NAMESPACE, "\x1f".join((job, task_name, str(key)))))
+
+
+def _app_for(spec: _AppSpec) -> Any:
+    app = _apps.get(repr(spec))
+    if app is None:
+        if spec.app is not None:
+            from celery.app.utils import find_app
+
+            app = find_app(spec.app)
+        else:
+            from celery import Celery
+
+            app = Celery("celery_interval.spark.enqueue", broker=spec.broker_url)
+            app.conf.update(dict(spec.conf))
+        _apps[repr(spec)] = app
+    return app
+
+
+def _send_partition(
+    rows: Iterable[Row],
+    *,
+    spec: _AppSpec,
+    task_name: str,
+    key: str,
+    args: tuple[str, ...],
+    kwargs: tuple[tuple[str, str], ...],
+    job: str,
+    queue: str | None,
+    options: tuple[tuple[str, Any], ...],
+    sent: Any,
+    partitions: Any,
+) -> None:
+    """Send one partition's rows through one producer, streaming (never a whole partition)."""
+    app = _app_for(spec)
+    count = 0
+    with app.producer_or_acquire() as producer:
+        for row in rows:
+            value = row[key]
+            if value is None:
+                raise ConfigurationError(f"key column {key!r} is null in row {row!r}")
+            app.send_task(
+                task_name,
+                args=[row[c] for c in args],
+                kwargs={name: row[c] for name, c in kwargs},
+                task_id=task_id_for(task_name, value, job),
+                queue=queue,
+                producer=producer,
+                **dict(options),
+            )
+            count += 1
+    sent.add(count)
+    partitions.add(1)
+
+
+def enqueue(
+    df: DataFrame,
+    task: str | Any,
+    *,
+    key: str,
+    args: Sequence[str] = (),
+    kwargs: Sequence[str] | Mapping[str, str] = (),
+    app: str | None = None,
+    broker_url: str | None = None,
+    conf: Mapping[str, Any] | None = None,
+    queue: str | None = None,
+    job: str = "",
+    options: Mapping[str, Any] | None = None,
+) -> EnqueueCounts:
+    """Send one ``task`` message per row of ``df`` from the executors (``foreachPartition``,
+    one producer per partition, rows streamed) and return the counts.
+
+    ``task`` is a task name (or a task, whose name is used). Each row's task id is
+    ``task_id_for(task name, row[key], job)``: a retried Spark task or a re-run job sends the
+    same ids again, and the workers' dedupe drops every copy of a task already done (within
+    ``interval_dedupe_ttl_s``), so no row runs twice. Keys must be unique within a job; pass a
+    new ``job`` to run the same rows again on purpose.
+
+    ``args`` names the columns passed positionally; ``kwargs`` the columns passed by name
+    (a mapping renames: parameter -> column). The executors build the app either from
+    ``app``, an import path as in ``celery -A`` (``"proj.celery:app"``; the module must be
+    importable there), or from ``broker_url`` and ``conf`` (a bare app: no task code needed).
+    ``queue`` defaults to the app's routing; ``options`` go to ``send_task`` (e.g. priority).
+    """
+    if (app is None) == (broker_url is None):
+        raise ConfigurationError(
+            "enqueue needs exactly one of app= (an import path as in `celery -A`) or broker_url="
+        )
+    task_name = task if isinstance(task, str) else getattr(task, "name", None)
+    if not isinstance(task_name, str) or not task_name:
+        raise ConfigurationError(f"task={task!r}: expected a task name or a Celery task")
+    named = tuple(kwargs.items()) if isinstance(kwargs, Mapping) else tuple((c, c) for c in kwargs)
+    columns = set(df.columns)
+    for column in (key, *args, *(c for _, c in named)):
+        if column not in columns:
+            raise ConfigurationError(
+                f"column {column!r} is not in the DataFrame (columns: {', '.join(df.columns)})"
+            )
+    if app is not None:
+        from celery.app.utils import find_app
+
+        try:
+            find_app(app)  # the same lookup the executors make: fail early on a typo
+        except Exception as exc:
+            raise ConfigurationError(f"app={app!r}: cannot import it: {exc}") from exc
+    spec = _AppSpec(app, broker_url, tuple(sorted((conf or {}).items())))
+    sc = df.sparkSession.sparkContext
+    sent, partitions = sc.accumulator(0), sc.accumulator(0)
+    df.foreachPartition(
+        functools.partial(
+            _send_partition,
+            spec=spec,
+            task_name=task_name,
+            key=key,
+            args=tuple(args),
+            kwargs=named,
+            job=job,
+            queue=queue,
+            options=tuple(sorted((options or {}).items())),
+            sent=sent,
+            partitions=partitions,
+        )
+    )
+    return EnqueueCounts(rows=int(sent.value), partitions=int(partitions.value))

@@ -1,0 +1,47 @@
+"""One local[2] SparkSession for the whole test session; no PySpark or Java: skip (CI: fail)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from celery_interval.spark import missing_requirement
+
+
+def require_spark() -> None:
+    """Skip when PySpark or Java is missing; under CI=true that is a failure, not a skip."""
+    why = missing_requirement()
+    if why is None:
+        return
+    if os.environ.get("CI") == "true":
+        pytest.fail(f"CI=true and {why}")
+    pytest.skip(why)
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[Any]:
+    """A local[2] SparkSession (no UI, 2 shuffle partitions), stopped after the session."""
+    require_spark()
+    from pyspark.sql import SparkSession
+
+    session = (
+        SparkSession.builder.master("local[2]")
+        .appName("celery-interval tests")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.default.parallelism", "2")
+        .config("spark.sql.session.timeZone", "UTC")
+        # Tiny test data: interpreting beats compiling (first query ~2x faster, same results).
+        .config("spark.sql.codegen.wholeStage", "false")
+        .config("spark.sql.codegen.factoryMode", "NO_CODEGEN")
+        .getOrCreate()
+    )
+    session.sparkContext.setLogLevel("ERROR")
+    try:
+        yield session
+    finally:
+        session.stop()
