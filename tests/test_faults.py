@@ -305,10 +305,16 @@ def test_store_unreachable_for_seconds_keeps_its_state(make_pool: Any, redis_ser
     deadline_gaps = deadline_gaps_us(records)
     publish("test_store_unreachable_for_seconds_keeps_its_state", records, ids, deadline_gaps)
     assert min(deadline_gaps) >= body_floor_us(INTERVAL_S)
+    # All 150 were delivered before the outage, so a worker starting tasks after it held them
+    # through it (a worker whose consumer came up late may have received none).
+    held_through = {r["host"] for r in records if r["mono_ns"] > stopped_at_ns}
+    assert held_through, "no worker held tasks through the outage"
     for worker in pool.workers:
         log = worker.log()
-        assert log.count("interval store unreachable") == 1, "one log line per outage"
-        assert "interval store reachable again" in log
+        outages = log.count("interval store unreachable")
+        expected = {1} if worker.name in held_through else {0, 1}
+        assert outages in expected, f"{worker.name}: {outages} outage lines, one per outage"
+        assert log.count("interval store reachable again") == outages
         assert "new epoch" not in log
 
 

@@ -26,6 +26,9 @@ POOL_POLL_S = 0.001
 #: With the pool full of this worker's interval tasks, a queued task still looks for a free
 #: process this often (their ends trigger a look; this covers a lost trigger).
 STARVED_POLL_S = 0.05
+#: A copy whose task runs under another holder's lease looks again at most this late (a done
+#: task's copy is dropped then, an expired lease's copy takes its turn).
+HELD_RECHECK_S = 1.0
 #: The pool process spins (rather than sleeps) the last stretch before a start, at most this
 #: long and a fifth of the interval: a halted idle vCPU can wake a sleeper milliseconds late.
 MAX_SPIN_NS = 2_000_000
@@ -341,9 +344,12 @@ class IntervalService:
             self.paused[held.bucket].append(held)
             self._ensure_pause_poll(held.bucket)
         elif outcome is Outcome.HELD:
+            # The task runs elsewhere: this copy waits for that lease, not for a process here.
             stats.helds += 1
             held.state = "held-by-other"
-            self._arm(held, result.delay_us / 1e6 + 0.001, self._due)
+            self._unticket(held)
+            self._arm(held, min(result.delay_us / 1e6, HELD_RECHECK_S) + 0.001, self._due)
+            self._fill(held.bucket)
         elif outcome is Outcome.RETICKET:
             stats.retickets += 1
             if result.epoch != held.epoch and self._epochs.get(held.bucket) != result.epoch:
@@ -362,7 +368,12 @@ class IntervalService:
                 held.epoch,
                 result.epoch,
             )
-            self._grant(held)
+            if held.ticketed:
+                self._grant(held)
+            else:
+                held.state = "queued"
+                self._queued[held.bucket].appendleft(held)
+                self._fill(held.bucket)
         else:
             stats.duplicates += 1
             logger.info(
@@ -394,14 +405,17 @@ class IntervalService:
         if held.entry is not None:
             self._cancel(held.entry)
             held.entry = None
-        if held.ticketed:
-            held.ticketed = False
-            self._ticketed[held.bucket] -= 1
+        self._unticket(held)
         bucket_held = self.held.get(held.bucket)
         if bucket_held is not None and held in bucket_held:
             bucket_held.remove(held)
             self._qos().decrement_eventually()
         self._apply_caps(held.queue)
+
+    def _unticket(self, held: Held) -> None:
+        if held.ticketed:
+            held.ticketed = False
+            self._ticketed[held.bucket] -= 1
 
     def _apply_caps(self, queue: str | None) -> None:
         """Stop fetching at ``max_held`` tasks or a slot ``max_ahead_s`` away; resume at half.

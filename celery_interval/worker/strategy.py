@@ -121,11 +121,12 @@ def _freeing_pool(base: Any, pool_freed: Callable[[], None]) -> Any:
     class Request(base):  # type: ignore[misc]
         __slots__ = ()
 
-        def on_success(self, *args: Any, **kwargs: Any) -> Any:
+        def on_success(self, failed__retval__runtime: Any, **kwargs: Any) -> Any:
             try:
-                return super().on_success(*args, **kwargs)
+                return super().on_success(failed__retval__runtime, **kwargs)
             finally:
-                pool_freed()
+                if not failed__retval__runtime[0]:  # a failure went through on_failure
+                    pool_freed()
 
         def on_failure(self, *args: Any, **kwargs: Any) -> Any:
             try:

@@ -1,0 +1,156 @@
+"""IntervalService alone: a MemoryStore on an injected clock, a timer that fires only when told."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from celery import Celery
+
+from celery_interval.config import settings_of
+from celery_interval.stores.memory import MemoryStore
+from celery_interval.worker.service import Held, IntervalService
+
+INTERVAL_US = 50_000
+POOL_PROCESSES = 2
+
+
+@dataclass
+class Request:
+    """The part of a Celery request the service touches."""
+
+    id: str
+    request_dict: dict[str, Any] = field(default_factory=dict)
+    acked: bool = False
+
+    def revoked(self) -> bool:
+        return False
+
+    def acknowledge(self) -> None:
+        self.acked = True
+
+
+class Timer:
+    """Celery's timer surface; entries wait until the test fires them."""
+
+    def __init__(self) -> None:
+        self.entries: list[tuple[float, Any, tuple[Any, ...]]] = []
+
+    def call_after(self, delay_s: float, fn: Any, args: tuple[Any, ...] = (), **_: Any) -> Any:
+        entry = (delay_s, fn, args)
+        self.entries.append(entry)
+        return entry
+
+    def cancel(self, entry: Any) -> None:
+        self.entries.remove(entry)
+
+
+class Qos:
+    def increment_eventually(self) -> None:
+        return None
+
+    def decrement_eventually(self) -> None:
+        return None
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now_us = 1_000_000_000
+
+    def __call__(self) -> int:
+        return self.now_us
+
+
+def make_service(store: MemoryStore, in_pool: list[str]) -> IntervalService:
+    app = Celery("svc", set_as_current=False)
+    app.conf.interval_store_url = "memory://"
+    app.conf.interval_queues = {"api": INTERVAL_US / 1e6}
+    return IntervalService(
+        settings_of(app),
+        store,
+        Timer(),
+        "w1@test",
+        pool_slots=lambda: POOL_PROCESSES - len(in_pool),
+        stop_queue=lambda queue: None,
+        resume_queue=lambda queue: None,
+        qos=Qos,
+    )
+
+
+def held_copy(service: IntervalService, task_id: str, started: list[str]) -> Held:
+    return Held(
+        request=Request(task_id),
+        bucket="api",
+        retries=0,
+        queue="api",
+        interval_us=INTERVAL_US,
+        not_before_in_us=0,
+        holder=service.new_holder(),
+        acks_late=False,
+        release=lambda req: started.append(req.id),
+    )
+
+
+def fire_due(timer: Timer, clock: Clock, within_s: float) -> None:
+    """Fire timer entries due within ``within_s``, soonest first, moving the store clock."""
+    while due := [e for e in timer.entries if e[0] < within_s]:
+        entry = min(due, key=lambda e: e[0])
+        timer.entries.remove(entry)
+        clock.now_us += round(entry[0] * 1e6)
+        entry[1](*entry[2])
+
+
+def run_elsewhere(store: MemoryStore, clock: Clock, task_id: str) -> None:
+    """Another worker takes ``task_id``'s slot and holds its lease (the task is running there)."""
+    grant = store.grant("api", task_id, 0, INTERVAL_US)
+    clock.now_us += grant.delay_us
+    claim = store.claim("api", task_id, 0, INTERVAL_US, grant.epoch, grant.slot_us,
+                        "w2@test/x", 30_000_000, 12_000, ticket=grant.ticket)  # fmt: skip
+    assert claim.outcome.name == "OK"
+    clock.now_us += INTERVAL_US
+
+
+def test_copies_of_tasks_running_elsewhere_do_not_hold_back_this_worker() -> None:
+    """Redelivered copies of two tasks leased by another worker fill this worker's two free
+    processes' worth of tickets; they wait for those leases, so the next task still starts."""
+    clock = Clock()
+    store = MemoryStore(clock)
+    in_pool: list[str] = []
+    service = make_service(store, in_pool)
+    started: list[str] = []
+    run_elsewhere(store, clock, "a")
+    run_elsewhere(store, clock, "b")
+
+    for task_id in ("a", "b", "c"):
+        service.receive(held_copy(service, task_id, started))
+    assert {h.request.id: h.ticket > 0 for h in service.held["api"]} == {
+        "a": True,
+        "b": True,
+        "c": True,
+    }
+
+    fire_due(service.timer, clock, within_s=0.5)
+    states = {h.request.id: h.state for h in service.held["api"]}
+    assert states == {"a": "held-by-other", "b": "held-by-other"}
+    assert started == ["c"]
+
+
+def test_a_copy_waiting_on_a_lease_is_dropped_once_its_task_is_done() -> None:
+    """The copy looks again within a second; the task done elsewhere, it is acked and gone."""
+    clock = Clock()
+    store = MemoryStore(clock)
+    service = make_service(store, [])
+    started: list[str] = []
+    run_elsewhere(store, clock, "a")
+    copy = held_copy(service, "a", started)
+    service.receive(copy)
+    assert copy.state == "held-by-other"
+    (delay_s, fn, args), *_ = service.timer.entries
+    assert delay_s <= 1.001
+
+    from celery_interval.stores.base import DoneMark
+
+    store.done([DoneMark("api", "a", 0)], 7_200_000_000)
+    service.timer.entries.clear()
+    fn(*args)
+    assert copy.request.acked and not service.held["api"] and not started
