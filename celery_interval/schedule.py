@@ -265,7 +265,18 @@ def take(
     handoff_us: int = 0,
 ) -> tuple[BucketState, Mark | None, Grant, Claim | None]:
     """``grant``, then ``claim`` in the same step when the slot is due within ``lead_us`` and the
-    bucket runs: a task whose turn is now takes its ticket and its start in one round trip."""
+    bucket runs: a task whose turn is now takes its ticket and its start in one round trip.
+
+    A copy whose task runs under another holder's live lease is HELD (``delay_us`` = the
+    lease left) and takes no ticket: the slot of one would go unused.
+    """
+    lease = live(mark, now_us)
+    if isinstance(lease, Lease) and lease.holder != holder:
+        if state is None:
+            state = new_state(now_us, interval_us)
+        paused = state.paused_at_real_us is not None
+        left_us = lease.expires_real_us - now_us
+        return state, lease, Grant(Outcome.HELD, state.epoch, 0, 0, left_us, paused), None
     state, mark, granted = grant(state, mark, now_us, interval_us, not_before_in_us)
     due = granted.delay_us <= clamp_lead(lead_us)
     if granted.outcome is not Outcome.OK or granted.paused or not due:

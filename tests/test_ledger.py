@@ -83,6 +83,9 @@ def test_every_operation_appends_its_entry(redis_client: redis.Redis[Any]) -> No
     assert again == Claim(Outcome.OK, T_US, 5, t_claim)
     assert claim("t2", 1, T_US, slot2, "w2|p", 2) == Claim(Outcome.WAIT, T_US, I_US + 5, t_claim)
     assert claim("t1", 0, T_US, slot1, "w2|p", 1) == Claim(Outcome.HELD, T_US, LEASE_US, t_claim)
+    taken = store.take("api", "t1", 0, I_US, 0, "w2|p", LEASE_US, 10, 0)  # no ticket: HELD
+    assert taken == model.take("api", "t1", 0, I_US, 0, "w2|p", LEASE_US, 10, 0)
+    assert taken == (Grant(Outcome.HELD, T_US, 0, 0, LEASE_US, False), None)
 
     t_late = clock.now_us = slot2 + 250  # 250 µs after t2's slot (real = virtual here)
     assert claim("t2", 1, T_US, slot2, "w2|p", 2) == Claim(Outcome.OK, T_US, 0, t_late)
@@ -114,6 +117,16 @@ def test_every_operation_appends_its_entry(redis_client: redis.Redis[Any]) -> No
         claim_entry("OK", "t1", 0, 1, slot1, "w1@h:1", t_claim, start=slot1, late=0, again=1),
         claim_entry("WAIT", "t2", 1, 2, slot2, "w2|p", t_claim, delay=I_US + 5),
         claim_entry("HELD", "t1", 0, 1, slot1, "w2|p", t_claim, delay=LEASE_US),
+        {
+            "op": "grant:HELD",
+            "now": str(t_claim),
+            "task": "t1",
+            "r": "0",
+            "holder": "w2|p",
+            "delay": str(LEASE_US),
+            "epoch": str(T_US),
+            "interval": str(I_US),
+        },
         claim_entry("OK", "t2", 1, 2, slot2, "w2|p", t_late, start=t_late, late=250),
         claim_entry("DUPLICATE", "t1", 0, 1, slot1, "w3", t_late),
         grant_entry("t1", 0, 0, 0, 0, now=t_late, op="grant:DUPLICATE"),

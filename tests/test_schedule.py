@@ -635,3 +635,23 @@ def test_take_is_a_grant_then_a_claim_when_the_slot_is_due() -> None:
     done = schedule.done(None, now, 10**6)
     taken = schedule.take(state, done, now, 1_000, 0, "h", 10**6, 20_000)
     assert taken[2].outcome is Outcome.DUPLICATE and taken[3] is None
+
+
+def test_take_of_a_copy_whose_task_runs_under_another_lease_is_held_without_a_ticket() -> None:
+    """A copy taken while another holder's lease is live is HELD for the lease left and takes
+    no ticket (its slot would go unused); its own holder's retry (a lost reply) claims again."""
+    state, mark, first = schedule.grant(None, None, 0, 1_000)
+    state, mark, claimed = schedule.claim(
+        state, mark, first.slot_us, 1_000, first.epoch, first.slot_us, "h1", 10**6, 0
+    )
+    assert claimed.outcome is Outcome.OK
+    now = first.slot_us + 5_000
+    taken = schedule.take(state, mark, now, 1_000, 0, "h2", 10**6, 20_000)
+    assert taken[0] == state and taken[1] == mark and taken[3] is None
+    assert taken[2].outcome is Outcome.HELD and taken[2].ticket == 0
+    assert taken[2].delay_us == first.slot_us + 10**6 - now
+    own = schedule.take(state, mark, now, 1_000, 0, "h1", 10**6, 20_000)
+    assert own[2].outcome is Outcome.OK and own[3] is not None
+    assert own[3].outcome is Outcome.OK
+    expired = schedule.take(state, mark, first.slot_us + 10**6, 1_000, 0, "h2", 10**6, 20_000)
+    assert expired[2].outcome is Outcome.OK and expired[2].ticket == state.ticket + 1

@@ -111,8 +111,8 @@ def run_elsewhere(store: MemoryStore, clock: Clock, task_id: str) -> None:
 
 
 def test_copies_of_tasks_running_elsewhere_do_not_hold_back_this_worker() -> None:
-    """Redelivered copies of two tasks leased by another worker fill this worker's two free
-    processes' worth of tickets; they wait for those leases, so the next task still starts."""
+    """Redelivered copies of two tasks leased by another worker, as many as this worker has
+    free processes: they take no ticket and no place, so the next task takes the next slot."""
     clock = Clock()
     store = MemoryStore(clock)
     in_pool: list[str] = []
@@ -121,18 +121,20 @@ def test_copies_of_tasks_running_elsewhere_do_not_hold_back_this_worker() -> Non
     run_elsewhere(store, clock, "a")
     run_elsewhere(store, clock, "b")
 
-    for task_id in ("a", "b", "c"):
-        service.receive(held_copy(service, task_id, started))
-    assert {h.request.id: h.ticket > 0 for h in service.held["api"]} == {
-        "a": True,
-        "b": True,
-        "c": True,
-    }
-
+    copies = {t: held_copy(service, t, started) for t in ("a", "b", "c")}
+    for held in copies.values():
+        service.receive(held)
     fire_due(service.timer, clock, within_s=0.5)
-    states = {h.request.id: h.state for h in service.held["api"]}
-    assert states == {"a": "held-by-other", "b": "held-by-other"}
+
     assert started == ["c"]
+    assert {t: h.state for t, h in copies.items()} == {
+        "a": "held-by-other",
+        "b": "held-by-other",
+        "c": "started",
+    }
+    assert {t: h.ticket for t, h in copies.items()} == {"a": 0, "b": 0, "c": 3}, (
+        "c takes the next ticket; a and b take none (their slots would go unused)"
+    )
 
 
 def test_a_copy_waiting_on_a_lease_is_dropped_once_its_task_is_done() -> None:

@@ -292,9 +292,15 @@ def test_cli_audit_without_pyspark(tmp_path: Path, monkeypatch: pytest.MonkeyPat
 
 
 @pytest.mark.slow
-def test_audit_of_a_real_pool_run(spark: Any, make_pool: Any, tmp_path: Path) -> None:  # noqa: F811
+def test_audit_of_a_real_pool_run(
+    spark: Any,  # noqa: F811
+    make_pool: Any,
+    redis_client: Any,
+    tmp_path: Path,
+) -> None:
     """3 real workers, 60 tasks, the ledger exported by the real `celery … interval ledger
-    export` command line, then audited: every task started once, none too early."""
+    export` command line, then audited: every task started once, none too early. The store's
+    database starts empty (``redis_client`` flushes it): the export holds this run alone."""
     from pool import celery_cli
 
     from celery_interval.spark.audit import main

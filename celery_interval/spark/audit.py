@@ -228,7 +228,7 @@ def cube_of(entries: DataFrame) -> DataFrame:
         _count_if((op == "grant:OK") & ~_flag("again")).alias("grants"),
         _count_if((op == "grant:OK") & _flag("again")).alias("regrants"),
         _count_if(op == "claim:WAIT").alias("waits"),
-        _count_if(op == "claim:HELD").alias("held"),
+        _count_if(op.isin("grant:HELD", "claim:HELD")).alias("held"),
         _count_if(op == "claim:PAUSED").alias("paused_claims"),
         _count_if(op == "claim:RETICKET").alias("retickets"),
         _count_if(op.isin("grant:DUPLICATE", "claim:DUPLICATE")).alias("dedupe_drops"),

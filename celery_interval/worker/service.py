@@ -239,6 +239,9 @@ class IntervalService:
             )
             self._drop(held, ack=True)
             return
+        if grant.outcome is Outcome.HELD:
+            self._wait_for_lease(held, grant.delay_us, self._requeue)
+            return
         stats.grants += 1
         stats.interval_us = held.interval_us
         stats.last_paused = grant.paused
@@ -344,12 +347,7 @@ class IntervalService:
             self.paused[held.bucket].append(held)
             self._ensure_pause_poll(held.bucket)
         elif outcome is Outcome.HELD:
-            # The task runs elsewhere: this copy waits for that lease, not for a process here.
-            stats.helds += 1
-            held.state = "held-by-other"
-            self._unticket(held)
-            self._arm(held, min(result.delay_us / 1e6, HELD_RECHECK_S) + 0.001, self._due)
-            self._fill(held.bucket)
+            self._wait_for_lease(held, result.delay_us, self._due)
         elif outcome is Outcome.RETICKET:
             stats.retickets += 1
             if result.epoch != held.epoch and self._epochs.get(held.bucket) != result.epoch:
@@ -371,9 +369,7 @@ class IntervalService:
             if held.ticketed:
                 self._grant(held)
             else:
-                held.state = "queued"
-                self._queued[held.bucket].appendleft(held)
-                self._fill(held.bucket)
+                self._requeue(held)
         else:
             stats.duplicates += 1
             logger.info(
@@ -382,6 +378,23 @@ class IntervalService:
                 held.request.id,
             )
             self._drop(held, ack=True)
+
+    def _wait_for_lease(self, held: Held, left_us: int, then: Callable[[Held], None]) -> None:
+        """The task runs under another holder's lease: this copy gives up its place among the
+        tickets (it waits for that lease, not for a process here) and looks again when the
+        lease may have ended, or within ``HELD_RECHECK_S`` (a done task's copy is dropped)."""
+        self.stats[held.bucket].helds += 1
+        held.state = "held-by-other"
+        self._unticket(held)
+        self._arm(held, min(left_us / 1e6, HELD_RECHECK_S) + 0.001, then)
+        self._fill(held.bucket)
+
+    def _requeue(self, held: Held) -> None:
+        """Back to the front of the bucket's queue, to take a ticket when a process is free."""
+        held.entry = None
+        held.state = "queued"
+        self._queued[held.bucket].appendleft(held)
+        self._fill(held.bucket)
 
     def _start(self, held: Held, start_ns: int) -> None:
         held.state = "started"

@@ -2,8 +2,24 @@
 -- lead and the bucket runs: a task whose turn is now takes its ticket and start in one trip.
 -- KEYS as grant.lua. ARGV[1..6] as grant.lua's, then ARGV[7] holder, ARGV[8] lease_us,
 -- ARGV[9] lead_us, ARGV[10] handoff_us (as claim.lua's).
--- Returns grant.lua's reply, followed by claim.lua's when it claimed (10 values).
+-- Returns grant.lua's reply, followed by claim.lua's when it claimed (10 values); grant's
+-- outcome is HELD (delay = the lease left, no ticket) while another holder's lease is live.
+-- Ledger: op=grant:HELD now task r holder delay epoch interval (effective) for that.
 local now = fmt(clock_us(ARGV[1]))
+local lease = live(load_mark(KEYS[2]), tonumber(now))
+if lease ~= nil and lease.kind == 'L' and lease.holder ~= ARGV[7] then
+  local s, is_new = load_or_new(KEYS[1], tonumber(now), tonumber(ARGV[2]))
+  if is_new then
+    save_state(KEYS[1], s)
+  end
+  local left = lease.exp - tonumber(now)
+  ledger_append(KEYS[3], tonumber(ARGV[6]), {
+    'op', 'grant:HELD', 'now', tonumber(now), 'task', ARGV[4], 'r', tonumber(ARGV[5]),
+    'holder', ARGV[7], 'delay', left, 'epoch', s.e,
+    'interval', effective_interval(s, tonumber(ARGV[2])),
+  })
+  return { 'HELD', s.e, 0, 0, left, s.p ~= nil and 1 or 0 }
+end
 local g = grant_op(KEYS, { now, ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6] })
 if g[1] ~= 'OK' or g[6] == 1 or g[5] > clamp_lead(tonumber(ARGV[9])) then
   return g
