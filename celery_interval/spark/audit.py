@@ -7,10 +7,12 @@ and the interval governs starts. The interval a gap must clear is the later star
 ``--interval-of`` when given, else the ``interval`` the claim entry records, else the one the
 latest control entry (pause, unpause, set_interval) recorded before it.
 
-The heavy part is one pass: the entries are shuffled by bucket once, sorted once by time
-(duplicates from overlapping exports are adjacent and dropped, gaps and pauses come from
-running windows), sorted once by (task, retries) for duplicate starts, and folded into a
-small *cube* per (bucket, worker, second). Everything else is computed from the cube.
+The heavy part is one pass: the entries are read and shuffled by bucket once. The
+*timeline* (starts and control actions) is then sorted by time (duplicates from overlapping
+exports are adjacent and dropped, gaps and pauses come from running windows) and folded into a
+small *cube* per (bucket, worker, second). Every other entry (most of a ledger: grants, waits)
+is only counted, once per (bucket, id), without a sort; so are the holders of each started
+task. Everything else is computed from the cube.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from pyspark import StorageLevel
-from pyspark.sql import Column, DataFrame, SparkSession, Window
+from pyspark.sql import Column, DataFrame, Observation, SparkSession, Window
 from pyspark.sql import functions as F
 from pyspark.sql.types import LongType, StringType, StructField, StructType
 
@@ -36,16 +38,21 @@ __all__ = [
     "annotate",
     "audit",
     "build_session",
+    "counted_cells",
     "cube_of",
-    "duplicate_tasks",
+    "dedupe",
+    "duplicate_cells",
     "gap_histogram",
+    "keyed",
     "lateness_series",
     "main",
     "normalize",
+    "on_timeline",
     "read_ledgers",
     "starts_of",
     "summary",
     "typed_columns",
+    "union_cells",
     "worker_of",
     "worker_shares",
 ]
@@ -74,6 +81,8 @@ TBIN_US = 1_000_000
 HIST_PER_INTERVAL = 10
 HIST_BINS = 4 * HIST_PER_INTERVAL + 1
 _CONTROLS = ("pause", "unpause", "set_interval")
+#: Besides starts, the entries the running windows read: intervals set, pauses opened, closed.
+_TIMELINE_OPS = (*_CONTROLS, "reset")
 #: Where a start's interval came from; entries carry the index (numbers aggregate faster).
 SOURCES = ("--interval-of", "ledger", "control")
 
@@ -106,15 +115,15 @@ def _by_time() -> Any:
     return Window.partitionBy("bucket").orderBy("start_key", "id")
 
 
-def normalize(raw: DataFrame) -> DataFrame:
+def keyed(raw: DataFrame) -> DataFrame:
     """The audited fields, typed, plus ``is_start`` and ``start_key`` (the admitted start of
-    a start, else ``now``); entries without bucket, op or now are dropped, and so is every
-    repeat of an entry (bucket, id) that overlapping exports both hold."""
+    a start, else ``now``), shuffled by bucket; entries without bucket, op or now are dropped.
+    Overlapping exports' repeats of an entry (bucket, id) are still there."""
     valid = F.col("bucket").isNotNull() & F.col("op").isNotNull() & F.col("now").isNotNull()
     # An entry without an id (a hand-made ledger) is never taken for another one.
     unique_id = F.concat(F.lit("row-"), F.monotonically_increasing_id().cast("string"))
     is_start = (F.col("op") == "claim:OK") & ~_flag("again")
-    keyed = (
+    return (
         typed_columns(raw, AUDIT_FIELDS)
         .where(valid)
         .select(
@@ -127,11 +136,28 @@ def normalize(raw: DataFrame) -> DataFrame:
         )
         .repartition("bucket")
     )
+
+
+def on_timeline() -> Column:
+    """Whether an entry is a start or a control action: what the running windows read."""
+    return F.col("is_start") | F.col("op").isin(*_TIMELINE_OPS)
+
+
+def dedupe(entries: DataFrame) -> DataFrame:
+    """``entries`` (of ``keyed``) without the repeats of an entry (bucket, id) that
+    overlapping exports both hold."""
     # Both copies of an entry share (start_key, id): adjacent in this order.
     repeat = F.lag("id").over(_by_time()) == F.col("id")
     return (
-        keyed.withColumn("repeat", repeat).where(~F.coalesce("repeat", F.lit(False))).drop("repeat")
+        entries.withColumn("repeat", repeat)
+        .where(~F.coalesce("repeat", F.lit(False)))
+        .drop("repeat")
     )
+
+
+def normalize(raw: DataFrame) -> DataFrame:
+    """Every valid entry of ``raw`` once, typed, with ``is_start`` and ``start_key``."""
+    return dedupe(keyed(raw))
 
 
 def worker_of(holder: Column) -> Column:
@@ -143,8 +169,7 @@ def annotate(ledger: DataFrame, intervals_us: Mapping[str, int] | None = None) -
     """Every entry of a ``normalize``-d ledger with, for starts: interval_us and its
     interval_source, prev_start_us, prev_task, gap_us, violation (gap_us < interval_us;
     null for a bucket's first start or an unknown interval), worker, tbin (second since the
-    bucket's first start), hbin (histogram bin) and new_holder (the same (task, retries)
-    started before by another delivery); for the close of a pause: pause_from_us and
+    bucket's first start) and hbin (histogram bin); for the close of a pause: pause_from_us and
     pause_to_us; for a pause or a close: event_code (now x 2, + 1 for a pause)."""
     w = _by_time()
     before = w.rowsBetween(Window.unboundedPreceding, -1)
@@ -195,12 +220,7 @@ def annotate(ledger: DataFrame, intervals_us: Mapping[str, int] | None = None) -
         # the last pause or close wins: now x 2 + 1 for a pause (max() of it is the latest)
         F.when(is_open | is_close, F.col("now") * 2 + is_open.cast("long")).alias("event_code"),
     )
-    by_task = Window.partitionBy("bucket", "is_start", "task", "r").orderBy(
-        "holder", "start_key", "id"
-    )
-    prev_holder = F.lag("holder").over(by_task)
-    new_holder = is_start & prev_holder.isNotNull() & (prev_holder != F.col("holder"))
-    return shaped.withColumn("new_holder", new_holder)
+    return shaped
 
 
 def starts_of(ledger: DataFrame, intervals_us: Mapping[str, int] | None = None) -> DataFrame:
@@ -214,14 +234,10 @@ def starts_of(ledger: DataFrame, intervals_us: Mapping[str, int] | None = None) 
     )
 
 
-def cube_of(entries: DataFrame) -> DataFrame:
-    """``annotate``-d entries folded per (bucket, worker, tbin, pause_to_us): starts by worker
-    and second, each closed pause alone, every other entry in one cell per bucket (the three
-    null). Only declarative aggregates and small sketches: the cells are many."""
-    op, is_start = F.col("op"), F.col("is_start")
-    gap = F.col("gap_us")
-    start_at = F.when(is_start, F.col("start_key"))
-    return entries.groupBy("bucket", "worker", "tbin", "pause_to_us").agg(
+def _entry_counts() -> list[Column]:
+    """The aggregates of any cell: its entries, their time span, and counts by outcome."""
+    op = F.col("op")
+    return [
         F.count(F.lit(1)).alias("entries"),
         F.min("now").alias("first_entry_us"),
         F.max("now").alias("last_entry_us"),
@@ -233,6 +249,18 @@ def cube_of(entries: DataFrame) -> DataFrame:
         _count_if(op == "claim:RETICKET").alias("retickets"),
         _count_if(op.isin("grant:DUPLICATE", "claim:DUPLICATE")).alias("dedupe_drops"),
         _count_if((op == "claim:OK") & _flag("again")).alias("reclaims"),
+    ]
+
+
+def cube_of(entries: DataFrame) -> DataFrame:
+    """``annotate``-d entries folded per (bucket, worker, tbin, pause_to_us): starts by worker
+    and second, each closed pause alone, every other entry in one cell per bucket (the three
+    null). Only declarative aggregates and small sketches: the cells are many."""
+    is_start = F.col("is_start")
+    gap = F.col("gap_us")
+    start_at = F.when(is_start, F.col("start_key"))
+    return entries.groupBy("bucket", "worker", "tbin", "pause_to_us").agg(
+        *_entry_counts(),
         _count_if(is_start & _flag("readmit")).alias("readmits"),
         _count_if(is_start).alias("starts"),
         F.min(start_at).alias("first_start_us"),
@@ -248,10 +276,60 @@ def cube_of(entries: DataFrame) -> DataFrame:
         F.max_by("interval_us", start_at).alias("interval_us"),
         F.max_by("interval_source", start_at).alias("interval_source"),
         F.array(*[_count_if(F.col("hbin") == n) for n in range(HIST_BINS)]).alias("hist"),
-        _count_if(F.col("new_holder")).alias("duplicate_starts"),
         F.max("pause_from_us").alias("pause_from_us"),
         F.max("event_code").alias("event_code"),
     )
+
+
+def counted_cells(entries: DataFrame) -> DataFrame:
+    """Entries (of ``keyed``, off the timeline) once each per (bucket, id), one cell per
+    bucket with the ``_entry_counts`` only: no sort, no window."""
+    once = entries.groupBy("bucket", "id").agg(
+        *[F.first(n).alias(n) for n in ("op", "now", "again")]
+    )
+    return once.groupBy("bucket").agg(*_entry_counts())
+
+
+def duplicate_cells(entries: DataFrame, examples: int = 10) -> DataFrame:
+    """Per bucket where a (task, retries) was started by more than one delivery (holder):
+    ``duplicate_starts`` (the starts after each task's first holder's) and up to ``examples``
+    of those ``duplicate_tasks``; an entry (bucket, id) is read once however often repeated."""
+    holders = (
+        entries.where(F.col("is_start"))
+        .groupBy("bucket", "task", "r", "id")
+        .agg(F.first("holder").alias("holder"))
+        .groupBy("bucket", "task", "r")
+        .agg(F.count_distinct("holder").alias("holders"))
+    )
+    return (
+        holders.where(F.col("holders") > 1)
+        .groupBy("bucket")
+        .agg(
+            F.sum(F.col("holders") - 1).alias("duplicate_starts"),
+            F.slice(F.sort_array(F.collect_set("task")), 1, examples).alias("duplicate_tasks"),
+        )
+    )
+
+
+def union_cells(cube: DataFrame, *others: DataFrame) -> DataFrame:
+    """``cube`` with the cells of ``others`` appended; a column a frame lacks is null there."""
+    types = {f.name: f.dataType for f in cube.schema.fields}
+    for other in others:
+        for f in other.schema.fields:
+            types.setdefault(f.name, f.dataType)
+    frames = [
+        df.select(
+            *[
+                (F.col(n) if n in df.columns else F.lit(None).cast(t)).alias(n)
+                for n, t in types.items()
+            ]
+        )
+        for df in (cube, *others)
+    ]
+    out = frames[0]
+    for frame in frames[1:]:
+        out = out.unionByName(frame)
+    return out
 
 
 def worker_shares(cube: DataFrame) -> DataFrame:
@@ -278,24 +356,14 @@ def _quantile(sketch: Column, q: float, present: Column) -> Column:
     return F.when(present, F.kll_sketch_get_quantile_bigint(sketch, F.lit(q)))
 
 
-def duplicate_tasks(entries: DataFrame, examples: int = 10) -> DataFrame:
-    """(bucket, duplicate_tasks): up to ``examples`` ids of tasks started by more than one
-    delivery, per bucket that has any (a drill-down: another pass over the entries)."""
-    return (
-        entries.where(F.col("new_holder"))
-        .groupBy("bucket")
-        .agg(F.slice(F.sort_array(F.collect_set("task")), 1, examples).alias("duplicate_tasks"))
-    )
-
-
-def summary(cube: DataFrame, duplicates: DataFrame | None = None) -> DataFrame:
-    """One row per bucket with entries: every figure of the audit (``*_s`` in seconds), with
-    the example ids of ``duplicates`` (``duplicate_tasks``) when given, else none."""
+def summary(cube: DataFrame) -> DataFrame:
+    """One row per bucket with entries: every figure of the audit (``*_s`` in seconds)."""
     sums = ("entries", "grants", "regrants", "waits", "held", "paused_claims", "retickets",
             "dedupe_drops", "reclaims", "readmits", "starts", "gaps", "unknown_gaps",
             "violations", "required_us", "duplicate_starts")  # fmt: skip
     folded = cube.groupBy("bucket").agg(
-        *[F.sum(n).alias(n) for n in sums],
+        *[F.coalesce(F.sum(n), F.lit(0)).alias(n) for n in sums],
+        F.first("duplicate_tasks", ignorenulls=True).alias("duplicate_tasks"),
         F.min("first_entry_us").alias("first_entry_us"),
         F.max("last_entry_us").alias("last_entry_us"),
         F.min("first_start_us").alias("first_start_us"),
@@ -351,10 +419,6 @@ def summary(cube: DataFrame, duplicates: DataFrame | None = None) -> DataFrame:
     )
     has_gaps, has_starts = F.col("gaps") > 0, starts_n > 0
     joined = folded.join(worker_shares(cube), "bucket", "left")
-    if duplicates is not None:
-        joined = joined.join(duplicates, "bucket", "left")
-    else:
-        joined = joined.withColumn("duplicate_tasks", F.lit(None).cast("array<string>"))
     return joined.select(
         "bucket",
         "entries",
@@ -451,7 +515,7 @@ def lateness_series(cube: DataFrame, points: int = 300) -> DataFrame:
 
 @dataclass(frozen=True)
 class AuditFrames:
-    """The audit's DataFrames: the annotated entries, the cube and the summary."""
+    """The audit's DataFrames: the annotated timeline, the cube and the summary."""
 
     entries: DataFrame
     cube: DataFrame
@@ -459,10 +523,26 @@ class AuditFrames:
 
 
 def audit(raw: DataFrame, intervals_us: Mapping[str, int] | None = None) -> AuditFrames:
-    """Every frame of the audit of ``raw`` ledger entries (any number of buckets and exports)."""
-    entries = annotate(normalize(raw), intervals_us)
-    cube = cube_of(entries)
-    return AuditFrames(entries, cube, summary(cube, duplicate_tasks(entries)))
+    """Every frame of the audit of ``raw`` ledger entries (any number of buckets and exports):
+    the annotated timeline, the cube (with the counted cells of the other entries and the
+    duplicate starts' cells) and the summary."""
+    shuffled = _shared(keyed(raw))
+    timeline = annotate(dedupe(shuffled.where(on_timeline())), intervals_us)
+    cube = union_cells(
+        cube_of(timeline),
+        counted_cells(shuffled.where(~on_timeline())),
+        duplicate_cells(shuffled),
+    )
+    return AuditFrames(timeline, cube, summary(cube))
+
+
+def _shared(shuffled: DataFrame) -> DataFrame:
+    """``shuffled`` read whole by each of the audit's three halves, so that they share one
+    scan and one shuffle (Spark reuses an exchange only where the plans below it are equal).
+    Observing a metric of every column keeps the optimizer from pushing a half's filter, or
+    its choice of columns, below the shuffle; the metric itself is not used."""
+    every_column = [F.count(F.col(n)).alias(f"n_{n}") for n in shuffled.columns]
+    return shuffled.observe(Observation(), *every_column)
 
 
 # -- I/O ---------------------------------------------------------------------------------------
@@ -549,12 +629,6 @@ def main(
         frames = audit(read_ledgers(spark, ledgers), intervals_us)
         cube = frames.cube.persist(StorageLevel.MEMORY_AND_DISK)
         rows = [r.asDict(recursive=True) for r in summary(cube).orderBy("bucket").collect()]
-        failing = [r["bucket"] for r in rows if r["duplicate_starts"]]
-        if failing:  # the ids of duplicate starts cost another pass: only when there are any
-            found = duplicate_tasks(frames.entries.where(F.col("bucket").isin(failing)))
-            examples = {r["bucket"]: r["duplicate_tasks"] for r in found.collect()}
-            for row in rows:
-                row["duplicate_tasks"] = examples.get(row["bucket"], [])
         doc: dict[str, Any] = {
             "generated": datetime.datetime.now(datetime.timezone.utc).isoformat(),
             "ledgers": [str(p) for p in ledgers],
