@@ -284,19 +284,28 @@ def _intervals_of(_ctx: click.Context, _param: click.Parameter, values: tuple[st
     return found
 
 
+#: Spark error classes that only wrap the failures that say what went wrong.
+_SPARK_WRAPPERS = ("[STAGE_MATERIALIZATION_MULTIPLE_FAILURES]",)
+
+
 def _spark_error(exc: Exception) -> str:
-    """The line of a Spark error that says what failed (``[ERROR_CLASS] …``, naming the file)."""
-    text = str(exc)
+    """The line of a Spark error that says what failed (``[ERROR_CLASS] …``, naming the file),
+    looked for in the JVM's exception and its causes, past wrappers of several failures."""
+    texts = [str(exc)]
     java = getattr(exc, "java_exception", None)  # py4j: the JVM's own message is the useful one
-    if java is not None:
-        with contextlib.suppress(Exception):
-            text = str(java.toString())
-    lines = [line.strip() for line in text.splitlines() if line.strip()]
-    for line in lines:
-        found = re.search(r"\[[A-Z_.]+\].*", line)
-        if found:
-            return found.group(0)
-    return lines[0] if lines else type(exc).__name__
+    chain: list[Any] = []
+    with contextlib.suppress(Exception):
+        while java is not None and len(chain) < 20:
+            chain.append(java)
+            java = java.getCause()
+        texts += [str(e.toString()) for e in chain]  # the first failure is the cause
+        texts += [str(x.toString()) for e in chain for x in (e.getSuppressed() or ())]
+    lines = [line.strip() for text in texts for line in text.splitlines() if line.strip()]
+    found = [m.group(0) for line in lines if (m := re.search(r"\[[A-Z_.]+\].*", line))]
+    for line in found:
+        if not line.startswith(_SPARK_WRAPPERS):
+            return line
+    return found[0] if found else (lines[0] if lines else type(exc).__name__)
 
 
 def _spark_conf(_ctx: click.Context, _param: click.Parameter, values: tuple[str, ...]) -> Any:

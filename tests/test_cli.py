@@ -127,3 +127,38 @@ def test_demo_json_real_run() -> None:
     assert (figures["tasks"], figures["completed"], figures["duplicates"]) == (30, 30, 0)
     assert figures["violations"] == 0 and figures["min_gap_s"] >= 0.05
     assert figures["workers"] == 3 and figures["utilization"] >= 0.9
+
+
+class _JavaError:
+    """What py4j hands over of a JVM exception: toString, getCause, getSuppressed."""
+
+    def __init__(self, text: str, cause: Any = None, suppressed: tuple[Any, ...] = ()) -> None:
+        self.text, self.cause, self.suppressed = text, cause, suppressed
+
+    def toString(self) -> str:
+        return self.text
+
+    def getCause(self) -> Any:
+        return self.cause
+
+    def getSuppressed(self) -> tuple[Any, ...]:
+        return self.suppressed
+
+
+def test_a_spark_error_names_what_failed_past_a_wrapper_of_several_failures() -> None:
+    """Spark wraps concurrent stage failures in one error whose own line names nothing: the
+    audit's message comes from its cause (here the file that failed to parse)."""
+    from celery_interval.cli import _spark_error
+
+    read = "[FAILED_READ_FILE.NO_HINT] Encountered error while reading file file:///x/l.jsonl."
+    wrapper = _JavaError(
+        "org.apache.spark.SparkException: [STAGE_MATERIALIZATION_MULTIPLE_FAILURES] Multiple"
+        " failures (3) in stage materialization:",
+        cause=_JavaError(f"org.apache.spark.SparkException: {read}  SQLSTATE: KD001"),
+        suppressed=(_JavaError("org.apache.spark.SparkException: [FAILED_READ_FILE] other"),),
+    )
+    exc = RuntimeError("An error occurred while calling o42.collect.")
+    exc.java_exception = wrapper  # type: ignore[attr-defined]
+    assert _spark_error(exc) == f"{read}  SQLSTATE: KD001"
+    lone = RuntimeError("[ONLY_A_WRAPPER] nothing else")
+    assert _spark_error(lone) == "[ONLY_A_WRAPPER] nothing else"
