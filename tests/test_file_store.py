@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from fakeclock import Clock
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -26,19 +27,9 @@ I_US = 1_000
 T0_US = 1_700_000_000_000_000
 
 
-class Clock:
-    """An injected store clock."""
-
-    def __init__(self) -> None:
-        self.now_us = T0_US
-
-    def __call__(self) -> int:
-        return self.now_us
-
-
 @pytest.fixture
 def clock() -> Clock:
-    return Clock()
+    return Clock(T0_US)
 
 
 @pytest.fixture
@@ -331,7 +322,7 @@ def _apply(store: Store, op: tuple[Any, ...], granted: dict[Any, tuple[int, int]
 @settings(max_examples=60, deadline=None)
 @given(st.lists(ops, max_size=40))
 def test_same_answers_as_memory_store(steps: list[tuple[Any, ...]]) -> None:
-    clock = Clock()
+    clock = Clock(T0_US)
     memory = MemoryStore(clock_us=clock)
     with tempfile.TemporaryDirectory() as directory:
         files = FileStore(directory, clock_us=clock)

@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 import redis
+from fakeclock import Clock
 from redisproc import RedisProc
 
 from celery_interval import schedule
@@ -21,16 +22,6 @@ ML = schedule.MAX_LEAD_US
 I_US = 1_000_000
 T_US = 1_800_000_000_000_123  # 16 digits: Lua's default 14-digit formatting would round these
 LEASE_US = 30_000_000
-
-
-class Clock:
-    """An injected store clock."""
-
-    def __init__(self, now_us: int) -> None:
-        self.now_us = now_us
-
-    def __call__(self) -> int:
-        return self.now_us
 
 
 def fields_of(store: RedisStore, bucket: str) -> list[dict[str, str]]:

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 import redis
 from click.testing import CliRunner
+from fakeclock import Clock
 
 from celery_interval.errors import ConfigurationError
 from celery_interval.ledger import LedgerReader, entry_record, export, parse_since_us
@@ -20,14 +21,6 @@ from celery_interval.stores.redis import RedisStore
 
 I_US = 1_000_000
 T_US = 1_800_000_000_000_123
-
-
-class Clock:
-    def __init__(self, now_us: int) -> None:
-        self.now_us = now_us
-
-    def __call__(self) -> int:
-        return self.now_us
 
 
 def lines(path: Path) -> list[dict[str, Any]]:

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from celery import Celery
+from fakeclock import Clock
 
 from celery_interval.config import settings_of
 from celery_interval.stores.memory import MemoryStore
@@ -51,14 +52,6 @@ class Qos:
 
     def decrement_eventually(self) -> None:
         return None
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now_us = 1_000_000_000
-
-    def __call__(self) -> int:
-        return self.now_us
 
 
 def make_service(store: MemoryStore, in_pool: list[str]) -> IntervalService:
@@ -113,7 +106,7 @@ def run_elsewhere(store: MemoryStore, clock: Clock, task_id: str) -> None:
 def test_copies_of_tasks_running_elsewhere_do_not_hold_back_this_worker() -> None:
     """Redelivered copies of two tasks leased by another worker, as many as this worker has
     free processes: they take no ticket and no place, so the next task takes the next slot."""
-    clock = Clock()
+    clock = Clock(1_000_000_000)
     store = MemoryStore(clock)
     in_pool: list[str] = []
     service = make_service(store, in_pool)
@@ -139,7 +132,7 @@ def test_copies_of_tasks_running_elsewhere_do_not_hold_back_this_worker() -> Non
 
 def test_a_copy_waiting_on_a_lease_is_dropped_once_its_task_is_done() -> None:
     """The copy looks again within a second; the task done elsewhere, it is acked and gone."""
-    clock = Clock()
+    clock = Clock(1_000_000_000)
     store = MemoryStore(clock)
     service = make_service(store, [])
     started: list[str] = []
