@@ -1,4 +1,4 @@
-"""Reach the machine's RabbitMQ, or skip (fail under CI=true) with the reason."""
+"""Reach the machine's services and tools, or skip (fail under CI=true) with the reason."""
 
 from __future__ import annotations
 
@@ -18,14 +18,17 @@ def reachable(host: str, port: int, timeout_s: float = 1.0) -> bool:
         return False
 
 
-def require_service(name: str, host: str, port: int, hint: str) -> None:
-    """Skip when a shared service is down; under CI=true that is a failure, not a skip."""
-    if reachable(host, port):
-        return
-    message = f"{name} is not reachable at {host}:{port} ({hint})"
+def skip_or_fail(message: str) -> None:
+    """A missing service or tool is a skip on a developer's machine, a failure under CI=true."""
     if os.environ.get("CI") == "true":
         pytest.fail(f"CI=true and {message}")
     pytest.skip(message)
+
+
+def require_service(name: str, host: str, port: int, hint: str) -> None:
+    """Skip when a shared service is down (under CI=true: fail)."""
+    if not reachable(host, port):
+        skip_or_fail(f"{name} is not reachable at {host}:{port} ({hint})")
 
 
 def rabbitmq_url() -> str:

@@ -2,23 +2,20 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from brokers import skip_or_fail
 
 from celery_interval.spark import missing_requirement
 
 
 def require_spark() -> None:
-    """Skip when PySpark or Java is missing; under CI=true that is a failure, not a skip."""
+    """Skip when PySpark or Java is missing (under CI=true: fail)."""
     why = missing_requirement()
-    if why is None:
-        return
-    if os.environ.get("CI") == "true":
-        pytest.fail(f"CI=true and {why}")
-    pytest.skip(why)
+    if why is not None:
+        skip_or_fail(why)
 
 
 @pytest.fixture(scope="session")

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import itertools
-import os
 import shutil
 import signal
 import subprocess
@@ -14,6 +13,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from brokers import skip_or_fail
 from latency import LatencyProxy
 from pool import Pool
 from test_pool import BODY_FLOOR_SHARE, assert_exactly_once, body_floor_us, claim_times_us
@@ -209,9 +209,7 @@ def test_redis_visibility_timeout_shorter_than_the_hold(make_pool: Any) -> None:
 def rabbitmq_consumer_timeout(timeout_ms: int) -> Iterator[None]:
     """Lower the local RabbitMQ's consumer_timeout (checked every second) for new channels."""
     if shutil.which("rabbitmqctl") is None:
-        if os.environ.get("CI") == "true":
-            pytest.fail("CI=true and rabbitmqctl is missing: cannot set consumer_timeout")
-        pytest.skip("rabbitmqctl is not on PATH: cannot lower RabbitMQ's consumer_timeout")
+        skip_or_fail("rabbitmqctl is not on PATH: cannot lower RabbitMQ's consumer_timeout")
 
     def set_env(key: str, value: int) -> None:
         subprocess.run(

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 import redis
+from brokers import skip_or_fail
 from celery import Celery
 from pool import Pool, celery_cli, run_once
 from redisproc import RedisProc, find_redis_server
@@ -101,13 +102,6 @@ def denials(admin: redis.Redis[str]) -> list[str]:
         )
         out.append(str(fields["object"]))
     return out
-
-
-def skip_or_fail(message: str) -> None:
-    """A missing tool is a skip here and a failure under CI=true."""
-    if os.environ.get("CI") == "true":
-        pytest.fail(f"CI=true and {message}")
-    pytest.skip(message)
 
 
 # ---------------------------------------------------------------------------------------
