@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 import uuid
@@ -154,10 +155,13 @@ class IntervalService:
 
     # -- tickets: one per free pool process -----------------------------------------------
 
-    def _enqueue(self, held: Held) -> None:
+    def _enqueue(self, held: Held, *, front: bool = False) -> None:
         held.entry = None
         held.state = "queued"
-        self._queued[held.bucket].append(held)
+        if front:
+            self._queued[held.bucket].appendleft(held)
+        else:
+            self._queued[held.bucket].append(held)
         self._fill(held.bucket)
 
     def _fill(self, bucket: str) -> None:
@@ -391,10 +395,7 @@ class IntervalService:
 
     def _requeue(self, held: Held) -> None:
         """Back to the front of the bucket's queue, to take a ticket when a process is free."""
-        held.entry = None
-        held.state = "queued"
-        self._queued[held.bucket].appendleft(held)
-        self._fill(held.bucket)
+        self._enqueue(held, front=True)
 
     def _start(self, held: Held, start_ns: int) -> None:
         held.state = "started"
@@ -419,9 +420,8 @@ class IntervalService:
             self._cancel(held.entry)
             held.entry = None
         self._unticket(held)
-        bucket_held = self.held.get(held.bucket)
-        if bucket_held is not None and held in bucket_held:
-            bucket_held.remove(held)
+        with contextlib.suppress(ValueError):  # already forgotten
+            self.held.get(held.bucket, []).remove(held)
             self._qos().decrement_eventually()
         self._apply_caps(held.queue)
 
