@@ -149,3 +149,27 @@ def test_a_copy_waiting_on_a_lease_is_dropped_once_its_task_is_done() -> None:
     service.timer.entries.clear()
     fn(*args)
     assert copy.request.acked and not service.held["api"] and not started
+
+
+def test_a_task_the_pool_never_accepted_stops_renewing_its_lease_when_the_channel_closes(
+    caplog: Any,
+) -> None:
+    """Celery drops jobs the pool has not accepted when the channel closes, and never reports
+    their end: their leases must lapse (the broker's copy then runs), and the log names them."""
+    clock = Clock(1_000_000_000)
+    store = MemoryStore(clock)
+    service = make_service(store, [])
+    started: list[str] = []
+    for task_id in ("a", "b"):
+        held = held_copy(service, task_id, started)
+        held.acks_late = True
+        service.receive(held)
+        fire_due(service.timer, clock, within_s=0.5)
+    assert started == ["a", "b"]
+    service.pool_accepted("a")
+
+    service.connection_lost()
+
+    assert list(service._leases) == [("api", "a", 0)], "a runs: its lease is still renewed"
+    lines = [r.getMessage() for r in caplog.records if "not yet accepted" in r.getMessage()]
+    assert len(lines) == 1 and "(b)" in lines[0], lines

@@ -122,6 +122,7 @@ class IntervalService:
         self._filling = False
         self._fill_entry: Any = None
         self._in_pool = 0
+        self._released: dict[str, Held] = {}
         self._starved_entry: Any = None
         self._outage_since: float | None = None
         self.clock = StoreClock()
@@ -148,6 +149,10 @@ class IntervalService:
         self._in_pool -= 1
         if self._fill_entry is None:
             self._fill_entry = self.timer.call_after(0.0, self._fill_all, priority=6)
+
+    def pool_accepted(self, task_id: str) -> None:
+        """A pool process accepted the task: it runs (its end calls ``pool_freed``)."""
+        self._released.pop(task_id, None)
 
     def new_holder(self) -> str:
         """A holder id unique to one delivery on this worker."""
@@ -403,6 +408,7 @@ class IntervalService:
         held.request.request_dict[START_HEADER] = start_ns
         held.request.request_dict[SPIN_HEADER] = min(MAX_SPIN_NS, held.interval_us * 200)
         self._in_pool += 1
+        self._released[held.request.id] = held
         if held.acks_late:
             self._leases[held.key] = held.holder
             self._ensure_renew()
@@ -566,6 +572,7 @@ class IntervalService:
 
     def connection_lost(self) -> None:
         """The channel is gone: its unacked messages return to the broker, so drop our copies."""
+        self._forget_released()
         dropped = 0
         for items in list(self.held.values()):
             for held in list(items):
@@ -589,6 +596,25 @@ class IntervalService:
             logger.warning(
                 "interval: connection lost, %d held task(s) return to the broker", dropped
             )
+
+    def _forget_released(self) -> None:
+        """Tasks released to the pool but not accepted when the channel closed: Celery drops
+        them from the pool (a process may still run one that was already written to it), and
+        never reports their end. Stop renewing their leases, so that a copy waits for the lease
+        to lapse, not forever; say which tasks, since their copies start that much later."""
+        orphans, self._released = list(self._released.values()), {}
+        if not orphans:
+            return
+        self._in_pool -= len(orphans)
+        for held in orphans:
+            self._leases.pop(held.key, None)
+        logger.warning(
+            "interval: connection lost with %d task(s) released to the pool but not yet accepted "
+            "(%s): their copies wait for the lease (up to %.0fs) before they can run",
+            len(orphans),
+            ", ".join(h.request.id for h in orphans),
+            self.settings.lease_us / 1e6,
+        )
 
     def close(self) -> None:
         """Flush pending done marks and release the store."""

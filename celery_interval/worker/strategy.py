@@ -35,6 +35,7 @@ def interval_strategy(task: Any, app: Any, consumer: Any, **_: Any) -> Any:
             symbol_by_name(task.Request), task, consumer.pool, hostname, eventer, app=app
         ),
         service.pool_freed,
+        service.pool_accepted,
     )
     acks_late = bool(getattr(task, "acks_late", False))
 
@@ -115,11 +116,17 @@ def interval_strategy(task: Any, app: Any, consumer: Any, **_: Any) -> Any:
     return handler
 
 
-def _freeing_pool(base: Any, pool_freed: Callable[[], None]) -> Any:
-    """The request class, telling the service when its task left the pool process."""
+def _freeing_pool(
+    base: Any, pool_freed: Callable[[], None], pool_accepted: Callable[[str], None]
+) -> Any:
+    """The request class, telling the service when a pool process took its task and left it."""
 
     class Request(base):  # type: ignore[misc]
         __slots__ = ()
+
+        def on_accepted(self, pid: Any, time_accepted: Any) -> Any:
+            pool_accepted(self.id)
+            return super().on_accepted(pid, time_accepted)
 
         def on_success(self, failed__retval__runtime: Any, **kwargs: Any) -> Any:
             try:
