@@ -99,8 +99,14 @@ class ModelStore(ABC):
         lease_us: int,
         lead_us: int = 0,
         handoff_us: int = 0,
+        *,
+        done_first: Sequence[DoneMark] = (),
+        dedupe_ttl_us: int = 0,
     ) -> tuple[Grant, Claim | None]:
-        """Atomically grant, and claim at once when the slot is due (``schedule.take``)."""
+        """Atomically grant, and claim at once when the slot is due (``schedule.take``);
+        ``done_first`` are ``done`` marks sent ahead of it (one round trip on Redis)."""
+        if done_first:
+            self.done(done_first, dedupe_ttl_us)
         with self._locked(bucket) as txn:
             txn.state, mark, granted, claimed = schedule.take(
                 txn.state,

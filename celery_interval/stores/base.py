@@ -71,8 +71,12 @@ class Store(Protocol):
         lease_us: int,
         lead_us: int = 0,
         handoff_us: int = 0,
+        *,
+        done_first: Sequence[DoneMark] = (),
+        dedupe_ttl_us: int = 0,
     ) -> tuple[Grant, Claim | None]:
-        """Atomically grant, and claim at once when the slot is due (``schedule.take``)."""
+        """Atomically grant, and claim at once when the slot is due (``schedule.take``);
+        ``done_first`` are ``done`` marks sent ahead of it (one round trip on Redis)."""
         ...
 
     def done(self, marks: Sequence[DoneMark], dedupe_ttl_us: int) -> None:

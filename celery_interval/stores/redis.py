@@ -18,7 +18,6 @@ from redis.exceptions import (
     AuthenticationError,
     BusyLoadingError,
     ClusterDownError,
-    NoScriptError,
     ReadOnlyError,
     RedisClusterException,
     RedisError,
@@ -43,6 +42,7 @@ from celery_interval.schedule import (
 )
 from celery_interval.stores import CLUSTER_SCHEMES, keys, mask_url
 from celery_interval.stores.base import DoneMark
+from celery_interval.stores.line import ScriptLine
 
 if TYPE_CHECKING:
     from celery_interval.stores.base import Store
@@ -50,6 +50,9 @@ if TYPE_CHECKING:
     RedisClient: TypeAlias = "redis.Redis | redis.RedisCluster"
 
 __all__ = ["DEFAULT_LEDGER_MAX", "SCRIPT_NAMES", "RedisStore", "script_source"]
+
+#: A script call by the script's name: name, keys, arguments (the clock override first).
+Named: TypeAlias = "tuple[str, Sequence[str], Sequence[Any]]"
 
 SCRIPT_NAMES = (
     "grant",
@@ -266,6 +269,7 @@ class RedisStore:
         # Any: the installed redis stubs lag redis-py (no cluster scripting, no Script.sha).
         self._live: Any = None
         self._scripts: dict[str, Any] = {}
+        self._line: ScriptLine | None = None
         if isinstance(client, redis.Redis | redis.RedisCluster):
             self._use(client)
             self._where = where or _describe(client)
@@ -278,6 +282,8 @@ class RedisStore:
         self._scripts = {
             name: self._live.register_script(script_source(name)) for name in SCRIPT_NAMES
         }
+        # redis-py sends a RedisCluster's scripts itself (node routing, MOVED and failover).
+        self._line = ScriptLine(client) if isinstance(client, redis.Redis) else None
 
     @property
     def _client(self) -> Any:
@@ -364,13 +370,20 @@ class RedisStore:
         lease_us: int,
         lead_us: int = 0,
         handoff_us: int = 0,
+        *,
+        done_first: Sequence[DoneMark] = (),
+        dedupe_ttl_us: int = 0,
     ) -> tuple[Grant, Claim | None]:
-        r = self._run(
+        take: Named = (
             "take",
             self._task_keys(bucket, task_id, retries),
-            [interval_us, not_before_in_us, task_id, retries, self._ledger_max,
+            [self._now_arg(), interval_us, not_before_in_us, task_id, retries, self._ledger_max,
              holder, lease_us, lead_us, handoff_us],
         )  # fmt: skip
+        if done_first and self._line is None:
+            self.done(done_first, dedupe_ttl_us)
+            done_first = ()
+        r = self._send("take", [*self._done_calls(done_first, dedupe_ttl_us), take])[-1]
         return _grant_of(r), (_claim_of(r[6:]) if len(r) > 6 else None)
 
     def claim(
@@ -408,41 +421,20 @@ class RedisStore:
         return _claim_of(r)
 
     def done(self, marks: Sequence[DoneMark], dedupe_ttl_us: int) -> None:
-        """One done script per bucket (its marks share a hash slot), pipelined on one Redis.
+        """One done script per bucket (its marks share a hash slot), all in one round trip on
+        a standalone Redis; on a Cluster one call after another (a batch usually holds one
+        bucket)."""
+        if marks:
+            self._send("done", self._done_calls(marks, dedupe_ttl_us))
 
-        redis-py refuses EVALSHA in a RedisCluster pipeline, so on a Cluster the per-bucket
-        calls go one after another (a batch usually holds one bucket).
-        """
-        if not marks:
-            return
+    def _done_calls(self, marks: Sequence[DoneMark], dedupe_ttl_us: int) -> list[Named]:
         now = self._now_arg()
         by_bucket: dict[str, list[str]] = {}
         for m in marks:
             by_bucket.setdefault(m.bucket, []).append(
                 self._mark_key(m.bucket, m.task_id, m.retries)
             )
-        with self._errors("done"):
-            client = self._client
-            script = self._scripts["done"]
-            if isinstance(client, redis.RedisCluster):
-                for mark_keys in by_bucket.values():
-                    script(keys=mark_keys, args=[now, dedupe_ttl_us])
-                return
-            for attempt in range(2):
-                pipe = client.pipeline(transaction=False)
-                for mark_keys in by_bucket.values():
-                    # EVALSHA straight into the pipeline: one round trip (redis-py's Script in a
-                    # Pipeline sends SCRIPT EXISTS first). done is idempotent, so after NOSCRIPT
-                    # (server restarted, SCRIPT FLUSH) the script is loaded and the batch resent.
-                    pipe.evalsha(script.sha, len(mark_keys), *mark_keys, now, dedupe_ttl_us)
-                results = pipe.execute(raise_on_error=False)
-                errors = [r for r in results if isinstance(r, Exception)]
-                if not errors:
-                    return
-                if attempt == 0 and all(isinstance(e, NoScriptError) for e in errors):
-                    script.sha = client.script_load(script.script)
-                    continue
-                raise errors[0]
+        return [("done", mark_keys, [now, dedupe_ttl_us]) for mark_keys in by_bucket.values()]
 
     def renew(self, bucket: str, task_id: str, retries: int, holder: str, lease_us: int) -> bool:
         r = self._run("renew", [self._mark_key(bucket, task_id, retries)], [holder, lease_us])
@@ -556,9 +548,21 @@ class RedisStore:
 
     def _run(self, name: str, script_keys: list[str], args: list[str | int]) -> Any:
         """Run script ``name`` (EVALSHA, reloaded on NOSCRIPT) with the clock override first."""
-        with self._errors(name):
+        return self._send(name, [(name, script_keys, [self._now_arg(), *args])])[-1]
+
+    def _send(self, op: str, calls: list[Named]) -> list[Any]:
+        """The replies of the named scripts' calls, in order (one round trip on a standalone
+        Redis); the first script error raises."""
+        with self._errors(op):
             self._ensure_client()
-            return self._scripts[name](keys=script_keys, args=[self._now_arg(), *args])
+            if self._line is not None:
+                replies = self._line.run([(self._scripts[n], k, a) for n, k, a in calls])
+            else:
+                replies = [self._scripts[n](keys=k, args=a) for n, k, a in calls]
+            for reply in replies:
+                if isinstance(reply, ResponseError):
+                    raise reply
+            return replies
 
     @contextlib.contextmanager
     def _errors(self, op: str) -> Iterator[None]:

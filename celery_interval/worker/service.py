@@ -30,6 +30,8 @@ STARVED_POLL_S = 0.05
 #: A copy whose task runs under another holder's lease looks again at most this late (a done
 #: task's copy is dropped then, an expired lease's copy takes its turn).
 HELD_RECHECK_S = 1.0
+#: A done mark waits at most this long for a take to carry it to the store.
+DONE_FLUSH_S = 0.05
 #: The pool process spins (rather than sleeps) the last stretch before a start, at most this
 #: long and a fifth of the interval: a halted idle vCPU can wake a sleeper milliseconds late.
 MAX_SPIN_NS = 2_000_000
@@ -208,9 +210,11 @@ class IntervalService:
             0, held.not_before_in_us - (time.monotonic_ns() - held.received_ns) // 1000
         )
         claimed: Claim | None = None
+        marks: list[DoneMark] = []
         sent_ns = time.monotonic_ns()
         try:
             if self._pool_slots() > 0 and not self._pool_waiting and not held.request.revoked():
+                marks, self._done_pending = self._done_pending, []
                 grant, claimed = self.store.take(
                     held.bucket,
                     held.request.id,
@@ -221,12 +225,15 @@ class IntervalService:
                     self.settings.lease_us,
                     self.settings.lead_us,
                     self.settings.handoff_us,
+                    done_first=marks,
+                    dedupe_ttl_us=self.settings.dedupe_ttl_us,
                 )
             else:
                 grant = self.store.grant(
                     held.bucket, held.request.id, held.retries, held.interval_us, not_before_in_us
                 )
         except StoreUnavailable as exc:
+            self._done_pending = marks + self._done_pending
             self.on_outage(exc)
             self._arm(held, self._backoff_s, self._grant)
             return
@@ -494,11 +501,13 @@ class IntervalService:
     # -- done marks and leases -------------------------------------------------------------
 
     def mark_done(self, bucket: str, task_id: str, retries: int) -> None:
-        """Record (off the critical path) that this message was acknowledged."""
+        """Record (off the critical path) that this message was acknowledged: the mark rides
+        with the next take, else goes within ``DONE_FLUSH_S`` (the task's lease holds its
+        copies back meanwhile)."""
         self._leases.pop((bucket, task_id, retries), None)
         self._done_pending.append(DoneMark(bucket, task_id, retries))
         if self._done_entry is None:
-            self._done_entry = self.timer.call_after(0.0, self.flush_done, priority=8)
+            self._done_entry = self.timer.call_after(DONE_FLUSH_S, self.flush_done, priority=8)
 
     def lease_ended(self, bucket: str, task_id: str, retries: int) -> None:
         """The task was requeued or rejected: stop renewing its lease."""
