@@ -220,7 +220,8 @@ def claim(
     """Atomically decide whether the copy held by ``holder`` may start now (see Outcome).
 
     A claim may come up to ``lead_us`` before its start; the start is never sooner than
-    ``handoff_us`` after the claim (the caller's time to hand the task to a pool process).
+    ``handoff_us`` (or one interval, if shorter) after the claim: the caller's time to hand
+    the task to a pool process.
     """
     if state is None:
         state = new_state(now_us, interval_us)
@@ -230,7 +231,8 @@ def claim(
     v = virtual_now(state, now_us)
     if isinstance(mark, Done):
         return state, mark, Claim(Outcome.DUPLICATE, state.epoch, 0, now_us)
-    earliest_us = state.last_start_us + effective_interval(state, interval_us)
+    spacing_us = effective_interval(state, interval_us)
+    earliest_us = state.last_start_us + spacing_us
     if isinstance(mark, Lease):
         if mark.holder != holder:
             held_us = mark.expires_real_us - now_us
@@ -247,7 +249,9 @@ def claim(
     lead_us = clamp_lead(lead_us)
     if v + lead_us < earliest_us:
         return state, mark, Claim(Outcome.WAIT, state.epoch, earliest_us - v, now_us)
-    start_us = max(v + min(max(0, handoff_us), lead_us), earliest_us)
+    # The handoff is at most one interval: a task that reaches its process later than that
+    # cannot start exactly anyway, and a longer wait only idles the process.
+    start_us = max(v + min(max(0, handoff_us), lead_us, spacing_us), earliest_us)
     state = replace(state, last_start_us=start_us, current_slot_us=slot_us)
     lease = Lease(holder, start_us, now_us + lease_us)
     return state, lease, Claim(Outcome.OK, state.epoch, start_us - v, now_us)

@@ -613,6 +613,15 @@ def test_handoff_keeps_a_late_claim_start_in_the_future() -> None:
     assert capped[2].delay_us == 100, "handoff is capped at lead"
 
 
+def test_handoff_is_at_most_one_interval() -> None:
+    """With an interval shorter than the handoff, a late claim's start is one interval away:
+    a longer wait would only idle the pool process that holds the task."""
+    state, _, g = schedule.grant(None, None, 0, 200)
+    late = schedule.claim(state, None, g.slot_us + 50, 200, g.epoch, g.slot_us, "h", 10**6,
+                          600, 300)  # fmt: skip
+    assert late[2].delay_us == 200
+
+
 def test_take_is_a_grant_then_a_claim_when_the_slot_is_due() -> None:
     """``take`` equals ``grant`` followed at the same instant by ``claim`` of its slot when that
     slot is due within the lead; otherwise (later slot, paused, done) it is ``grant`` alone."""

@@ -64,7 +64,8 @@ end
 -- ARGV[1] now_us override ('' = Redis TIME), ARGV[2] interval_us, ARGV[3] epoch,
 -- ARGV[4] slot_us, ARGV[5] holder, ARGV[6] lease_us, ARGV[7] lead_us (clamped to
 -- 0..MAX_LEAD_US), ARGV[8] task_id, ARGV[9] retries, ARGV[10] ticket (these three for the
--- ledger only), ARGV[11] ledger_max (0 = no ledger), ARGV[12] handoff_us (clamped to 0..lead)
+-- ledger only), ARGV[11] ledger_max (0 = no ledger), ARGV[12] handoff_us (clamped to
+-- 0..min(lead, interval))
 -- Returns {outcome, epoch, delay_us, now_us}: OK (start_in), WAIT (wait), HELD (lease left),
 -- PAUSED, DUPLICATE, RETICKET (0). Saves a new epoch; drops an expired mark; OK leases
 -- (a granted mark is no lease: it only gives a redelivered copy the same slot).
@@ -109,7 +110,8 @@ local function claim_op(keys, argv)
     return reply(s, 'PAUSED', 0)
   end
   local v = virtual_now(s, now)
-  local earliest = s.l + effective_interval(s, interval)
+  local spacing = effective_interval(s, interval)
+  local earliest = s.l + spacing
   local readmit = nil
   if m ~= nil and m.kind ~= 'G' then
     if m.kind == 'D' then
@@ -136,7 +138,7 @@ local function claim_op(keys, argv)
   if v + lead < earliest then
     return reply(s, 'WAIT', earliest - v, 'delay', earliest - v)
   end
-  local start = math.max(v + math.min(math.max(0, handoff), lead), earliest)
+  local start = math.max(v + math.min(math.max(0, handoff), lead, spacing), earliest)
   s.l = start
   s.c = slot
   save_fields(keys[1], s, false, 'l', 'c')
