@@ -408,6 +408,29 @@ def test_noscript_recovery(redis_store: RedisStore, redis_client: redis.Redis[An
     assert redis_store.status("api", 1_000).ticket == 2
 
 
+def test_take_carries_done_marks_ahead_of_it(
+    redis_store: RedisStore, redis_client: redis.Redis[Any]
+) -> None:
+    """Done marks sent with a take (one round trip) land first, in any bucket, scripts
+    reloaded after a flush: a copy of a task marked in the same trip is a duplicate."""
+    redis_client.script_flush()
+    marks = [DoneMark("api", "t0", 0), DoneMark("mail", "t9", 0), DoneMark("api", "t5", 0)]
+    grant, _ = redis_store.take(
+        "api", "t5", 0, 1_000, 0, "w1", 10**6, 600, 300, done_first=marks, dedupe_ttl_us=10**6
+    )
+    assert grant.outcome is Outcome.DUPLICATE
+    assert all(isinstance(redis_store.read_mark(m.bucket, m.task_id, 0), Done) for m in marks)
+
+
+def test_a_connection_the_server_closed_is_reopened_once() -> None:
+    """A restart between two calls: the second reconnects (one retry) instead of failing."""
+    with RedisProc() as server:
+        store = RedisStore.from_url(server.url, socket_timeout_s=1.0)
+        assert store.grant("api", "t1", 0, 1_000).ticket == 1
+        server.restart()
+        assert store.grant("api", "t2", 0, 1_000).ticket == 1, "the restarted store is empty"
+
+
 def test_unavailable_when_server_killed() -> None:
     with RedisProc() as server:
         store = RedisStore.from_url(server.url, socket_timeout_s=1.0)
