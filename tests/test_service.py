@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -151,9 +152,7 @@ def test_a_copy_waiting_on_a_lease_is_dropped_once_its_task_is_done() -> None:
     assert copy.request.acked and not service.held["api"] and not started
 
 
-def test_a_task_the_pool_never_accepted_stops_renewing_its_lease_when_the_channel_closes(
-    caplog: Any,
-) -> None:
+def test_a_task_the_pool_never_accepted_stops_renewing_its_lease_when_the_channel_closes() -> None:
     """Celery drops jobs the pool has not accepted when the channel closes, and never reports
     their end: their leases must lapse (the broker's copy then runs), and the log names them."""
     clock = Clock(1_000_000_000)
@@ -168,8 +167,21 @@ def test_a_task_the_pool_never_accepted_stops_renewing_its_lease_when_the_channe
     assert started == ["a", "b"]
     service.pool_accepted("a")
 
-    service.connection_lost()
+    records: list[logging.LogRecord] = []
+    handler = logging.Handler(logging.WARNING)
+    handler.emit = records.append  # type: ignore[method-assign]
+    # Read the service's logger directly: a Celery app set up earlier in the session may have
+    # raised the root logger's level, which the caplog fixture would not see past.
+    worker_log = logging.getLogger("celery_interval.worker")
+    level = worker_log.level
+    worker_log.setLevel(logging.WARNING)
+    worker_log.addHandler(handler)
+    try:
+        service.connection_lost()
+    finally:
+        worker_log.removeHandler(handler)
+        worker_log.setLevel(level)
 
     assert list(service._leases) == [("api", "a", 0)], "a runs: its lease is still renewed"
-    lines = [r.getMessage() for r in caplog.records if "not yet accepted" in r.getMessage()]
+    lines = [r.getMessage() for r in records if "not yet accepted" in r.getMessage()]
     assert len(lines) == 1 and "(b)" in lines[0], lines
