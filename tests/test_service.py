@@ -6,6 +6,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
+import pytest
 from celery import Celery
 from fakeclock import Clock
 
@@ -185,3 +186,31 @@ def test_a_task_the_pool_never_accepted_stops_renewing_its_lease_when_the_channe
     assert list(service._leases) == [("api", "a", 0)], "a runs: its lease is still renewed"
     lines = [r.getMessage() for r in records if "not yet accepted" in r.getMessage()]
     assert len(lines) == 1 and "(b)" in lines[0], lines
+
+
+def test_done_marks_carried_by_a_failed_take_are_sent_later() -> None:
+    """A take that fails (an unreachable store, or one that rejects the script) keeps the done
+    marks it carried: they go with the next flush, so no acknowledged task loses its mark."""
+    from celery_interval.errors import StoreError, StoreUnavailable
+    from celery_interval.schedule import Done
+    from celery_interval.stores.base import DoneMark
+
+    clock = Clock(1_000_000_000)
+    store = MemoryStore(clock)
+    service = make_service(store, [])
+    service.mark_done("api", "done-1", 0)
+    real_take = store.take
+
+    def failing_take(*args: Any, **kwargs: Any) -> Any:
+        raise error
+
+    store.take = failing_take  # type: ignore[method-assign]
+    error: Exception = StoreUnavailable("down")
+    service.receive(held_copy(service, "t1", []))  # held, retried with backoff
+    error = StoreError("rejected")
+    with pytest.raises(StoreError):
+        service.receive(held_copy(service, "t2", []))
+    store.take = real_take  # type: ignore[method-assign]
+    assert DoneMark("api", "done-1", 0) in service._done_pending
+    service.flush_done()
+    assert isinstance(store._marks.get(("api", "done-1", 0)), Done)

@@ -237,6 +237,9 @@ class IntervalService:
             self.on_outage(exc)
             self._arm(held, self._backoff_s, self._grant)
             return
+        except Exception:
+            self._done_pending = marks + self._done_pending  # the marks go with the next flush
+            raise
         received_ns = time.monotonic_ns()
         self._on_store_ok()
         self._on_grant(held, grant, claimed is None)
