@@ -30,8 +30,9 @@ STARVED_POLL_S = 0.05
 #: A copy whose task runs under another holder's lease looks again at most this late (a done
 #: task's copy is dropped then, an expired lease's copy takes its turn).
 HELD_RECHECK_S = 1.0
-#: A done mark waits at most this long for a take to carry it to the store.
-DONE_FLUSH_S = 0.05
+#: Done marks go on the event loop's next turn (a take in this one carries them): a worker
+#: killed before its marks reach the store leaves copies that run again once the lease ends.
+DONE_FLUSH_S = 0.0
 #: The pool process spins (rather than sleeps) the last stretch before a start, at most this
 #: long and a fifth of the interval: a halted idle vCPU can wake a sleeper milliseconds late.
 MAX_SPIN_NS = 2_000_000
@@ -504,9 +505,8 @@ class IntervalService:
     # -- done marks and leases -------------------------------------------------------------
 
     def mark_done(self, bucket: str, task_id: str, retries: int) -> None:
-        """Record (off the critical path) that this message was acknowledged: the mark rides
-        with the next take, else goes within ``DONE_FLUSH_S`` (the task's lease holds its
-        copies back meanwhile)."""
+        """Record (off the critical path) that this message was acknowledged: the mark goes
+        on the event loop's next turn, with a take in this turn if there is one."""
         self._leases.pop((bucket, task_id, retries), None)
         self._done_pending.append(DoneMark(bucket, task_id, retries))
         if self._done_entry is None:
