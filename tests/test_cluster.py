@@ -223,3 +223,22 @@ def test_a_worker_on_the_cluster_store(
     starts = sorted(int(f["start"]) for _, f in store.ledger(pool.queue) if f["op"] == "claim:OK")
     assert len(starts) == 12
     assert min(b - a for a, b in itertools.pairwise(starts)) >= round(interval_s * 1e6)
+
+
+def test_a_take_carries_done_marks_of_other_buckets_on_a_cluster(cluster: list[RedisProc]) -> None:
+    """On a Cluster the marks go one call per bucket (each to its own master), still ahead of
+    the take: a copy whose mark rides with it is a duplicate, and every mark lands."""
+    store = store_from_url(cluster_url(cluster))
+    assert isinstance(store, RedisStore)
+    marks = [DoneMark(f"carry-{i}", f"t{i}", 0) for i in range(8)]
+    copy = marks[3]
+    grant, claim = store.take(
+        copy.bucket, copy.task_id, 0, INTERVAL_US, 0, "h", LEASE_US, done_first=marks,
+        dedupe_ttl_us=10**6,
+    )  # fmt: skip
+    assert grant.outcome is Outcome.DUPLICATE and claim is None
+    assert all(
+        store.take(m.bucket, m.task_id, 0, INTERVAL_US, 0, "h", LEASE_US)[0].outcome
+        is Outcome.DUPLICATE
+        for m in marks
+    )

@@ -1,4 +1,4 @@
-"""ScriptLine: script calls to a standalone Redis sent back to back on one held connection."""
+"""ScriptLine: script calls to a standalone Redis sent back to back on one pooled connection."""
 
 from __future__ import annotations
 

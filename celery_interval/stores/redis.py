@@ -380,9 +380,6 @@ class RedisStore:
             [self._now_arg(), interval_us, not_before_in_us, task_id, retries, self._ledger_max,
              holder, lease_us, lead_us, handoff_us],
         )  # fmt: skip
-        if done_first and self._line is None:
-            self.done(done_first, dedupe_ttl_us)
-            done_first = ()
         r = self._send("take", [*self._done_calls(done_first, dedupe_ttl_us), take])[-1]
         return _grant_of(r), (_claim_of(r[6:]) if len(r) > 6 else None)
 
