@@ -160,6 +160,10 @@ def test_sigkill_one_then_two_of_three_workers(make_pool: Any, broker: str) -> N
     pool.wait_records(80, timeout_s=60)
     pool.kill(second)
     records = pool.wait_records(150, timeout_s=120)
+    # On failure, a doubled task's starts and ledger entries say which window it ran twice in.
+    doubled = {i for i, n in Counter(r["id"] for r in records).items() if n > 1}
+    history = [r for r in records if r["id"] in doubled]
+    assert not doubled, history + [e for e in ledger(pool) if e.get("task") in doubled]
     assert_exactly_once(records, ids)
     deadline_gaps = deadline_gaps_us(records)
     claim_gaps = assert_claims_spaced(pool, INTERVAL_S)
