@@ -125,12 +125,14 @@ def write_jsonl(path: Path, rows: list[dict[str, Any]]) -> Path:
 
 @pytest.fixture
 def ledgers(tmp_path: Path) -> list[str]:
-    """Two overlapping exports: every bucket, then the api bucket again."""
-    rows = [*api_ledger().rows, *mail_ledger().rows, *old_ledger().rows, *idle_ledger().rows]
+    """Two overlapping exports: every bucket, then the api bucket's first entries again (the
+    same entries: an export copies them)."""
+    api = api_ledger().rows
+    rows = [*api, *mail_ledger().rows, *old_ledger().rows, *idle_ledger().rows]
     first = write_jsonl(tmp_path / "export-1.jsonl", rows)
     again = tmp_path / "export-2"
     again.mkdir()
-    write_jsonl(again / "part-00000.jsonl", api_ledger().rows[:10])
+    write_jsonl(again / "part-00000.jsonl", api[:10])
     return [str(first), str(again)]
 
 
@@ -193,6 +195,18 @@ def test_known_answers(spark: Any, ledgers: list[str]) -> None:  # noqa: F811
         ("mail", "m2", "m1", 2 * S - 1),
         ("old", "o4", "o3", 7 * S // 10),
     ]
+
+
+def test_the_four_halves_read_one_shuffle(spark: Any, ledgers: list[str]) -> None:  # noqa: F811
+    """The timeline, the sketches, the counted entries and the duplicate starts share one
+    scan and one shuffle of the ledger: the optimizer may not push a half's filter or its
+    choice of columns below it (each would be a scan of its own)."""
+    from celery_interval.spark import audit
+
+    cube = audit.audit(audit.read_ledgers(spark, ledgers)).cube
+    cube.collect()
+    plan = cube._jdf.queryExecution().executedPlan().toString()
+    assert plan.count("ReusedExchange") == 3, plan
 
 
 def test_interval_of_overrides_and_unknown_intervals(

@@ -10,7 +10,8 @@ latest control entry (pause, unpause, set_interval) recorded before it.
 The heavy part is one pass: the entries are read and shuffled by bucket once. The
 *timeline* (starts and control actions) is then sorted by time (duplicates from overlapping
 exports are adjacent and dropped, gaps and pauses come from running windows) and folded into a
-small *cube* per (bucket, worker, second). Every other entry (most of a ledger: grants, waits)
+small *cube* of numbers per (bucket, worker, second), and into one percentile sketch per
+bucket. Every other entry (most of a ledger: grants, waits)
 is only counted, once per (bucket, id), without a sort; so are the holders of each started
 task. Everything else is computed from the cube.
 """
@@ -33,6 +34,7 @@ __all__ = [
     "AUDIT_FIELDS",
     "HIST_BINS",
     "HIST_PER_INTERVAL",
+    "KINDS",
     "LEDGER_SCHEMA",
     "AuditFrames",
     "annotate",
@@ -44,11 +46,13 @@ __all__ = [
     "duplicate_cells",
     "gap_histogram",
     "keyed",
+    "kind_of",
     "lateness_series",
     "main",
     "normalize",
     "on_timeline",
     "read_ledgers",
+    "sketch_cells",
     "starts_of",
     "summary",
     "typed_columns",
@@ -70,10 +74,8 @@ AUDIT_FIELDS = (
     "bucket", "id", "op", "now", "task", "r", "holder", "start", "late", "again",
     "changed", "interval", "readmit",
 )  # fmt: skip
-#: KLL sketch sizes of the percentiles: a sketch is exact (nearest rank) while it holds at most
-#: about k values. Each cube cell (a second of one worker) keeps a small one, exact at the
-#: rates an interval queue runs; a bucket's merged sketch is large (rank error ~0.01 %).
-KLL_CELL_K = 256
+#: The KLL sketch size of a bucket's percentiles: exact (nearest rank) up to about k values,
+#: then a rank error of about 0.01 %.
 KLL_K = 20_000
 #: Lateness over time is kept per second of store time, per bucket and worker.
 TBIN_US = 1_000_000
@@ -83,6 +85,8 @@ HIST_BINS = 4 * HIST_PER_INTERVAL + 1
 _CONTROLS = ("pause", "unpause", "set_interval")
 #: Besides starts, the entries the running windows read: intervals set, pauses opened, closed.
 _TIMELINE_OPS = (*_CONTROLS, "reset")
+#: The fields only a start's later steps read.
+_START_FIELDS = ("task", "r", "holder", "late", "readmit")
 #: Where a start's interval came from; entries carry the index (numbers aggregate faster).
 SOURCES = ("--interval-of", "ledger", "control")
 
@@ -116,20 +120,29 @@ def _by_time() -> Any:
 
 
 def keyed(raw: DataFrame) -> DataFrame:
-    """The audited fields, typed, plus ``is_start`` and ``start_key`` (the admitted start of
-    a start, else ``now``), shuffled by bucket; entries without bucket, op or now are dropped.
-    Overlapping exports' repeats of an entry (bucket, id) are still there."""
+    """The audited fields, typed, plus ``is_start``, ``kind`` and ``start_key`` (the admitted
+    start of a start, else ``now``), shuffled by bucket; entries without bucket, op or now are
+    dropped. Only what a later step reads crosses the shuffle: ``op`` of the timeline's
+    entries, the start fields of starts. Overlapping exports' repeats of an entry (bucket, id)
+    are still there."""
     valid = F.col("bucket").isNotNull() & F.col("op").isNotNull() & F.col("now").isNotNull()
     # An entry without an id (a hand-made ledger) is never taken for another one.
     unique_id = F.concat(F.lit("row-"), F.monotonically_increasing_id().cast("string"))
     is_start = (F.col("op") == "claim:OK") & ~_flag("again")
+    is_control = F.col("op").isin(*_TIMELINE_OPS)
     return (
         typed_columns(raw, AUDIT_FIELDS)
         .where(valid)
         .select(
-            *[F.col(n) for n in AUDIT_FIELDS if n != "id"],
+            "bucket",
+            "now",
             F.coalesce(F.col("id"), unique_id).alias("id"),
+            F.when(is_start | is_control, F.col("op")).alias("op"),
+            *[F.when(is_start, F.col(n)).alias(n) for n in _START_FIELDS],
+            F.when(is_start | is_control, F.col("interval")).alias("interval"),
+            F.when(is_control, F.col("changed")).alias("changed"),
             is_start.alias("is_start"),
+            kind_of().alias("kind"),
             F.when(is_start, F.coalesce(F.col("start"), F.col("now")))
             .otherwise(F.col("now"))
             .alias("start_key"),
@@ -139,8 +152,9 @@ def keyed(raw: DataFrame) -> DataFrame:
 
 
 def on_timeline() -> Column:
-    """Whether an entry is a start or a control action: what the running windows read."""
-    return F.col("is_start") | F.col("op").isin(*_TIMELINE_OPS)
+    """Whether an entry (of ``keyed``) is a start or a control action: what the running
+    windows read (``keyed`` keeps ``op`` for those only)."""
+    return F.col("op").isNotNull()
 
 
 def dedupe(entries: DataFrame) -> DataFrame:
@@ -234,30 +248,50 @@ def starts_of(ledger: DataFrame, intervals_us: Mapping[str, int] | None = None) 
     )
 
 
+#: The outcomes an entry is counted under (at most one each), by ``kind`` (their index).
+KINDS = ("grants", "regrants", "waits", "held", "paused_claims", "retickets", "dedupe_drops",
+         "reclaims")  # fmt: skip
+
+
+def kind_of() -> Column:
+    """The index in ``KINDS`` of the outcome an entry counts under (null: none). A number,
+    so that the aggregations over it stay hash-based."""
+    op, again = F.col("op"), _flag("again")
+    kinds = {
+        "grants": (op == "grant:OK") & ~again,
+        "regrants": (op == "grant:OK") & again,
+        "waits": op == "claim:WAIT",
+        "held": op.isin("grant:HELD", "claim:HELD"),
+        "paused_claims": op == "claim:PAUSED",
+        "retickets": op == "claim:RETICKET",
+        "dedupe_drops": op.isin("grant:DUPLICATE", "claim:DUPLICATE"),
+        "reclaims": (op == "claim:OK") & again,
+    }
+    chosen = F.lit(None).cast("int")
+    for n, name in reversed(list(enumerate(KINDS))):
+        chosen = F.when(kinds[name], F.lit(n)).otherwise(chosen)
+    return chosen
+
+
 def _entry_counts() -> list[Column]:
     """The aggregates of any cell: its entries, their time span, and counts by outcome."""
-    op = F.col("op")
+    kind = F.col("kind")
     return [
         F.count(F.lit(1)).alias("entries"),
         F.min("now").alias("first_entry_us"),
         F.max("now").alias("last_entry_us"),
-        _count_if((op == "grant:OK") & ~_flag("again")).alias("grants"),
-        _count_if((op == "grant:OK") & _flag("again")).alias("regrants"),
-        _count_if(op == "claim:WAIT").alias("waits"),
-        _count_if(op.isin("grant:HELD", "claim:HELD")).alias("held"),
-        _count_if(op == "claim:PAUSED").alias("paused_claims"),
-        _count_if(op == "claim:RETICKET").alias("retickets"),
-        _count_if(op.isin("grant:DUPLICATE", "claim:DUPLICATE")).alias("dedupe_drops"),
-        _count_if((op == "claim:OK") & _flag("again")).alias("reclaims"),
+        *[_count_if(kind == n).alias(name) for n, name in enumerate(KINDS)],
     ]
 
 
 def cube_of(entries: DataFrame) -> DataFrame:
     """``annotate``-d entries folded per (bucket, worker, tbin, pause_to_us): starts by worker
     and second, each closed pause alone, every other entry in one cell per bucket (the three
-    null). Only declarative aggregates and small sketches: the cells are many."""
+    null). Only numbers, so the aggregation is hash-based and compiled: the cells are many
+    (the percentiles' sketches are per bucket, in ``sketch_cells``)."""
     is_start = F.col("is_start")
     gap = F.col("gap_us")
+    late = F.when(is_start, F.col("late"))
     start_at = F.when(is_start, F.col("start_key"))
     return entries.groupBy("bucket", "worker", "tbin", "pause_to_us").agg(
         *_entry_counts(),
@@ -270,9 +304,9 @@ def cube_of(entries: DataFrame) -> DataFrame:
         _count_if(gap.isNotNull() & F.col("interval_us").isNull()).alias("unknown_gaps"),
         _count_if(F.col("violation")).alias("violations"),
         F.sum(F.when(gap.isNotNull(), F.col("interval_us"))).alias("required_us"),
-        F.max(F.when(is_start, F.col("late"))).alias("late_max_us"),
-        F.kll_sketch_agg_bigint(F.when(is_start, F.col("late")), KLL_CELL_K).alias("late_sketch"),
-        F.kll_sketch_agg_bigint(gap, KLL_CELL_K).alias("gap_sketch"),
+        F.max(late).alias("late_max_us"),
+        F.sum(late).alias("late_sum_us"),
+        F.count(late).alias("lates"),
         F.max_by("interval_us", start_at).alias("interval_us"),
         F.max_by("interval_source", start_at).alias("interval_source"),
         F.array(*[_count_if(F.col("hbin") == n) for n in range(HIST_BINS)]).alias("hist"),
@@ -285,21 +319,33 @@ def counted_cells(entries: DataFrame) -> DataFrame:
     """Entries (of ``keyed``, off the timeline) once each per (bucket, id), one cell per
     bucket with the ``_entry_counts`` only: no sort, no window."""
     once = entries.groupBy("bucket", "id").agg(
-        *[F.first(n).alias(n) for n in ("op", "now", "again")]
+        F.max("kind").alias("kind"), F.max("now").alias("now")
     )
     return once.groupBy("bucket").agg(*_entry_counts())
+
+
+def sketch_cells(entries: DataFrame) -> DataFrame:
+    """``annotate``-d entries folded per bucket into the sketches of its starts' lateness
+    and gaps: one cell per bucket (worker, tbin and pause_to_us null)."""
+    is_start = F.col("is_start")
+    return entries.groupBy("bucket").agg(
+        F.kll_sketch_agg_bigint(F.when(is_start, F.col("late")), KLL_K).alias("late_sketch"),
+        F.kll_sketch_agg_bigint(F.col("gap_us"), KLL_K).alias("gap_sketch"),
+    )
 
 
 def duplicate_cells(entries: DataFrame, examples: int = 10) -> DataFrame:
     """Per bucket where a (task, retries) was started by more than one delivery (holder):
     ``duplicate_starts`` (the starts after each task's first holder's) and up to ``examples``
     of those ``duplicate_tasks``; an entry (bucket, id) is read once however often repeated."""
+    keys = ("bucket", "task", "r")
+    # The distinct holders first: only counts in the buffers, so hash-aggregated, no sort.
     holders = (
-        entries.where(F.col("is_start"))
-        .groupBy("bucket", "task", "r", "id")
-        .agg(F.first("holder").alias("holder"))
-        .groupBy("bucket", "task", "r")
-        .agg(F.count_distinct("holder").alias("holders"))
+        entries.where(F.col("is_start") & F.col("holder").isNotNull())
+        .select(*keys, "holder")
+        .distinct()
+        .groupBy(*keys)
+        .agg(F.count(F.lit(1)).alias("holders"))
     )
     return (
         holders.where(F.col("holders") > 1)
@@ -492,7 +538,7 @@ def gap_histogram(cube: DataFrame) -> DataFrame:
 
 
 def lateness_series(cube: DataFrame, points: int = 300) -> DataFrame:
-    """(bucket, t_s, late_p50_s, late_max_s, starts): lateness over time in at most
+    """(bucket, t_s, late_mean_s, late_max_s, starts): lateness over time in at most
     ``points`` time bins per bucket, ``t_s`` from the bucket's first start."""
     per_second = cube.where(F.col("tbin").isNotNull())
     span = per_second.groupBy("bucket").agg(
@@ -503,11 +549,7 @@ def lateness_series(cube: DataFrame, points: int = 300) -> DataFrame:
     )
     return binned.groupBy("bucket", "pbin").agg(
         _seconds(F.min("first_start_us") - F.min("t0")).alias("t_s"),
-        _seconds(
-            F.kll_sketch_get_quantile_bigint(
-                F.kll_merge_agg_bigint("late_sketch", KLL_K), F.lit(0.5)
-            )
-        ).alias("late_p50_s"),
+        _seconds(F.sum("late_sum_us") / F.sum("lates")).alias("late_mean_s"),
         _seconds(F.max("late_max_us")).alias("late_max_s"),
         F.sum("starts").alias("starts"),
     )
@@ -530,6 +572,7 @@ def audit(raw: DataFrame, intervals_us: Mapping[str, int] | None = None) -> Audi
     timeline = annotate(dedupe(shuffled.where(on_timeline())), intervals_us)
     cube = union_cells(
         cube_of(timeline),
+        sketch_cells(timeline),
         counted_cells(shuffled.where(~on_timeline())),
         duplicate_cells(shuffled),
     )
@@ -541,8 +584,10 @@ def _shared(shuffled: DataFrame) -> DataFrame:
     scan and one shuffle (Spark reuses an exchange only where the plans below it are equal).
     Observing a metric of every column keeps the optimizer from pushing a half's filter, or
     its choice of columns, below the shuffle; the metric itself is not used."""
-    every_column = [F.count(F.col(n)).alias(f"n_{n}") for n in shuffled.columns]
-    return shuffled.observe(Observation(), *every_column)
+    # A count the optimizer cannot fold away: it cannot know that no entry is at now = -1
+    # (a count of a column that cannot be null becomes count(1), and the column is dropped).
+    every_column = F.when(F.col("now") == -1, F.struct(*shuffled.columns))
+    return shuffled.observe(Observation(), F.count(every_column).alias("never"))
 
 
 # -- I/O ---------------------------------------------------------------------------------------
@@ -560,8 +605,8 @@ def build_session(master: str = "local[*]", conf: Mapping[str, str] | None = Non
     if master.startswith("local"):
         # One machine: a few shuffle partitions per core, not the cluster default of 200.
         builder = builder.config("spark.sql.shuffle.partitions", "16")
-    # The cube has a cell per bucket, worker and second, each with two small sketches: keep
-    # them hashed (Spark falls back to sorting every entry above 128 cells per task).
+    # The percentile sketches are one per bucket: keep them hashed with many buckets (Spark
+    # falls back to sorting every entry above 128 groups per task).
     builder = builder.config("spark.sql.objectHashAggregate.sortBased.fallbackThreshold", "1000000")
     for key, value in (conf or {}).items():
         builder = builder.config(key, value)
@@ -660,7 +705,7 @@ def _plots(
         hist.setdefault(r["bucket"], []).append((r["lo_s"], r["hi_s"], r["gaps"]))
     series: dict[str, list[tuple[float, float, float]]] = {}
     for r in lateness_series(cube).orderBy("bucket", "t_s").collect():
-        series.setdefault(r["bucket"], []).append((r["t_s"], r["late_p50_s"], r["late_max_s"]))
+        series.setdefault(r["bucket"], []).append((r["t_s"], r["late_mean_s"], r["late_max_s"]))
     images: dict[str, list[str]] = {}
     for n, bucket in enumerate(chosen):
         row = by_bucket[bucket]

@@ -48,7 +48,7 @@ def lateness(
     points: Sequence[tuple[float, float, float]],
     pauses: Sequence[tuple[float, float]],
 ) -> None:
-    """Lateness (start - slot) over time: ``(t_s, p50_s, max_s)`` per time bin, with the
+    """Lateness (start - slot) over time: ``(t_s, mean_s, max_s)`` per time bin, with the
     pause windows ``(from_s, to_s)`` shaded."""
     fig = Figure(figsize=(7, 3.6))
     ax = fig.add_subplot()
@@ -59,7 +59,7 @@ def lateness(
     ax.plot(t, [p[2] * 1e3 for p in points], color=_BAD, linewidth=0.8, marker=marker,
             label="max")  # fmt: skip
     ax.plot(t, [p[1] * 1e3 for p in points], color=_GOOD, linewidth=1.2, marker=marker,
-            label="p50")  # fmt: skip
+            label="mean")  # fmt: skip
     ax.set_xlabel("time since the first start (s, store clock)")
     ax.set_ylabel("lateness: start - slot (ms)")
     ax.set_title(f"{bucket}: lateness over time", fontsize=10)
