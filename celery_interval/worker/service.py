@@ -15,7 +15,13 @@ from celery_interval.config import Settings
 from celery_interval.errors import StoreUnavailable
 from celery_interval.schedule import Claim, Grant, Outcome
 from celery_interval.stores.base import DoneMark, Store
-from celery_interval.task import CLAIMED_HEADER, SPIN_HEADER, START_HEADER, TICKET_HEADER
+from celery_interval.task import (
+    CLAIMED_HEADER,
+    SPIN_HEADER,
+    START_HEADER,
+    TICKET_HEADER,
+    spin_ns_for,
+)
 from celery_interval.worker.clock import StoreClock
 
 __all__ = ["Held", "IntervalService"]
@@ -33,9 +39,6 @@ HELD_RECHECK_S = 1.0
 #: Done marks go on the event loop's next turn (a take in this one carries them): a worker
 #: killed before its marks reach the store leaves copies that run again once the lease ends.
 DONE_FLUSH_S = 0.0
-#: The pool process spins (rather than sleeps) the last stretch before a start, at most this
-#: long and a fifth of the interval: a halted idle vCPU can wake a sleeper milliseconds late.
-MAX_SPIN_NS = 2_000_000
 
 
 @dataclass(eq=False)
@@ -417,7 +420,7 @@ class IntervalService:
         held.state = "started"
         held.request.request_dict[CLAIMED_HEADER] = time.monotonic_ns()
         held.request.request_dict[START_HEADER] = start_ns
-        held.request.request_dict[SPIN_HEADER] = min(MAX_SPIN_NS, held.interval_us * 200)
+        held.request.request_dict[SPIN_HEADER] = spin_ns_for(held.interval_us)
         self._in_pool += 1
         self._released[held.request.id] = held
         if held.acks_late:
