@@ -51,10 +51,25 @@ class Pool:
     record_url: str = ""
     #: The module ``celery -A`` loads (``faultapp`` adds fault hooks to ``workerapp``).
     app_module: str = "workerapp"
+    #: A process beside the workers that waits for deadlines as a pool process does (wakeprobe).
+    probe: subprocess.Popen[bytes] | None = None
 
     def __post_init__(self) -> None:
         self.app = make_app(self.broker, self.store, self.queue, self.interval_s, **self.conf)
         self.recorder = redis.Redis.from_url(self.record_url or self.store)
+        self.probe_path = self.tmp / f"{self.queue}.wakeprobe"
+
+    def wake_noise(self, since_ns: int, until_ns: int, late_us: int) -> tuple[int, int]:
+        """(late, all) wakes of the probe between two monotonic times: how many were later
+        than ``late_us`` while the workers ran, on this machine, without Celery."""
+        late = total = 0
+        with contextlib.suppress(FileNotFoundError):
+            for line in self.probe_path.read_text().splitlines():
+                deadline_ns, late_ns = map(int, line.split())
+                if since_ns <= deadline_ns <= until_ns:
+                    total += 1
+                    late += late_ns > late_us * 1000
+        return late, total
 
     def env(self) -> dict[str, str]:
         env = dict(os.environ)
@@ -74,6 +89,17 @@ class Pool:
         self, n: int = 3, concurrency: int = 2, pool: str = "prefork", queues: str = "", **env: str
     ) -> list[Worker]:
         """Start ``n`` workers and wait until each answers a ping."""
+        if self.probe is None:
+            self.probe = subprocess.Popen(
+                [
+                    sys.executable,
+                    "wakeprobe.py",
+                    str(self.probe_path),
+                    str(round(self.interval_s * 1e6)),
+                ],
+                cwd=TESTS_DIR,
+                env=self.env(),
+            )
         started = [self._spawn(concurrency, pool, queues, env) for _ in range(n)]
         self.wait_ready([w.name for w in started])
         return started
@@ -157,6 +183,10 @@ class Pool:
         worker.proc.wait(timeout=30)
 
     def stop(self) -> None:
+        if self.probe is not None and self.probe.poll() is None:
+            self.probe.terminate()
+            self.probe.wait(timeout=10)
+        self.probe = None
         for w in self.workers:
             if w.proc.poll() is None:
                 w.proc.send_signal(signal.SIGTERM)

@@ -14,7 +14,7 @@ import pytest
 import redis
 from pool import Pool, run_once
 from redisproc import RedisProc
-from test_pool import assert_exactly_once
+from test_pool import assert_exactly_once, assert_ticket_order
 from test_security import exercise
 
 from celery_interval.errors import ConfigurationError, StoreUnavailable
@@ -216,8 +216,7 @@ def test_a_worker_on_the_cluster_store(
     )
     ids, records = run_once(pool, 12)
     assert_exactly_once(records, ids)
-    tickets = [r["ticket"] for r in sorted(records, key=lambda r: r["us"])]
-    assert tickets == sorted(tickets)
+    assert_ticket_order(pool, records, interval_s)
     store = store_from_url(cluster_url(cluster))
     assert isinstance(store, RedisStore)
     starts = sorted(int(f["start"]) for _, f in store.ledger(pool.queue) if f["op"] == "claim:OK")

@@ -17,7 +17,7 @@ import pytest
 from brokers import skip_or_fail
 from latency import LatencyProxy
 from pool import Pool
-from test_pool import BODY_FLOOR_SHARE, assert_exactly_once, body_floor_us, claim_times_us
+from test_pool import assert_body_gaps, assert_exactly_once, body_floor_us, claim_times_us
 
 from celery_interval.embedded import RedisProc
 from celery_interval.stores.keys import ledger_key, mark_key
@@ -136,10 +136,7 @@ def test_store_outage_then_restart_with_every_key_lost(make_pool: Any, redis_ser
     assert_exactly_once(records, ids)
     deadline_gaps = deadline_gaps_us(records)
     publish("test_store_outage_then_restart_with_every_key_lost", records, ids, deadline_gaps)
-    assert min(deadline_gaps) >= body_floor_us(INTERVAL_S)
-    starts = sorted(r["mono_ns"] // 1000 for r in records)
-    gaps = [b - a for a, b in itertools.pairwise(starts)]
-    assert sum(g < body_floor_us(INTERVAL_S) for g in gaps) <= (1 - BODY_FLOOR_SHARE) * len(gaps)
+    assert_body_gaps(pool, records, INTERVAL_S)
     assert_one_line_per_outage(pool, records, killed_at_ns)
     assert any("the store lost its state (new epoch" in w.log() for w in pool.workers)
 

@@ -20,10 +20,87 @@ def body_floor_us(interval_s: float) -> int:
     return round((interval_s - max(0.1 * interval_s, 0.003)) * 1e6)
 
 
-#: Share of body-start gaps that must clear the floor. This VM wakes a sleeping process more
-#: than 3 ms late in ~1.6 % of sleeps even when idle (bench/wakeup.py), so a few bodies start
-#: late whatever the library does; the deadlines it hands out are checked for every task.
+def late_us(interval_s: float) -> int:
+    """A wake later than this can put a body start below the floor."""
+    return round(interval_s * 1e6) - body_floor_us(interval_s)
+
+
+#: Share of body-start gaps that must clear the floor on a quiet machine. This VM wakes a
+#: sleeping process more than 3 ms late in ~1.6 % of sleeps even when idle (bench/wakeup.py),
+#: so a few bodies start late whatever the library does; the deadlines it hands out, and that
+#: no body starts before its deadline, are checked for every task.
 BODY_FLOOR_SHARE = 0.97
+#: A body's start waits on more wakes than the probe's one (the worker's timer, the hand-off to
+#: the pool process, the pool process): each late wake of the probe beside the workers allows
+#: this many more late starts, so a noisy machine (steal time) does not pass for a library fault.
+NOISE_FACTOR = 2
+
+
+def allowed_late_starts(
+    pool: Pool, records: list[dict[str, Any]], interval_s: float, *, one_host_clock: bool = True
+) -> tuple[float, str]:
+    """How many starts may come late (quiet-machine share plus the noise measured meanwhile),
+    and a line saying what the probe saw."""
+    if one_host_clock:
+        since_ns, until_ns = min(r["mono_ns"] for r in records), max(r["mono_ns"] for r in records)
+    else:  # a faked worker's monotonic clock is not the probe's: take the probe's whole run
+        since_ns, until_ns = 0, 2**63
+    late, waits = pool.wake_noise(since_ns, until_ns, late_us(interval_s))
+    share = late / waits if waits else 0.0
+    allowed = ((1 - BODY_FLOOR_SHARE) + NOISE_FACTOR * share) * len(records)
+    noise = f"the probe woke >{late_us(interval_s)}us late in {late} of {waits} waits"
+    return allowed, f"{allowed:.1f} allowed; {noise}"
+
+
+def assert_body_gaps(
+    pool: Pool, records: list[dict[str, Any]], interval_s: float, *, one_host_clock: bool = True
+) -> None:
+    """Deadlines and body starts on this host's monotonic clock, or (``one_host_clock=False``:
+    a worker's clocks are faked) body starts on the store's. What the library hands out is
+    exact; how late the OS runs a body is compared with the probe beside the workers."""
+    if one_host_clock:
+        deadlines = sorted(r["deadline_ns"] // 1000 for r in records)
+        deadline_gaps = [b - a for a, b in itertools.pairwise(deadlines)]
+        # Every start deadline handed to a pool process clears the floor (the store-clock to
+        # monotonic mapping is exact to within one round trip to the store).
+        assert min(deadline_gaps) >= body_floor_us(interval_s), f"{min(deadline_gaps)}"
+        early = [r for r in records if r["mono_ns"] < r["deadline_ns"]]
+        assert not early, f"bodies started before their deadlines: {early[:3]}"
+        body_gaps = gaps_us(records)
+    else:
+        times = sorted(r["us"] for r in records)
+        body_gaps = [b - a for a, b in itertools.pairwise(times)]
+    too_close = [g for g in body_gaps if g < body_floor_us(interval_s)]
+    allowed, noise = allowed_late_starts(pool, records, interval_s, one_host_clock=one_host_clock)
+    print(f"BODY GAPS {len(too_close)} of {len(body_gaps)} below the floor; {noise}")
+    assert len(too_close) <= allowed, (
+        f"{len(too_close)} of {len(body_gaps)} body gaps below the floor ({noise}): "
+        f"{sorted(too_close)[:5]}"
+    )
+
+
+def assert_spacing(
+    pool: Pool, records: list[dict[str, Any]], interval_s: float, *, one_host_clock: bool = True
+) -> None:
+    """Claims exact on the store clock; body starts as ``assert_body_gaps`` checks them."""
+    assert_body_gaps(pool, records, interval_s, one_host_clock=one_host_clock)
+    claims = claim_times_us(pool)
+    assert len(claims) >= len(records), f"{len(claims)} OK claims in the ledger"
+    claim_gaps = [b - a for a, b in itertools.pairwise(claims)]
+    assert min(claim_gaps) >= round(interval_s * 1e6), f"claim gap {min(claim_gaps)}us"
+
+
+def assert_ticket_order(pool: Pool, records: list[dict[str, Any]], interval_s: float) -> None:
+    """Start deadlines follow ticket order exactly; a body starts after a later ticket's only
+    when its own start came a whole gap late, and such starts are few (``allowed_late_starts``)."""
+    by_deadline = [r["ticket"] for r in sorted(records, key=lambda r: r["deadline_ns"])]
+    assert by_deadline == sorted(by_deadline), f"deadlines are not in ticket order: {by_deadline}"
+    by_start = [r["ticket"] for r in sorted(records, key=lambda r: r["mono_ns"])]
+    passed = [b for a, b in itertools.pairwise(by_start) if b < a]
+    allowed, noise = allowed_late_starts(pool, records, interval_s)
+    assert len(passed) <= allowed, (
+        f"tickets {passed} started after later ones ({noise}): {by_start}"
+    )
 
 
 def claim_times_us(pool: Pool, task_id: str | None = None) -> list[int]:
@@ -47,33 +124,6 @@ def assert_exactly_once(records: list[dict[str, Any]], ids: list[str]) -> None:
     )
 
 
-def assert_spacing(
-    pool: Pool, records: list[dict[str, Any]], interval_s: float, *, one_host_clock: bool = True
-) -> None:
-    """Claims exact on the store clock; deadlines and body starts on this host's monotonic
-    clock, or (``one_host_clock=False``: a worker's clocks are faked) body starts on the store's.
-    """
-    interval_us = round(interval_s * 1e6)
-    if one_host_clock:
-        deadlines = sorted(r["deadline_ns"] // 1000 for r in records)
-        deadline_gaps = [b - a for a, b in itertools.pairwise(deadlines)]
-        # Every start deadline handed to a pool process clears the floor (the store-clock to
-        # monotonic mapping is exact to within one round trip to the store).
-        assert min(deadline_gaps) >= body_floor_us(interval_s), f"{min(deadline_gaps)}"
-        body_gaps = gaps_us(records)
-    else:
-        times = sorted(r["us"] for r in records)
-        body_gaps = [b - a for a, b in itertools.pairwise(times)]
-    too_close = [g for g in body_gaps if g < body_floor_us(interval_s)]
-    assert len(too_close) <= (1 - BODY_FLOOR_SHARE) * len(body_gaps), (
-        f"{len(too_close)} of {len(body_gaps)} body gaps below floor: {sorted(too_close)[:5]}"
-    )
-    claims = claim_times_us(pool)
-    assert len(claims) >= len(records), f"{len(claims)} OK claims in the ledger"
-    claim_gaps = [b - a for a, b in itertools.pairwise(claims)]
-    assert min(claim_gaps) >= interval_us, f"claim gap {min(claim_gaps)}us"
-
-
 def utilization(records: list[dict[str, Any]], interval_s: float) -> float:
     times = sorted(r["us"] for r in records)
     return (len(times) - 1) * interval_s * 1e6 / (times[-1] - times[0])
@@ -90,9 +140,7 @@ def test_three_workers_hold_one_interval(make_pool: Any, broker: str, pool_type:
     records = pool.wait_records(200)
     assert_exactly_once(records, ids)
     assert_spacing(pool, records, INTERVAL_S)
-    by_time = sorted(records, key=lambda r: r["us"])
-    tickets = [r["ticket"] for r in by_time]
-    assert tickets == sorted(tickets), "starts are not in ticket order"
+    assert_ticket_order(pool, records, INTERVAL_S)
     assert utilization(records, INTERVAL_S) >= 0.95
     assert len({r["host"] for r in records}) == 3, "every worker should take part"
 
