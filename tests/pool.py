@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import json
+import math
 import os
 import signal
 import subprocess
@@ -89,7 +90,7 @@ class Pool:
         self, n: int = 3, concurrency: int = 2, pool: str = "prefork", queues: str = "", **env: str
     ) -> list[Worker]:
         """Start ``n`` workers and wait until each answers a ping."""
-        if self.probe is None:
+        if self.probe is None and 0 < self.interval_s < math.inf:  # not for a refused interval
             self.probe = subprocess.Popen(
                 [
                     sys.executable,
