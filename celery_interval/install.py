@@ -8,8 +8,15 @@ __all__ = ["install"]
 
 
 def install(app: Any) -> None:
-    """Add the interval bootstep to ``app``'s consumer; safe to call any number of times."""
+    """Add the interval bootstep to ``app``'s consumer, and open each pool process's store
+    connection as the process starts; safe to call any number of times."""
+    from celery.signals import worker_process_init
+
     import celery_interval.worker.control  # noqa: F401  (registers the control commands)
+    from celery_interval.worker import started
     from celery_interval.worker.bootstep import IntervalStep
 
     app.steps["consumer"].add(IntervalStep)
+    worker_process_init.connect(
+        lambda **_: started.warm(app), weak=False, dispatch_uid=f"celery_interval.warm.{id(app)}"
+    )

@@ -151,6 +151,11 @@ class Pool:
                 ids.append(result.id)
         return ids
 
+    def store_now_us(self) -> int:
+        """Now on the recorder's Redis clock (the store's, where they are one server)."""
+        seconds, micros = self.recorder.time()
+        return int(seconds) * 1_000_000 + int(micros)
+
     def records(self) -> list[dict[str, Any]]:
         raw = self.recorder.lrange(f"record:{self.queue}", 0, -1)
         return [json.loads(r) for r in raw]

@@ -154,13 +154,13 @@ def test_pause_and_unpause_through_the_cli(make_pool: Any, broker: str) -> None:
     pool.wait_records(20, timeout_s=30)
     paused = celery_cli(pool, "control", "pause_queue", pool.queue, "--timeout", "2")
     assert paused.returncode == 0, paused.stderr
-    paused_at_us = _store_now_us(pool)
+    paused_at_us = pool.store_now_us()
     replies = [ln for ln in paused.stdout.splitlines() if ln.startswith("->")]
     assert len(replies) == 3, paused.stdout
     time.sleep(1.0)
     late = pool.start(1)[0]  # a worker started while paused stays paused
     time.sleep(1.0)
-    unpaused_at_us = _store_now_us(pool)
+    unpaused_at_us = pool.store_now_us()
     started_while_paused = [r for r in pool.records() if paused_at_us <= r["us"] <= unpaused_at_us]
     assert not started_while_paused, started_while_paused[:3]
     resumed = celery_cli(pool, "control", "unpause_queue", pool.queue, "--timeout", "2")
@@ -186,7 +186,7 @@ def test_set_interval_mid_run_for_the_whole_pool(make_pool: Any) -> None:
     pool.wait_records(15, timeout_s=30)
     result = celery_cli(pool, "control", "set_interval", pool.queue, "0.05", "--timeout", "2")
     assert result.returncode == 0, result.stderr
-    changed_at_us = _store_now_us(pool)
+    changed_at_us = pool.store_now_us()
     records = pool.wait_records(300)
     assert_exactly_once(records, ids)
     after = [t for t in claim_times_us(pool) if t > changed_at_us + 50_000]  # store clock
@@ -209,7 +209,7 @@ def test_revoke_retry_tenants_and_plain_tasks(make_pool: Any) -> None:
                 pool.app.send_task(
                     "workerapp.tenant", args=(tenant, i), queue=pool.queue, producer=producer
                 )
-    plain_sent_us = _store_now_us(pool)
+    plain_sent_us = pool.store_now_us()
     pool.app.send_task("workerapp.plain", args=(0,), queue=f"{pool.queue}-plain")
     starts = pool.wait_records(39 + 3)
     assert revoked not in {r["id"] for r in starts}
@@ -247,11 +247,6 @@ def test_a_worker_with_a_wrong_wall_clock(make_pool: Any, faketime_env: dict[str
     assert any(r["host"] == skewed.name for r in records), "the skewed worker never ran a task"
 
 
-def _store_now_us(pool: Pool) -> int:
-    seconds, micros = pool.recorder.time()
-    return int(seconds) * 1_000_000 + int(micros)
-
-
 def test_inspect_countdown_override_and_timeout_warning(make_pool: Any) -> None:
     """Held tasks show in `inspect interval_stats`, with a ticket for each free pool process and
     the rest queued; a countdown task takes its ticket when due and its slot is not before it;
@@ -262,7 +257,7 @@ def test_inspect_countdown_override_and_timeout_warning(make_pool: Any) -> None:
     worker = pool.start(1)[0]
     assert "longer than the broker's redelivery timeout 60s" in worker.log()
     assert celery_cli(pool, "control", "pause_queue", pool.queue).returncode == 0
-    sent_us = _store_now_us(pool)
+    sent_us = pool.store_now_us()
     ids = pool.send(3)
     late = pool.app.send_task("workerapp.record", args=(99,), countdown=2, queue=pool.queue).id
     vip = f"{pool.queue}:vip"  # a bucket of its own, with the queue's interval

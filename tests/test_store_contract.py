@@ -71,6 +71,16 @@ def test_done_makes_copies_duplicates_but_not_retries(store: Store) -> None:
     assert store.grant("b", "t1", 1, I_US).outcome is Outcome.OK
 
 
+def test_a_posted_done_mark_makes_copies_duplicates(store: Store) -> None:
+    g = store.grant("b", "t1", 0, I_US)
+    wait_s(g.delay_us)
+    assert store.claim("b", "t1", 0, I_US, g.epoch, g.slot_us, "h1", LEASE_US).outcome is Outcome.OK
+    store.post_done(DoneMark("b", "t1", 0), 60_000_000)
+    time.sleep(0.05)  # posted on a connection of its own: no reply awaited
+    assert store.grant("b", "t1", 0, I_US).outcome is Outcome.DUPLICATE
+    assert store.grant("b", "t1", 1, I_US).outcome is Outcome.OK
+
+
 def test_lease_expiry_lets_a_copy_run_and_renew_extends(store: Store) -> None:
     g = store.grant("b", "t1", 0, I_US)
     wait_s(g.delay_us)
@@ -135,3 +145,44 @@ def test_a_redelivered_copy_gets_its_ticket_and_slot_again(store: Store) -> None
     assert (copy.ticket, copy.slot_us, copy.epoch) == (first.ticket, first.slot_us, first.epoch)
     assert store.grant("b", "t3", 0, I_US).ticket == 3, "the copy took no ticket of its own"
     assert store.status("b", I_US).ticket == 3
+
+
+def test_posting_to_a_hung_redis_returns_at_once_and_lands_later() -> None:
+    """A pool process posts its task's done mark as the body starts: a hung store (SIGSTOP)
+    must not hold the start back, and the mark is applied once the store runs again. The
+    replies owed meanwhile are read with later posts; a restarted server's NOSCRIPT is
+    answered by sending the call again with its script."""
+    import signal
+
+    import redis
+    from redisproc import RedisProc
+
+    from celery_interval.stores.redis import RedisStore
+
+    server = RedisProc()
+    try:
+        store = RedisStore.from_url(server.url, socket_timeout_s=5.0)
+        g = store.grant("b", "t1", 0, I_US)
+        proc: Any = server.proc
+        proc.send_signal(signal.SIGSTOP)
+        try:
+            started = time.monotonic()
+            for i in range(3):
+                store.post_done(DoneMark("b", f"t{i}", 0), 60_000_000)
+            posting_s = time.monotonic() - started
+        finally:
+            proc.send_signal(signal.SIGCONT)
+        assert posting_s < 1.0, f"posting to a hung store took {posting_s:.2f}s"
+        time.sleep(0.05)
+        assert store.grant("b", "t0", 0, I_US).outcome is Outcome.DUPLICATE
+        assert store.grant("b", "t2", 0, I_US).outcome is Outcome.DUPLICATE
+        assert g.outcome is Outcome.OK
+        redis.Redis.from_url(server.url).script_flush()  # as after a restart: no scripts
+        store.post_done(DoneMark("b", "t3", 0), 60_000_000)  # reads 3 replies, NOSCRIPT here
+        time.sleep(0.05)
+        store.post_done(DoneMark("b", "t4", 0), 60_000_000)  # reads t3's NOSCRIPT, resends it
+        time.sleep(0.05)
+        assert store.grant("b", "t3", 0, I_US).outcome is Outcome.DUPLICATE
+        assert store.grant("b", "t4", 0, I_US).outcome is Outcome.DUPLICATE
+    finally:
+        server.stop()

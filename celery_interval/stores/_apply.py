@@ -136,6 +136,10 @@ class ModelStore(ABC):
                         schedule.done(txn.mark(m.task_id, m.retries), txn.now_us, dedupe_ttl_us),
                     )
 
+    def post_done(self, mark: DoneMark, dedupe_ttl_us: int) -> None:
+        """``done`` at once: a local file or memory does not hang as a server can."""
+        self.done([mark], dedupe_ttl_us)
+
     def renew(self, bucket: str, task_id: str, retries: int, holder: str, lease_us: int) -> bool:
         """Atomically extend ``holder``'s live lease to now + ``lease_us``; False if none."""
         with self._locked(bucket) as txn:

@@ -83,6 +83,11 @@ class Store(Protocol):
         """Mark each message acknowledged for ``dedupe_ttl_us``; each atomic, batch pipelined."""
         ...
 
+    def post_done(self, mark: DoneMark, dedupe_ttl_us: int) -> None:
+        """As ``done`` for one mark, but never waiting on a slow or hung store: the mark is on
+        its way when this returns (or, where a store cannot promise that, not sent at all)."""
+        ...
+
     def renew(self, bucket: str, task_id: str, retries: int, holder: str, lease_us: int) -> bool:
         """Atomically extend ``holder``'s live lease to now + ``lease_us``; False if none."""
         ...

@@ -43,6 +43,7 @@ from celery_interval.schedule import (
 from celery_interval.stores import CLUSTER_SCHEMES, keys, mask_url
 from celery_interval.stores.base import DoneMark
 from celery_interval.stores.line import ScriptLine
+from celery_interval.stores.posted import PostedLine
 
 if TYPE_CHECKING:
     from celery_interval.stores.base import Store
@@ -270,6 +271,7 @@ class RedisStore:
         self._live: Any = None
         self._scripts: dict[str, Any] = {}
         self._line: ScriptLine | None = None
+        self._posted: PostedLine | None = None
         if isinstance(client, redis.Redis | redis.RedisCluster):
             self._use(client)
             self._where = where or _describe(client)
@@ -432,6 +434,19 @@ class RedisStore:
                 self._mark_key(m.bucket, m.task_id, m.retries)
             )
         return [("done", mark_keys, [now, dedupe_ttl_us]) for mark_keys in by_bucket.values()]
+
+    def post_done(self, mark: DoneMark, dedupe_ttl_us: int) -> None:
+        """The done script written on a connection of its own, its reply read with the next
+        post. On a Cluster nothing is sent (redis-py routes and waits there); the worker's own
+        ``done`` follows either way."""
+        with self._errors("done"):
+            self._ensure_client()
+            if self._line is None:
+                return
+            if self._posted is None:
+                self._posted = PostedLine(self._live)
+            ((_name, mark_keys, args),) = self._done_calls([mark], dedupe_ttl_us)
+            self._posted.post((self._scripts["done"], mark_keys, args))
 
     def renew(self, bucket: str, task_id: str, retries: int, holder: str, lease_us: int) -> bool:
         r = self._run("renew", [self._mark_key(bucket, task_id, retries)], [holder, lease_us])

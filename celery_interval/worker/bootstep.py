@@ -10,6 +10,7 @@ from celery.worker.state import reserved_requests
 
 from celery_interval.config import settings_of
 from celery_interval.stores import store_for_settings
+from celery_interval.worker import started
 from celery_interval.worker.service import IntervalService
 from celery_interval.worker.timeouts import warn_broker_timeouts
 
@@ -73,6 +74,7 @@ class IntervalStep(bootsteps.StartStopStep):
     def start(self, c: Any) -> None:
         service = service_for(c)
         warn_broker_timeouts(c.app, service.settings)
+        started.warm(c.app)  # for tasks run in this process (threads, solo pools)
         try:
             service.store.ping()
         except Exception as exc:

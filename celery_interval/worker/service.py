@@ -17,6 +17,7 @@ from celery_interval.schedule import Claim, Grant, Outcome
 from celery_interval.stores.base import DoneMark, Store
 from celery_interval.task import (
     CLAIMED_HEADER,
+    MARK_HEADER,
     SPIN_HEADER,
     START_HEADER,
     TICKET_HEADER,
@@ -426,6 +427,8 @@ class IntervalService:
         if held.acks_late:
             self._leases[held.key] = held.holder
             self._ensure_renew()
+        else:
+            held.request.request_dict[MARK_HEADER] = held.bucket
         self._forget(held)
         held.release(held.request)
 

@@ -1,0 +1,93 @@
+"""PostedLine: script calls to a standalone Redis written at once, their replies read later."""
+
+from __future__ import annotations
+
+import threading
+from collections import deque
+from typing import Any
+
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import NoScriptError, ResponseError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from celery_interval.stores.line import Call
+
+__all__ = ["MAX_OWED", "PostedLine"]
+
+#: Replies a posted line may owe; more means the store stopped answering (the line resets).
+MAX_OWED = 64
+
+
+class PostedLine:
+    """One connection of its own; ``post`` writes a call and returns without its reply.
+
+    Once written, a call reaches Redis even if this process is killed the next instant: the
+    kernel closes a dead process's socket after sending what it wrote. A script goes ahead of
+    its first call on each connection (SCRIPT LOAD, in the same write); replies are read as the
+    next call is posted, and a call that met NOSCRIPT (the scripts were flushed) is sent again
+    behind its script.
+    """
+
+    def __init__(self, client: Any) -> None:
+        self._client = client
+        self._pool = client.connection_pool
+        self._conn: Any = None
+        #: The call of each reply owed, None for a SCRIPT LOAD's.
+        self._owed: deque[Call | None] = deque()
+        #: Scripts loaded on this connection (by sha).
+        self._loaded: set[str] = set()
+        self._lock = threading.Lock()
+
+    @property
+    def owed(self) -> int:
+        """Calls written whose replies were not read yet."""
+        return len(self._owed)
+
+    def post(self, call: Call) -> None:
+        """Write ``call``; a connection error resets the line and raises."""
+        with self._lock:
+            try:
+                if self._conn is None:
+                    self._conn = self._pool.get_connection()
+                self._collect()
+                self._write(call)
+            except (RedisConnectionError, RedisTimeoutError, OSError):
+                self._reset()
+                raise
+
+    def _write(self, call: Call) -> None:
+        script, keys, args = call
+        commands = []
+        if script.sha not in self._loaded:
+            commands.append(("SCRIPT", "LOAD", script.script))
+            self._owed.append(None)
+            self._loaded.add(script.sha)
+        commands.append(("EVALSHA", script.sha, len(keys), *keys, *args))
+        self._owed.append(call)
+        self._conn.send_packed_command(self._conn.pack_commands(commands))
+
+    def _collect(self) -> None:
+        """Read every reply that has arrived; send again the calls Redis had no script for."""
+        again: list[Call] = []
+        while self._owed and self._conn.can_read(timeout=0):
+            call = self._owed.popleft()
+            try:
+                self._conn.read_response()
+            except NoScriptError:
+                if call is not None:
+                    self._loaded.discard(call[0].sha)
+                    again.append(call)
+            except ResponseError:
+                pass  # the script refused the call: the worker's own call reports it
+        if len(self._owed) >= MAX_OWED:
+            raise RedisTimeoutError(f"the store owes {len(self._owed)} replies")
+        for call in again:
+            self._write(call)
+
+    def _reset(self) -> None:
+        self._owed.clear()
+        self._loaded.clear()
+        if self._conn is not None:
+            self._conn.disconnect()
+            self._pool.release(self._conn)
+            self._conn = None

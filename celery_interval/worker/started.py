@@ -1,0 +1,53 @@
+"""The pool process posts an ordinary task's done mark to the store as its body starts."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import threading
+from typing import Any
+
+from celery_interval.config import settings_of
+from celery_interval.errors import StoreError
+from celery_interval.stores import DoneMark, Store, store_for_settings
+
+logger = logging.getLogger("celery_interval")
+
+#: One store client per (process, app): a forked pool process must not share its parent's.
+_stores: dict[tuple[int, int], Store] = {}
+
+
+def store_of(app: Any) -> Store:
+    """This process's store client; made, and its connection opened, on first use: call it
+    before a start's wait, so that connecting never delays the start."""
+    key = (os.getpid(), id(app))
+    store = _stores.get(key)
+    if store is None:
+        store = _stores[key] = store_for_settings(settings_of(app))
+        with contextlib.suppress(StoreError):  # mark_started says so when it matters
+            store.ping()
+    return store
+
+
+def warm(app: Any) -> None:
+    """Open this pool process's store connection in the background (a store that is down at
+    the process's start must not hold it up)."""
+    threading.Thread(target=store_of, args=(app,), name="interval-warm", daemon=True).start()
+
+
+def mark_started(app: Any, bucket: str, task_id: str, retries: int) -> None:
+    """Post the done mark the worker's ack will write, before the body rather than beside it.
+
+    Celery acks an ordinary task as its start comes due, in the worker process, while the pool
+    process starts the body: a worker killed in between left a message the broker gave back,
+    whose copy ran again once the lease ended. With the mark posted first, that copy is a
+    duplicate. Posting never waits for the store; if it fails, the body starts anyway (its
+    claim was granted) and the worker's own mark, retried until the store answers, counts.
+    """
+    try:
+        store_of(app).post_done(DoneMark(bucket, task_id, retries), settings_of(app).dedupe_ttl_us)
+    except StoreError as exc:
+        logger.warning(
+            "interval %s: task %s starts before its done mark was sent: %s", bucket, task_id, exc
+        )
