@@ -82,10 +82,9 @@ class IntervalTask(Task):  # type: ignore[misc]
             from celery_interval.worker import started
 
             bucket = self.request.get(MARK_HEADER)
-            if isinstance(bucket, str):
-                started.store_of(self.app)  # connected before the wait, not after
+            post = isinstance(bucket, str) and started.prepare(self.app, bucket, self.request.id)
             wait_until(start_ns, int(self.request.get(SPIN_HEADER) or 0))
-            if isinstance(bucket, str):
+            if post:
                 started.mark_started(self.app, bucket, self.request.id, self.request.retries or 0)
         return super().__call__(*args, **kwargs)
 

@@ -75,6 +75,7 @@ def test_a_posted_done_mark_makes_copies_duplicates(store: Store) -> None:
     g = store.grant("b", "t1", 0, I_US)
     wait_s(g.delay_us)
     assert store.claim("b", "t1", 0, I_US, g.epoch, g.slot_us, "h1", LEASE_US).outcome is Outcome.OK
+    store.prepare_post()
     store.post_done(DoneMark("b", "t1", 0), 60_000_000)
     time.sleep(0.05)  # posted on a connection of its own: no reply awaited
     assert store.grant("b", "t1", 0, I_US).outcome is Outcome.DUPLICATE
@@ -149,9 +150,9 @@ def test_a_redelivered_copy_gets_its_ticket_and_slot_again(store: Store) -> None
 
 def test_posting_to_a_hung_redis_returns_at_once_and_lands_later() -> None:
     """A pool process posts its task's done mark as the body starts: a hung store (SIGSTOP)
-    must not hold the start back, and the mark is applied once the store runs again. The
-    replies owed meanwhile are read with later posts; a restarted server's NOSCRIPT is
-    answered by sending the call again with its script."""
+    must not hold the start back, and the mark is applied once the store runs again. Replies
+    owed meanwhile are read by the next prepare; flushed scripts are sent again; a connection
+    the server closed is replaced by the next prepare."""
     import signal
 
     import redis
@@ -159,10 +160,19 @@ def test_posting_to_a_hung_redis_returns_at_once_and_lands_later() -> None:
 
     from celery_interval.stores.redis import RedisStore
 
+    def post(task: str) -> None:
+        store.prepare_post()
+        store.post_done(DoneMark("b", task, 0), 60_000_000)
+
+    def duplicate(task: str) -> bool:
+        time.sleep(0.05)  # the post's reply is not awaited
+        return store.grant("b", task, 0, I_US).outcome is Outcome.DUPLICATE
+
     server = RedisProc()
+    admin = redis.Redis.from_url(server.url)
     try:
         store = RedisStore.from_url(server.url, socket_timeout_s=5.0)
-        g = store.grant("b", "t1", 0, I_US)
+        store.prepare_post()
         proc: Any = server.proc
         proc.send_signal(signal.SIGSTOP)
         try:
@@ -173,16 +183,15 @@ def test_posting_to_a_hung_redis_returns_at_once_and_lands_later() -> None:
         finally:
             proc.send_signal(signal.SIGCONT)
         assert posting_s < 1.0, f"posting to a hung store took {posting_s:.2f}s"
+        assert duplicate("t0") and duplicate("t2")
+        admin.script_flush()  # as after a restart: no scripts
+        post("t3")  # meets NOSCRIPT; the next prepare reads that and sends it again
         time.sleep(0.05)
-        assert store.grant("b", "t0", 0, I_US).outcome is Outcome.DUPLICATE
-        assert store.grant("b", "t2", 0, I_US).outcome is Outcome.DUPLICATE
-        assert g.outcome is Outcome.OK
-        redis.Redis.from_url(server.url).script_flush()  # as after a restart: no scripts
-        store.post_done(DoneMark("b", "t3", 0), 60_000_000)  # reads 3 replies, NOSCRIPT here
-        time.sleep(0.05)
-        store.post_done(DoneMark("b", "t4", 0), 60_000_000)  # reads t3's NOSCRIPT, resends it
-        time.sleep(0.05)
-        assert store.grant("b", "t3", 0, I_US).outcome is Outcome.DUPLICATE
-        assert store.grant("b", "t4", 0, I_US).outcome is Outcome.DUPLICATE
+        post("t4")
+        assert duplicate("t3") and duplicate("t4")
+        admin.client_kill_filter(skipme=True)  # the server closes every other connection
+        post("t5")
+        assert duplicate("t5")
     finally:
+        admin.close()
         server.stop()

@@ -136,6 +136,9 @@ class ModelStore(ABC):
                         schedule.done(txn.mark(m.task_id, m.retries), txn.now_us, dedupe_ttl_us),
                     )
 
+    def prepare_post(self) -> None:  # noqa: B027 (deliberately empty, not abstract)
+        """Nothing to prepare: ``post_done`` works on a local file or memory at once."""
+
     def post_done(self, mark: DoneMark, dedupe_ttl_us: int) -> None:
         """``done`` at once: a local file or memory does not hang as a server can."""
         self.done([mark], dedupe_ttl_us)

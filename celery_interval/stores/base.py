@@ -83,6 +83,11 @@ class Store(Protocol):
         """Mark each message acknowledged for ``dedupe_ttl_us``; each atomic, batch pipelined."""
         ...
 
+    def prepare_post(self) -> None:
+        """Get ready for ``post_done`` (connect, read what earlier posts were answered); may
+        block, so call it before a start's wait."""
+        ...
+
     def post_done(self, mark: DoneMark, dedupe_ttl_us: int) -> None:
         """As ``done`` for one mark, but never waiting on a slow or hung store: the mark is on
         its way when this returns (or, where a store cannot promise that, not sent at all)."""

@@ -43,15 +43,29 @@ class PostedLine:
         """Calls written whose replies were not read yet."""
         return len(self._owed)
 
-    def post(self, call: Call) -> None:
-        """Write ``call``; a connection error resets the line and raises."""
+    def prepare(self) -> None:
+        """Before a start's wait: read the replies that came, and hold a live connection
+        (connecting may take a round trip, or the store's timeout if it is down)."""
         with self._lock:
+            if self._conn is not None:
+                try:
+                    self._collect()
+                    return
+                except (RedisConnectionError, OSError):
+                    self._reset()  # closed by the server (idle timeout, restart): open another
+                except BaseException:
+                    self._reset()
+                    raise
+            self._conn = self._pool.get_connection()
+
+    def post(self, call: Call) -> None:
+        """Write ``call`` on the prepared connection: never connects, never waits for a reply."""
+        with self._lock:
+            if self._conn is None:
+                raise RedisConnectionError("no connection was prepared for this call")
             try:
-                if self._conn is None:
-                    self._conn = self._pool.get_connection()
-                self._collect()
                 self._write(call)
-            except (RedisConnectionError, RedisTimeoutError, OSError):
+            except BaseException:
                 self._reset()
                 raise
 
@@ -64,12 +78,16 @@ class PostedLine:
             self._loaded.add(script.sha)
         commands.append(("EVALSHA", script.sha, len(keys), *keys, *args))
         self._owed.append(call)
-        self._conn.send_packed_command(self._conn.pack_commands(commands))
+        # No health check: its PING would wait on a slow store and take an owed reply.
+        self._conn.send_packed_command(self._conn.pack_commands(commands), check_health=False)
 
     def _collect(self) -> None:
-        """Read every reply that has arrived; send again the calls Redis had no script for."""
+        """Read every reply that has arrived; send again the calls Redis had no script for.
+        A socket the server closed raises here (``can_read`` sees its end)."""
         again: list[Call] = []
-        while self._owed and self._conn.can_read(timeout=0):
+        while self._conn.can_read(timeout=0):
+            if not self._owed:
+                raise RedisConnectionError("the store sent a reply nothing asked for")
             call = self._owed.popleft()
             try:
                 self._conn.read_response()

@@ -286,6 +286,7 @@ class RedisStore:
         }
         # redis-py sends a RedisCluster's scripts itself (node routing, MOVED and failover).
         self._line = ScriptLine(client) if isinstance(client, redis.Redis) else None
+        self._posted = PostedLine(client) if isinstance(client, redis.Redis) else None
 
     @property
     def _client(self) -> Any:
@@ -435,16 +436,20 @@ class RedisStore:
             )
         return [("done", mark_keys, [now, dedupe_ttl_us]) for mark_keys in by_bucket.values()]
 
-    def post_done(self, mark: DoneMark, dedupe_ttl_us: int) -> None:
-        """The done script written on a connection of its own, its reply read with the next
-        post. On a Cluster nothing is sent (redis-py routes and waits there); the worker's own
-        ``done`` follows either way."""
+    def prepare_post(self) -> None:
+        """Open (or check) the connection ``post_done`` writes on; on a Cluster, nothing."""
         with self._errors("done"):
             self._ensure_client()
-            if self._line is None:
-                return
+            if self._posted is not None:
+                self._posted.prepare()
+
+    def post_done(self, mark: DoneMark, dedupe_ttl_us: int) -> None:
+        """The done script written on the prepared connection, its reply read at the next
+        ``prepare_post``. On a Cluster nothing is sent (redis-py routes and waits there); the
+        worker's own ``done`` follows either way."""
+        with self._errors("done"):
             if self._posted is None:
-                self._posted = PostedLine(self._live)
+                return
             ((_name, mark_keys, args),) = self._done_calls([mark], dedupe_ttl_us)
             self._posted.post((self._scripts["done"], mark_keys, args))
 

@@ -9,31 +9,49 @@ import threading
 from typing import Any
 
 from celery_interval.config import settings_of
-from celery_interval.errors import StoreError
 from celery_interval.stores import DoneMark, Store, store_for_settings
 
 logger = logging.getLogger("celery_interval")
 
 #: One store client per (process, app): a forked pool process must not share its parent's.
 _stores: dict[tuple[int, int], Store] = {}
+_stores_lock = threading.Lock()
 
 
 def store_of(app: Any) -> Store:
-    """This process's store client; made, and its connection opened, on first use: call it
-    before a start's wait, so that connecting never delays the start."""
+    """This process's store client for ``app`` (made on first use, without connecting)."""
     key = (os.getpid(), id(app))
-    store = _stores.get(key)
-    if store is None:
-        store = _stores[key] = store_for_settings(settings_of(app))
-        with contextlib.suppress(StoreError):  # mark_started says so when it matters
-            store.ping()
-    return store
+    with _stores_lock:
+        store = _stores.get(key)
+        if store is None:
+            store = _stores[key] = store_for_settings(settings_of(app))
+        return store
 
 
 def warm(app: Any) -> None:
-    """Open this pool process's store connection in the background (a store that is down at
-    the process's start must not hold it up)."""
-    threading.Thread(target=store_of, args=(app,), name="interval-warm", daemon=True).start()
+    """Open this process's connection for posted marks in the background, as it starts (a
+    store that is down then must not hold the process up)."""
+
+    def connect() -> None:
+        with contextlib.suppress(Exception):  # prepare() says so when a task needs it
+            store_of(app).prepare_post()
+
+    threading.Thread(target=connect, name="interval-warm", daemon=True).start()
+
+
+def prepare(app: Any, bucket: str, task_id: str) -> bool:
+    """Before a start's wait: whether the connection for its done mark is ready."""
+    try:
+        store_of(app).prepare_post()
+    except Exception as exc:
+        logger.warning(
+            "interval %s: task %s will start without posting its done mark: %s",
+            bucket,
+            task_id,
+            exc,
+        )
+        return False
+    return True
 
 
 def mark_started(app: Any, bucket: str, task_id: str, retries: int) -> None:
@@ -47,7 +65,7 @@ def mark_started(app: Any, bucket: str, task_id: str, retries: int) -> None:
     """
     try:
         store_of(app).post_done(DoneMark(bucket, task_id, retries), settings_of(app).dedupe_ttl_us)
-    except StoreError as exc:
+    except Exception as exc:
         logger.warning(
             "interval %s: task %s starts before its done mark was sent: %s", bucket, task_id, exc
         )
