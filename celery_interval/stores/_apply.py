@@ -136,6 +136,9 @@ class ModelStore(ABC):
                         schedule.done(txn.mark(m.task_id, m.retries), txn.now_us, dedupe_ttl_us),
                     )
 
+    #: A file store is shared by every process; MemoryStore says otherwise.
+    posts_done = True
+
     def prepare_post(self) -> None:  # noqa: B027 (deliberately empty, not abstract)
         """Nothing to prepare: ``post_done`` works on a local file or memory at once."""
 

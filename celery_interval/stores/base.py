@@ -83,6 +83,12 @@ class Store(Protocol):
         """Mark each message acknowledged for ``dedupe_ttl_us``; each atomic, batch pipelined."""
         ...
 
+    @property
+    def posts_done(self) -> bool:
+        """Whether ``post_done`` from a pool process reaches the store the worker uses (not a
+        Cluster, not one process's memory): the worker then leaves ordinary tasks' marks to it."""
+        ...
+
     def prepare_post(self) -> None:
         """Get ready for ``post_done`` (connect, read what earlier posts were answered); may
         block, so call it before a start's wait."""

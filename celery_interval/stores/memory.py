@@ -40,6 +40,9 @@ class _MemoryTxn:
 class MemoryStore(ModelStore):
     """One process's store; its clock is ``clock_us`` (monotonic by default)."""
 
+    #: A pool process's post would land in its own copy.
+    posts_done = False
+
     def __init__(self, clock_us: Callable[[], int] = _monotonic_us) -> None:
         self._clock_us = clock_us
         self._lock = threading.Lock()

@@ -436,6 +436,11 @@ class RedisStore:
             )
         return [("done", mark_keys, [now, dedupe_ttl_us]) for mark_keys in by_bucket.values()]
 
+    @property
+    def posts_done(self) -> bool:
+        """A standalone Redis: yes; a Cluster: no (known once the client is made)."""
+        return self._posted is not None
+
     def prepare_post(self) -> None:
         """Open (or check) the connection ``post_done`` writes on; on a Cluster, nothing."""
         with self._errors("done"):

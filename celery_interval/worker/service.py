@@ -427,7 +427,7 @@ class IntervalService:
         if held.acks_late:
             self._leases[held.key] = held.holder
             self._ensure_renew()
-        else:
+        elif self.store.posts_done:
             held.request.request_dict[MARK_HEADER] = held.bucket
         self._forget(held)
         held.release(held.request)

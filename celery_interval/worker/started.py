@@ -55,13 +55,15 @@ def prepare(app: Any, bucket: str, task_id: str) -> bool:
 
 
 def mark_started(app: Any, bucket: str, task_id: str, retries: int) -> None:
-    """Post the done mark the worker's ack will write, before the body rather than beside it.
+    """Post an ordinary task's done mark as its body starts (the worker leaves it to us).
 
     Celery acks an ordinary task as its start comes due, in the worker process, while the pool
     process starts the body: a worker killed in between left a message the broker gave back,
     whose copy ran again once the lease ended. With the mark posted first, that copy is a
-    duplicate. Posting never waits for the store; if it fails, the body starts anyway (its
-    claim was granted) and the worker's own mark, retried until the store answers, counts.
+    duplicate; and a task whose worker died before its body began has no mark, so its copy
+    runs. Posting never waits for the store; if it fails, the body starts anyway (its claim was
+    granted) without a mark, as a plain Celery task runs: a copy, which exists only if the ack
+    was lost too, would run again.
     """
     try:
         store_of(app).post_done(DoneMark(bucket, task_id, retries), settings_of(app).dedupe_ttl_us)

@@ -15,7 +15,7 @@ from celery.worker.state import task_reserved
 from celery.worker.strategy import hybrid_to_proto2, proto1_to_proto2
 
 from celery_interval.errors import ConfigurationError
-from celery_interval.task import START_HEADER, drop_internal_headers, placement_of
+from celery_interval.task import MARK_HEADER, START_HEADER, drop_internal_headers, placement_of
 from celery_interval.worker.bootstep import service_for
 from celery_interval.worker.service import Held
 
@@ -150,12 +150,16 @@ def _track_ack(req: Any, service: Any, bucket: str, retries: int) -> None:
     Celery acks an ordinary task when a pool process accepts it, which here is up to ``lead``
     before its start: the ack waits for the start deadline, so a worker killed in between
     leaves the message to the broker (its lease expires and a copy runs) instead of losing it.
+    A task released with ``MARK_HEADER`` gets its mark from the pool process, posted as the
+    body starts (``worker.started``); marking it here too, at the deadline, would drop the copy
+    of a task whose worker died before its body began.
     """
     on_ack, on_reject = req.on_ack, req.on_reject
 
     def ack_now(*args: Any, **kwargs: Any) -> None:
         on_ack(*args, **kwargs)
-        service.mark_done(bucket, req.id, retries)
+        if MARK_HEADER not in req.request_dict:
+            service.mark_done(bucket, req.id, retries)
 
     def ack(*args: Any, **kwargs: Any) -> None:
         start_ns = req.request_dict.get(START_HEADER)
