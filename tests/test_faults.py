@@ -240,23 +240,33 @@ def test_acks_late_task_killed_mid_body_runs_again(make_pool: Any) -> None:
     assert all(starts.count(i) == 1 for i in ids if i != killed)
 
 
-@pytest.mark.parametrize("broker", ["rabbitmq", "redis"])
-def test_killed_after_its_claim_before_the_ack(make_pool: Any, broker: str) -> None:
-    """The narrowest window: SIGKILL right after an OK claim, before the pool or the broker saw
-    the task. RabbitMQ redelivers at once and the copy is HELD by the dead claim's lease (2 s);
-    Redis redelivers after its 3 s visibility timeout. Either way the copy runs, once."""
+def run_one_fault(
+    make_pool: Any, broker: str, **fault: str
+) -> tuple[Pool, Worker, Worker, list[str], list[dict[str, Any]], str]:
+    """A worker with a ``faultapp`` hook that SIGKILLs it once, and a healthy one; 60 tasks.
+    Returns the pool, both workers, the ids, the start records and the killed task's id."""
     conf: dict[str, Any] = {"interval_lease_s": 2.0}
     if broker == "redis":
         conf.update(redis_visibility(3.0))
     pool = make_pool(INTERVAL_S, broker=broker, conf=conf, app_module="faultapp")
-    doomed = pool.start(1, CI_TEST_KILL_AFTER_CLAIM="5")[0]
+    doomed = pool.start(1, **fault)[0]
     survivor = pool.start(1)[0]
     ids = pool.send(60)
     records = pool.wait_records(60, timeout_s=90)
     assert doomed.proc.wait(timeout=10) == -signal.SIGKILL
     killed = pool.recorder.lrange(f"killed:{pool.queue}", 0, -1)
     assert len(killed) == 1
-    killed_id = killed[0].decode()
+    return pool, doomed, survivor, ids, records, killed[0].decode()
+
+
+@pytest.mark.parametrize("broker", ["rabbitmq", "redis"])
+def test_killed_after_its_claim_before_the_ack(make_pool: Any, broker: str) -> None:
+    """The narrowest window: SIGKILL right after an OK claim, before the pool or the broker saw
+    the task. RabbitMQ redelivers at once and the copy is HELD by the dead claim's lease (2 s);
+    Redis redelivers after its 3 s visibility timeout. Either way the copy runs, once."""
+    pool, _, survivor, ids, records, killed_id = run_one_fault(
+        make_pool, broker, CI_TEST_KILL_AFTER_CLAIM="5"
+    )
     assert_exactly_once(records, ids)
     assert [r["host"] for r in records if r["id"] == killed_id] == [survivor.name]
     outcomes = [e["op"] for e in ledger(pool) if e.get("task") == killed_id]
@@ -274,22 +284,14 @@ def test_killed_after_the_body_started_before_the_ack(make_pool: Any, broker: st
     broker gives the message back (RabbitMQ at once, Redis after its 3 s visibility timeout)
     and the copy is dropped as a duplicate, because the pool process marked the task done in
     the store before its body started. It never starts twice."""
-    conf: dict[str, Any] = {"interval_lease_s": 2.0}
-    if broker == "redis":
-        conf.update(redis_visibility(3.0))
-    pool = make_pool(INTERVAL_S, broker=broker, conf=conf, app_module="faultapp")
-    doomed = pool.start(1, CI_TEST_KILL_BEFORE_ACK="5")[0]
-    survivor = pool.start(1)[0]
-    ids = pool.send(60)
-    records = pool.wait_records(60, timeout_s=90)
-    assert doomed.proc.wait(timeout=10) == -signal.SIGKILL
-    killed = [k.decode() for k in pool.recorder.lrange(f"killed:{pool.queue}", 0, -1)]
-    assert len(killed) == 1
-    assert [r["host"] for r in records if r["id"] == killed[0]] == [doomed.name]
+    pool, doomed, survivor, ids, records, killed_id = run_one_fault(
+        make_pool, broker, CI_TEST_KILL_BEFORE_ACK="5"
+    )
+    assert [r["host"] for r in records if r["id"] == killed_id] == [doomed.name]
     # The copy must have come back and met the mark, or this test proves nothing.
     deadline = time.monotonic() + 15
     while time.monotonic() < deadline:
-        outcomes = [e["op"] for e in ledger(pool) if e.get("task") == killed[0]]
+        outcomes = [e["op"] for e in ledger(pool) if e.get("task") == killed_id]
         if {"grant:DUPLICATE", "claim:DUPLICATE"} & set(outcomes):
             break
         time.sleep(0.2)
