@@ -151,8 +151,9 @@ def _track_ack(req: Any, service: Any, bucket: str, retries: int) -> None:
     before its start: the ack waits for the start deadline, so a worker killed in between
     leaves the message to the broker (its lease expires and a copy runs) instead of losing it.
     A task released with ``MARK_HEADER`` gets its mark from the pool process, posted as the
-    body starts (``worker.started``); marking it here too, at the deadline, would drop the copy
-    of a task whose worker died before its body began.
+    body starts (``worker.started``). A mark here too would cost a script call per task and add
+    nothing, except where a sent ack never reached the broker: there it would drop the copy of
+    a task whose body had not begun.
     """
     on_ack, on_reject = req.on_ack, req.on_reject
 
