@@ -29,7 +29,6 @@ class PostedLine:
     """
 
     def __init__(self, client: Any) -> None:
-        self._client = client
         self._pool = client.connection_pool
         self._conn: Any = None
         #: The call of each reply owed, None for a SCRIPT LOAD's.
@@ -37,11 +36,6 @@ class PostedLine:
         #: Scripts loaded on this connection (by sha).
         self._loaded: set[str] = set()
         self._lock = threading.Lock()
-
-    @property
-    def owed(self) -> int:
-        """Calls written whose replies were not read yet."""
-        return len(self._owed)
 
     def prepare(self) -> None:
         """Before a start's wait: read the replies that came, and hold a live connection

@@ -450,8 +450,8 @@ class RedisStore:
 
     def post_done(self, mark: DoneMark, dedupe_ttl_us: int) -> None:
         """The done script written on the prepared connection, its reply read at the next
-        ``prepare_post``. On a Cluster nothing is sent (redis-py routes and waits there); the
-        worker's own ``done`` follows either way."""
+        ``prepare_post``. On a Cluster nothing is sent (redis-py routes and waits there), and
+        ``posts_done`` is False, so the worker marks the task at its ack instead."""
         with self._errors("done"):
             if self._posted is None:
                 return
