@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
+from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
 __all__ = ["gap_histogram", "lateness", "worker_share"]
@@ -14,8 +15,15 @@ _BAD = "#c0392b"
 _GOOD = "#2e86c1"
 
 
+def _bucket_axes() -> tuple[Figure, Axes]:
+    """A figure of a per-bucket plot, with fixed margins: a tight layout would draw it twice,
+    and there are two of these per bucket."""
+    fig = Figure(figsize=(7, 3.6))
+    fig.subplots_adjust(left=0.1, right=0.98, bottom=0.14, top=0.92)
+    return fig, fig.add_subplot()
+
+
 def _save(fig: Figure, path: Path) -> None:
-    fig.tight_layout()
     fig.savefig(path, dpi=_DPI, format="png")
 
 
@@ -24,12 +32,12 @@ def gap_histogram(
 ) -> None:
     """Gaps between starts (``(lo_s, hi_s, count)`` bins) with the interval marked; bins
     below the interval in red."""
-    fig = Figure(figsize=(7, 3.6))
-    ax = fig.add_subplot()
-    for lo_s, hi_s, count in bins:
-        bad = interval_s is not None and lo_s < interval_s * (1 - 1e-9)
-        ax.bar(lo_s * 1e3, count, width=(hi_s - lo_s) * 1e3, align="edge",
-               color=_BAD if bad else _GOOD, edgecolor="white", linewidth=0.3)  # fmt: skip
+    fig, ax = _bucket_axes()
+    below = [interval_s is not None and lo_s < interval_s * (1 - 1e-9) for lo_s, _, _ in bins]
+    ax.bar([lo_s * 1e3 for lo_s, _, _ in bins], [count for _, _, count in bins],
+           width=[(hi_s - lo_s) * 1e3 for lo_s, hi_s, _ in bins], align="edge",
+           color=[_BAD if bad else _GOOD for bad in below], edgecolor="white",
+           linewidth=0.3)  # fmt: skip
     if interval_s is not None:
         ax.axvline(interval_s * 1e3, color="black", linestyle="--", linewidth=1)
         ax.annotate(f"interval {interval_s * 1e3:g} ms", (interval_s * 1e3, 1),
@@ -50,8 +58,7 @@ def lateness(
 ) -> None:
     """Lateness (start - slot) over time: ``(t_s, mean_s, max_s)`` per time bin, with the
     pause windows ``(from_s, to_s)`` shaded."""
-    fig = Figure(figsize=(7, 3.6))
-    ax = fig.add_subplot()
+    fig, ax = _bucket_axes()
     for n, (from_s, to_s) in enumerate(pauses):
         ax.axvspan(from_s, to_s, color="#f5b041", alpha=0.3, label="paused" if n == 0 else None)
     t = [p[0] for p in points]
@@ -70,7 +77,7 @@ def lateness(
 
 def worker_share(path: Path, buckets: Sequence[tuple[str, Sequence[tuple[str, float]]]]) -> None:
     """Each bucket's starts split by worker: one stacked horizontal bar per bucket."""
-    fig = Figure(figsize=(7, 1.2 + 0.45 * len(buckets)))
+    fig = Figure(figsize=(7, 1.2 + 0.45 * len(buckets)), layout="tight")
     ax = fig.add_subplot()
     workers = sorted({w for _, shares in buckets for w, _ in shares})
     colors = {w: f"C{n % 10}" for n, w in enumerate(workers)}
