@@ -197,16 +197,29 @@ def test_known_answers(spark: Any, ledgers: list[str]) -> None:  # noqa: F811
     ]
 
 
-def test_the_four_halves_read_one_shuffle(spark: Any, ledgers: list[str]) -> None:  # noqa: F811
+@pytest.mark.parametrize("adaptive", ["true", "false"])
+def test_the_four_halves_read_one_shuffle(
+    spark: Any,  # noqa: F811
+    ledgers: list[str],
+    adaptive: str,
+) -> None:
     """The timeline, the sketches, the counted entries and the duplicate starts share one
     scan and one shuffle of the ledger: the optimizer may not push a half's filter or its
-    choice of columns below it (each would be a scan of its own)."""
+    choice of columns below it (each would be a scan of its own). With adaptive execution
+    (Spark's default) and without (``build_session``'s)."""
     from celery_interval.spark import audit
 
-    cube = audit.audit(audit.read_ledgers(spark, ledgers)).cube
-    cube.collect()
-    plan = cube._jdf.queryExecution().executedPlan().toString()
-    assert plan.count("ReusedExchange") == 3, plan
+    before = spark.conf.get("spark.sql.adaptive.enabled")
+    spark.conf.set("spark.sql.adaptive.enabled", adaptive)
+    try:
+        cube = audit.audit(audit.read_ledgers(spark, ledgers)).cube
+        cube.collect()
+        plan = cube._jdf.queryExecution().executedPlan().toString()
+    finally:
+        spark.conf.set("spark.sql.adaptive.enabled", before)
+    final = plan.split("== Initial Plan ==")[0]
+    assert final.count("ReusedExchange") == 3, plan
+    assert final.count("FileScan") == 1, plan
 
 
 def test_interval_of_overrides_and_unknown_intervals(

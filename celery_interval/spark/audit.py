@@ -10,8 +10,8 @@ latest control entry (pause, unpause, set_interval) recorded before it.
 The heavy part is one pass: the entries are read and shuffled by bucket once. The
 *timeline* (starts and control actions) is then sorted by time (duplicates from overlapping
 exports are adjacent and dropped, gaps and pauses come from running windows) and folded into a
-small *cube* of numbers per (bucket, worker, second), and into one percentile sketch per
-bucket. Every other entry (most of a ledger: grants, waits)
+small *cube* of numbers per (bucket, worker, second), and into percentile sketches and gap
+counts per (bucket, histogram bin). Every other entry (most of a ledger: grants, waits)
 is only counted, once per (bucket, id), without a sort; so are the holders of each started
 task. Everything else is computed from the cube.
 """
@@ -180,7 +180,8 @@ def worker_of(holder: Column) -> Column:
 
 
 def annotate(ledger: DataFrame, intervals_us: Mapping[str, int] | None = None) -> DataFrame:
-    """Every entry of a ``normalize``-d ledger with, for starts: interval_us and its
+    """Every entry of a ``normalize``-d ledger (or of ``keyed``: repeats of an entry are
+    dropped in the same pass, see ``dedupe``) with, for starts: interval_us and its
     interval_source, prev_start_us, prev_task, gap_us, violation (gap_us < interval_us;
     null for a bucket's first start or an unknown interval), worker, tbin (second since the
     bucket's first start) and hbin (histogram bin); for the close of a pause: pause_from_us and
@@ -193,8 +194,11 @@ def annotate(ledger: DataFrame, intervals_us: Mapping[str, int] | None = None) -
     is_open = (op == "pause") & _flag("changed")
     is_close = ((op == "unpause") & _flag("changed")) | (op == "reset")
     control = op.isin(*_CONTROLS) & F.col("interval").isNotNull()
+    # One window pass: a repeat (the copy of the row before it, see ``dedupe``) leaves every
+    # running value of the rows after it as it was, so it is dropped after the pass.
     running = ledger.select(
         "*",
+        (F.lag("id").over(w) == F.col("id")).alias("_repeat"),
         F.last(F.when(control, F.col("interval")), ignorenulls=True).over(upto).alias("c_iv"),
         F.last(F.when(is_start, start), ignorenulls=True).over(before).alias("prev_start_us"),
         F.last(F.when(is_start, F.col("task")), ignorenulls=True).over(before).alias("prev_task"),
@@ -215,7 +219,7 @@ def annotate(ledger: DataFrame, intervals_us: Mapping[str, int] | None = None) -
         F.least(F.floor(gap_us * HIST_PER_INTERVAL / interval_us), F.lit(HIST_BINS - 1)),
     )
     last_event = F.col("last_event")
-    shaped = running.select(
+    shaped = running.where(~F.coalesce("_repeat", F.lit(False))).select(
         *ledger.columns,
         F.when(is_start, F.col("prev_start_us")).alias("prev_start_us"),
         F.when(is_start, F.col("prev_task")).alias("prev_task"),
@@ -273,15 +277,19 @@ def kind_of() -> Column:
     return chosen
 
 
-def _entry_counts() -> list[Column]:
-    """The aggregates of any cell: its entries, their time span, and counts by outcome."""
-    kind = F.col("kind")
+def _entry_span() -> list[Column]:
+    """The aggregates of any cell: its entries and their time span."""
     return [
         F.count(F.lit(1)).alias("entries"),
         F.min("now").alias("first_entry_us"),
         F.max("now").alias("last_entry_us"),
-        *[_count_if(kind == n).alias(name) for n, name in enumerate(KINDS)],
     ]
+
+
+def _entry_counts() -> list[Column]:
+    """``_entry_span`` and the entries' counts by outcome (``KINDS``)."""
+    kind = F.col("kind")
+    return [*_entry_span(), *[_count_if(kind == n).alias(name) for n, name in enumerate(KINDS)]]
 
 
 def cube_of(entries: DataFrame) -> DataFrame:
@@ -294,7 +302,7 @@ def cube_of(entries: DataFrame) -> DataFrame:
     late = F.when(is_start, F.col("late"))
     start_at = F.when(is_start, F.col("start_key"))
     return entries.groupBy("bucket", "worker", "tbin", "pause_to_us").agg(
-        *_entry_counts(),
+        *_entry_span(),
         _count_if(is_start & _flag("readmit")).alias("readmits"),
         _count_if(is_start).alias("starts"),
         F.min(start_at).alias("first_start_us"),
@@ -309,7 +317,6 @@ def cube_of(entries: DataFrame) -> DataFrame:
         F.count(late).alias("lates"),
         F.max_by("interval_us", start_at).alias("interval_us"),
         F.max_by("interval_source", start_at).alias("interval_source"),
-        F.array(*[_count_if(F.col("hbin") == n) for n in range(HIST_BINS)]).alias("hist"),
         F.max("pause_from_us").alias("pause_from_us"),
         F.max("event_code").alias("event_code"),
     )
@@ -325,12 +332,15 @@ def counted_cells(entries: DataFrame) -> DataFrame:
 
 
 def sketch_cells(entries: DataFrame) -> DataFrame:
-    """``annotate``-d entries folded per bucket into the sketches of its starts' lateness
-    and gaps: one cell per bucket (worker, tbin and pause_to_us null)."""
+    """``annotate``-d entries folded per (bucket, hbin) into the sketches of its starts'
+    lateness and gaps and the count of its gaps (``binned``): the gap histogram, and one to
+    a few sketches per bucket to merge (worker, tbin and pause_to_us null). The histogram
+    is a key here, not 41 counts in every cell of the cube, which cost a fifth of its time."""
     is_start = F.col("is_start")
-    return entries.groupBy("bucket").agg(
+    return entries.groupBy("bucket", "hbin").agg(
         F.kll_sketch_agg_bigint(F.when(is_start, F.col("late")), KLL_K).alias("late_sketch"),
         F.kll_sketch_agg_bigint(F.col("gap_us"), KLL_K).alias("gap_sketch"),
+        F.count("gap_us").alias("binned"),
     )
 
 
@@ -517,23 +527,22 @@ def gap_histogram(cube: DataFrame) -> DataFrame:
     had to clear (shown at the bucket's last interval); the last bin holds 4 intervals and
     more. A bin is wholly below the interval or not."""
     per_bin = (
-        cube.select("bucket", F.posexplode("hist").alias("bin", "n"))
-        .groupBy("bucket", "bin")
-        .agg(F.sum("n").alias("gaps"))
+        cube.where(F.col("hbin").isNotNull())
+        .groupBy("bucket", F.col("hbin").alias("bin"))
+        .agg(F.sum("binned").alias("gaps"))
     )
     last = cube.groupBy("bucket").agg(F.max_by("interval_us", "last_start_us").alias("iv"))
+    bins = last.where(F.col("iv").isNotNull()).select(
+        "bucket", "iv", F.explode(F.sequence(F.lit(0), F.lit(HIST_BINS - 1))).alias("bin")
+    )
     width = F.col("iv") / HIST_PER_INTERVAL / 1e6
-    return (
-        per_bin.join(last, "bucket")
-        .where(F.col("iv").isNotNull())
-        .select(
-            "bucket",
-            "bin",
-            (F.col("bin") * width).alias("lo_s"),
-            ((F.col("bin") + 1) * width).alias("hi_s"),
-            "gaps",
-            _seconds(F.col("iv")).alias("interval_s"),
-        )
+    return bins.join(per_bin, ["bucket", "bin"], "left").select(
+        "bucket",
+        "bin",
+        (F.col("bin") * width).alias("lo_s"),
+        ((F.col("bin") + 1) * width).alias("hi_s"),
+        F.coalesce(F.col("gaps"), F.lit(0)).cast(LongType()).alias("gaps"),
+        _seconds(F.col("iv")).alias("interval_s"),
     )
 
 
@@ -557,26 +566,31 @@ def lateness_series(cube: DataFrame, points: int = 300) -> DataFrame:
 
 @dataclass(frozen=True)
 class AuditFrames:
-    """The audit's DataFrames: the annotated timeline, the cube and the summary."""
+    """The audit's DataFrames: the annotated timeline and the cube (``summary`` from it)."""
 
     entries: DataFrame
     cube: DataFrame
-    summary: DataFrame
+
+    @property
+    def summary(self) -> DataFrame:
+        """The summary of the cube (built on each access: ``main`` builds its own over the
+        persisted cube)."""
+        return summary(self.cube)
 
 
 def audit(raw: DataFrame, intervals_us: Mapping[str, int] | None = None) -> AuditFrames:
     """Every frame of the audit of ``raw`` ledger entries (any number of buckets and exports):
-    the annotated timeline, the cube (with the counted cells of the other entries and the
-    duplicate starts' cells) and the summary."""
+    the annotated timeline and the cube (with the counted cells of the other entries and the
+    duplicate starts' cells)."""
     shuffled = _shared(keyed(raw))
-    timeline = annotate(dedupe(shuffled.where(on_timeline())), intervals_us)
+    timeline = annotate(shuffled.where(on_timeline()), intervals_us)
     cube = union_cells(
         cube_of(timeline),
         sketch_cells(timeline),
         counted_cells(shuffled.where(~on_timeline())),
         duplicate_cells(shuffled),
     )
-    return AuditFrames(timeline, cube, summary(cube))
+    return AuditFrames(timeline, cube)
 
 
 def _shared(shuffled: DataFrame) -> DataFrame:
@@ -591,6 +605,10 @@ def _shared(shuffled: DataFrame) -> DataFrame:
 
 
 # -- I/O ---------------------------------------------------------------------------------------
+
+
+#: The JVM options of the audit's own session (``conf`` may replace them).
+JVM_OPTIONS = "-XX:+UseParallelGC"
 
 
 def build_session(master: str = "local[*]", conf: Mapping[str, str] | None = None) -> SparkSession:
@@ -608,6 +626,13 @@ def build_session(master: str = "local[*]", conf: Mapping[str, str] | None = Non
     # The percentile sketches are one per bucket: keep them hashed with many buckets (Spark
     # falls back to sorting every entry above 128 groups per task).
     builder = builder.config("spark.sql.objectHashAggregate.sortBased.fallbackThreshold", "1000000")
+    # One plan, made once: re-planning at each stage saved nothing here and cost about 3 s
+    # of 50 (the shuffle's 16 partitions are already few; bench/audit.py).
+    builder = builder.config("spark.sql.adaptive.enabled", "false")
+    # A batch job: the throughput collector, not G1, whose background threads and write
+    # barriers took a fifth of the main stage's task time on two cores (bench/audit.py).
+    for side in ("driver", "executor"):
+        builder = builder.config(f"spark.{side}.extraJavaOptions", JVM_OPTIONS)
     for key, value in (conf or {}).items():
         builder = builder.config(key, value)
     return builder.getOrCreate()
