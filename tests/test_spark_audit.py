@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import sys
 import uuid
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -195,6 +196,23 @@ def test_known_answers(spark: Any, ledgers: list[str]) -> None:  # noqa: F811
         ("mail", "m2", "m1", 2 * S - 1),
         ("old", "o4", "o3", 7 * S // 10),
     ]
+
+
+def test_repeats_are_dropped_alike_by_normalize_and_by_the_audit(
+    spark: Any,  # noqa: F811
+    ledgers: list[str],
+) -> None:
+    """The overlapping export's 10 repeated entries: ``normalize`` drops them in a pass of its
+    own (``dedupe``), the audit in its one window pass; the starts are the same either way."""
+    from celery_interval.spark import audit
+
+    raw = audit.read_ledgers(spark, ledgers)
+    assert audit.keyed(raw).count() - audit.normalize(raw).count() == 10
+    fields = ("bucket", "task", "start_us", "prev_task", "gap_us", "violation")
+    apart = audit.starts_of(audit.normalize(raw)).select(*fields).collect()
+    fused = audit.audit(raw).entries.where("is_start")
+    in_one_pass = fused.withColumnRenamed("start_key", "start_us").select(*fields).collect()
+    assert Counter(map(tuple, apart)) == Counter(map(tuple, in_one_pass)) and len(apart) > 10
 
 
 @pytest.mark.parametrize("adaptive", ["true", "false"])

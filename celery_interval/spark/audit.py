@@ -157,16 +157,16 @@ def on_timeline() -> Column:
     return F.col("op").isNotNull()
 
 
+def _is_repeat() -> Column:
+    """Whether an entry repeats the one before it in time: both copies of an entry (bucket,
+    id) that overlapping exports hold share (start_key, id), so they are adjacent."""
+    return F.coalesce(F.lag("id").over(_by_time()) == F.col("id"), F.lit(False))
+
+
 def dedupe(entries: DataFrame) -> DataFrame:
     """``entries`` (of ``keyed``) without the repeats of an entry (bucket, id) that
     overlapping exports both hold."""
-    # Both copies of an entry share (start_key, id): adjacent in this order.
-    repeat = F.lag("id").over(_by_time()) == F.col("id")
-    return (
-        entries.withColumn("repeat", repeat)
-        .where(~F.coalesce("repeat", F.lit(False)))
-        .drop("repeat")
-    )
+    return entries.withColumn("repeat", _is_repeat()).where(~F.col("repeat")).drop("repeat")
 
 
 def normalize(raw: DataFrame) -> DataFrame:
@@ -198,7 +198,7 @@ def annotate(ledger: DataFrame, intervals_us: Mapping[str, int] | None = None) -
     # running value of the rows after it as it was, so it is dropped after the pass.
     running = ledger.select(
         "*",
-        (F.lag("id").over(w) == F.col("id")).alias("_repeat"),
+        _is_repeat().alias("_repeat"),
         F.last(F.when(control, F.col("interval")), ignorenulls=True).over(upto).alias("c_iv"),
         F.last(F.when(is_start, start), ignorenulls=True).over(before).alias("prev_start_us"),
         F.last(F.when(is_start, F.col("task")), ignorenulls=True).over(before).alias("prev_task"),
@@ -219,7 +219,7 @@ def annotate(ledger: DataFrame, intervals_us: Mapping[str, int] | None = None) -
         F.least(F.floor(gap_us * HIST_PER_INTERVAL / interval_us), F.lit(HIST_BINS - 1)),
     )
     last_event = F.col("last_event")
-    shaped = running.where(~F.coalesce("_repeat", F.lit(False))).select(
+    shaped = running.where(~F.col("_repeat")).select(
         *ledger.columns,
         F.when(is_start, F.col("prev_start_us")).alias("prev_start_us"),
         F.when(is_start, F.col("prev_task")).alias("prev_task"),
