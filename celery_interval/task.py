@@ -142,8 +142,10 @@ def bucket_of(
     if override is not None:
         return _check_bucket(override, f"message header {BUCKET_HEADER}=")
     base = getattr(task, "queue", None) or routing_key or task.app.conf.task_default_queue
-    # Read statically: a function stored on the task class would otherwise bind as a method.
-    spec = inspect.getattr_static(task, "interval_bucket", None)
+    spec = getattr(task, "interval_bucket", None)
+    if spec is not None:
+        # Read statically: a function stored on the task class would otherwise bind as a method.
+        spec = inspect.getattr_static(task, "interval_bucket", None)
     if isinstance(spec, (staticmethod, classmethod)):
         spec = spec.__get__(None, type(task))
     if spec is None:

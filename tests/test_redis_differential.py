@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import shutil
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, ClassVar
 
 import hypothesis.strategies as st
@@ -420,6 +421,18 @@ def test_take_carries_done_marks_ahead_of_it(
     )
     assert grant.outcome is Outcome.DUPLICATE
     assert all(isinstance(redis_store.read_mark(m.bucket, m.task_id, 0), Done) for m in marks)
+
+
+def test_threads_sharing_a_store_each_get_their_own_replies(redis_store: RedisStore) -> None:
+    """The first thread keeps a connection, the others take one from the pool per call: no
+    thread reads a reply meant for another (each bucket's tickets come back 1, 2, 3, ...)."""
+
+    def grant_all(bucket: str) -> list[int]:
+        return [redis_store.grant(bucket, f"{bucket}-{i}", 0, 1_000).ticket for i in range(200)]
+
+    with ThreadPoolExecutor(4) as threads:
+        tickets = list(threads.map(grant_all, ["a", "b", "c", "d"]))
+    assert tickets == [list(range(1, 201))] * 4
 
 
 def test_a_connection_the_server_closed_is_reopened() -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -214,3 +215,11 @@ def test_done_marks_carried_by_a_failed_take_are_sent_later() -> None:
     assert DoneMark("api", "done-1", 0) in service._done_pending
     service.flush_done()
     assert isinstance(store._marks.get(("api", "done-1", 0)), Done)
+
+
+def test_each_delivery_gets_its_own_holder_even_across_restarts() -> None:
+    clock = Clock(1_000_000_000)
+    first, restarted = (make_service(MemoryStore(clock), []) for _ in range(2))
+    holders = [s.new_holder() for s in (first, restarted) for _ in range(5000)]
+    assert len(set(holders)) == len(holders), "a holder id was given to two deliveries"
+    assert all(re.fullmatch(r"w1@test/[0-9a-f]{12}", h) for h in holders), "the audit's format"

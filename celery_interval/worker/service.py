@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import time
-import uuid
 from collections import Counter, defaultdict, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -162,8 +162,9 @@ class IntervalService:
         self._released.pop(task_id, None)
 
     def new_holder(self) -> str:
-        """A holder id unique to one delivery on this worker."""
-        return f"{self.hostname}/{uuid.uuid4().hex[:12]}"
+        """A holder id unique to one delivery: ``<worker>/<48 random bits as 12 hex digits>``
+        (the audit reads the worker from it)."""
+        return f"{self.hostname}/{os.urandom(6).hex()}"
 
     # -- tickets: one per free pool process -----------------------------------------------
 
