@@ -209,6 +209,43 @@ def rss_bytes(processes: Sequence[psutil.Process]) -> int:
     return total
 
 
+@dataclass(frozen=True)
+class Costs:
+    """What a system has used so far; the difference of two readings is what it used between."""
+
+    worker_s: float
+    #: Of which the process each command started (Celery's worker main, Dramatiq's master).
+    main_s: float
+    redis_s: float
+    commands: Counter[str]
+
+    def __sub__(self, before: Costs) -> Costs:
+        return Costs(
+            self.worker_s - before.worker_s,
+            self.main_s - before.main_s,
+            self.redis_s - before.redis_s,
+            self.commands - before.commands,
+        )
+
+
+def costs_now(
+    groups: ProcessGroups, redis_proc: psutil.Process | None, client: redis.Redis
+) -> Costs:
+    """CPU seconds of the workers (and of their mains alone) and of redis-server, and the
+    commands redis-server has served."""
+    return Costs(
+        cpu_s(groups.processes()),
+        cpu_s(groups.roots(), reaped=False),
+        cpu_s([redis_proc]) if redis_proc else 0.0,
+        commands_served(client),
+    )
+
+
+def start_times_s(records: Sequence[dict[str, Any]]) -> list[float]:
+    """Body starts in seconds on CLOCK_MONOTONIC, sorted."""
+    return sorted(r["mono_ns"] / 1e9 for r in records)
+
+
 def commands_served(client: redis.Redis) -> Counter[str]:
     """Commands the server has run, by name (INFO commandstats), the bench's INFO excluded."""
     stats: dict[str, dict[str, Any]] = client.info("commandstats")
@@ -307,14 +344,9 @@ class Measured:
             k: None if isinstance(v, float) and not math.isfinite(v) else v for k, v in row.items()
         }
 
-    def commands_per_task(self) -> dict[str, float]:
-        """Redis commands per started task by command name, most frequent first."""
-        started = max(1, self.figures.completed)
-        return {name: calls / started for name, calls in self.commands.most_common() if calls}
-
     def start_times_s(self) -> list[float]:
         """Body starts in seconds on CLOCK_MONOTONIC, sorted."""
-        return sorted(r["mono_ns"] / 1e9 for r in self.records)
+        return start_times_s(self.records)
 
 
 def run_system(
@@ -335,20 +367,13 @@ def run_system(
         groups.start(system.commands, system.env)
         wait_ready(groups, recorder, system.ready_count, timeout_s=90)
         time.sleep(0.5)  # let every consumer settle into its fetch loop
-        processes = groups.processes()
-        cpu_before = cpu_s(processes)
-        main_before = cpu_s(groups.roots(), reaped=False)
-        redis_before = cpu_s([redis_proc]) if redis_proc else 0.0
-        commands_before = commands_served(client)
+        before = costs_now(groups, redis_proc, client)
         since_us = store_now_us(client)
         began = time.monotonic()
         system.enqueue(servers, tasks)
         wait_started(recorder, tasks, deadline=began + timeout_s)
         run_s = time.monotonic() - began
-        worker_cpu = cpu_s(groups.processes()) - cpu_before
-        main_cpu = cpu_s(groups.roots(), reaped=False) - main_before
-        redis_cpu = (cpu_s([redis_proc]) if redis_proc else 0.0) - redis_before
-        commands = commands_served(client) - commands_before
+        used = costs_now(groups, redis_proc, client) - before
         time.sleep(max(0.5, 10 * interval_s))  # late duplicates still show up
         raw = recorder.lrange(STARTS_KEY, 0, -1)
         ledger: Any = client.xrange(ledger_key(KEY_PREFIX, QUEUE)) if system.has_ledger else []
@@ -364,10 +389,10 @@ def run_system(
         figures=figures,
         records=records,
         retries=sum(int(r.get("retries") or 0) for r in records),
-        worker_cpu_s=worker_cpu,
-        main_cpu_s=main_cpu,
-        redis_cpu_s=redis_cpu,
-        commands=commands,
+        worker_cpu_s=used.worker_s,
+        main_cpu_s=used.main_s,
+        redis_cpu_s=used.redis_s,
+        commands=used.commands,
         ledger_ops=Counter(_op(fields) for _id, fields in ledger),
         run_s=run_s,
     )
