@@ -143,10 +143,11 @@ def test_store_outage_then_restart_with_every_key_lost(make_pool: Any, redis_ser
 
 #: A task admitted to a worker this close to its SIGKILL (store clock) may have begun its body
 #: and died before the body recorded its start. Its copy then meets the done mark the pool
-#: process posted as the body began and is dropped: Celery runs an early-acked task at most
-#: once. The same holds for one whose start came due (the worker acks it then) while its pool
-#: process was too slow to begin it: Celery's early ack, which loses such a task too. A task
-#: killed before its start came due has no mark, and its copy runs.
+#: process posted just before the body (as its last 0.5 ms spin began) and is dropped: Celery
+#: runs an early-acked task at most once. The same holds for one whose start came due (the
+#: worker acks it then) while its pool process was too slow to begin it: Celery's early ack,
+#: which loses such a task too. A task killed before its last spin began (0.5 ms before its start)
+#: has no mark, and its copy runs.
 DYING_START_US = 50_000
 
 

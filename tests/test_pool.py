@@ -67,6 +67,9 @@ def assert_body_gaps(
         early = [r for r in records if r["mono_ns"] < r["deadline_ns"]]
         assert not early, f"bodies started before their deadlines: {early[:3]}"
         body_gaps = gaps_us(records)
+        late = sorted((r["mono_ns"] - r["deadline_ns"]) // 1000 for r in records)
+        p50_us, p90_us = late[len(late) // 2], late[len(late) * 9 // 10]
+        print(f"BODY LATENESS p50 {p50_us}us p90 {p90_us}us max {late[-1]}us after the deadlines")
     else:
         times = sorted(r["us"] for r in records)
         body_gaps = [b - a for a, b in itertools.pairwise(times)]
