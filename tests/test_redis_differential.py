@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 from collections.abc import Iterator
@@ -433,6 +434,39 @@ def test_threads_sharing_a_store_each_get_their_own_replies(redis_store: RedisSt
     with ThreadPoolExecutor(4) as threads:
         tickets = list(threads.map(grant_all, ["a", "b", "c", "d"]))
     assert tickets == [list(range(1, 201))] * 4
+
+
+def test_a_kept_connection_goes_back_to_the_pool(redis_server: Any) -> None:
+    """A store's kept connection returns to its client's pool on close, and when a store is
+    dropped without close: stores made and dropped one after another on one client never run
+    a small pool dry."""
+    pool = redis.BlockingConnectionPool.from_url(redis_server.url, max_connections=2, timeout=0.2)
+    client: redis.Redis[Any] = redis.Redis(connection_pool=pool)
+
+    def free_connections() -> int:
+        taken = []
+        with contextlib.suppress(redis.ConnectionError):  # none left within the timeout
+            while len(taken) < 2:
+                taken.append(pool.get_connection())
+        for conn in taken:
+            pool.release(conn)
+        return len(taken)
+
+    try:
+        for i in range(10):
+            store = RedisStore(client)
+            assert store.grant("api", f"t{i}", 0, 1_000).ticket == i + 1
+            del store
+        assert free_connections() == 2
+        store = RedisStore(client)
+        store.grant("api", "last", 0, 1_000)
+        assert free_connections() == 1, "the store keeps one"
+        store.close()
+        assert free_connections() == 2
+        assert store.grant("api", "after-close", 0, 1_000).ticket == 12
+        assert free_connections() == 2, "after close, a call takes one from the pool and returns it"
+    finally:
+        client.close()
 
 
 def test_a_connection_the_server_closed_is_reopened() -> None:

@@ -492,6 +492,8 @@ class RedisStore:
             self._client.ping()
 
     def close(self) -> None:
+        if self._line is not None:
+            self._line.close()
         if self._live is not None:
             with contextlib.suppress(RedisError, OSError):
                 self._live.close()
