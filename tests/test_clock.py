@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import random
+
 from celery_interval.worker.clock import StoreClock
 
 OFFSET_NS = 5_000_000_000_000  # store µs * 1000 = local ns + OFFSET_NS
@@ -31,3 +33,20 @@ def test_a_mapping_never_leaves_its_own_round_trip() -> None:
 
 def test_without_samples_the_latest_possible_time() -> None:
     assert StoreClock().local_ns(123, sent_ns=10, received_ns=20, ahead_us=5) == 20 + 5_000
+
+
+def test_the_best_sample_is_the_shortest_round_trip_of_the_window() -> None:
+    """The kept best sample equals a fresh minimum over the last ``window`` samples, as
+    samples (ties among them) come and leave the window."""
+    rng = random.Random(7)
+    clock, window, seen = StoreClock(window=8), 8, []
+    for n in range(2_000):
+        sent_ns = n * 1_000_000
+        rtt_ns = rng.choice([100_000, 200_000, 300_000, rng.randrange(50_000, 900_000)])
+        read_ns = sent_ns + rng.randrange(rtt_ns + 1)
+        store_us = (read_ns + OFFSET_NS) // 1000 + rng.randrange(-3, 4)
+        clock.observe(store_us, sent_ns, sent_ns + rtt_ns)
+        seen.append((rtt_ns, store_us * 1000 - (sent_ns + rtt_ns // 2)))
+        _, offset_ns = min(seen[-window:])
+        far = 10**12
+        assert clock.local_ns(store_us, 0, 2 * far, ahead_us=0) == store_us * 1000 - offset_ns

@@ -18,18 +18,26 @@ class StoreClock:
 
     def __init__(self, window: int = 64) -> None:
         self._samples: collections.deque[tuple[int, int]] = collections.deque(maxlen=window)
+        #: ``min(self._samples)``, kept as samples come and go (it is read on every start).
+        self._best: tuple[int, int] | None = None
 
     def observe(self, store_now_us: int, sent_ns: int, received_ns: int) -> None:
         """Record that the store read ``store_now_us`` during this round trip."""
         rtt_ns = received_ns - sent_ns
-        offset_ns = store_now_us * 1000 - (sent_ns + rtt_ns // 2)
-        self._samples.append((rtt_ns, offset_ns))
+        sample = (rtt_ns, store_now_us * 1000 - (sent_ns + rtt_ns // 2))
+        samples = self._samples
+        evicted = samples[0] if len(samples) == samples.maxlen else None
+        samples.append(sample)
+        if self._best is None or sample < self._best:
+            self._best = sample
+        elif evicted == self._best:
+            self._best = min(samples)
 
     def local_ns(self, store_us: int, sent_ns: int, received_ns: int, ahead_us: int) -> int:
         """The monotonic time of ``store_us``, which the store saw ``ahead_us`` in its future."""
         earliest_ns = sent_ns + ahead_us * 1000
         latest_ns = received_ns + ahead_us * 1000
-        if not self._samples:
+        if self._best is None:
             return latest_ns
-        _, offset_ns = min(self._samples)
+        _, offset_ns = self._best
         return min(max(store_us * 1000 - offset_ns, earliest_ns), latest_ns)
