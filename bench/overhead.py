@@ -131,8 +131,9 @@ def summarize(
             "tasks_per_s": statistics.median(r["tasks_per_s"] for r in runs),
         }
     plain, interval = totals["celery_plain"], totals["celery_interval"]
-    pairs = [
-        i["worker_cpu_ms_per_task"] / p["worker_cpu_ms_per_task"]
+    # Worker CPU of each round pair, (plain, interval), in ms.
+    cpu = [
+        (p["worker_cpu_ms_per_task"] * p["completed"], i["worker_cpu_ms_per_task"] * i["completed"])
         for p, i in zip(per_system["celery_plain"], per_system["celery_interval"])
     ]
 
@@ -140,7 +141,7 @@ def summarize(
         keys = (key, *more)
         return sum(interval[k] for k in keys) / sum(plain[k] for k in keys)
 
-    low, high = pair_interval(per_system["celery_plain"], per_system["celery_interval"])
+    low, high = pair_interval(cpu)
 
     return {
         "tasks": tasks,
@@ -152,22 +153,17 @@ def summarize(
         "worker_cpu_ratio": ratio("worker_cpu_ms_per_task"),
         "main_cpu_ratio": ratio("main_cpu_ms_per_task"),
         "worker_plus_redis_cpu_ratio": ratio("worker_cpu_ms_per_task", "redis_cpu_ms_per_task"),
-        "pair_ratios": pairs,
+        "pair_ratios": [i / p for p, i in cpu],
         "worker_cpu_ratio_95": [low, high],
         "throughput_ratio": interval["tasks_per_s"] / plain["tasks_per_s"],
         "target_ratio": TARGET_RATIO,
     }
 
 
-def pair_interval(
-    plain: list[dict[str, float]], interval: list[dict[str, float]], draws: int = 4000
-) -> tuple[float, float]:
-    """A 95 % bootstrap interval of the summed worker-CPU ratio: round pairs (seconds apart,
-    so the VM's drift is shared within one) drawn with replacement."""
-    cpu = [
-        (p["worker_cpu_ms_per_task"] * p["completed"], i["worker_cpu_ms_per_task"] * i["completed"])
-        for p, i in zip(plain, interval)
-    ]
+def pair_interval(cpu: list[tuple[float, float]], draws: int = 4000) -> tuple[float, float]:
+    """A 95 % bootstrap interval of the summed worker-CPU ratio: round pairs ``(plain,
+    interval)`` (seconds apart, so the VM's drift is shared within one) drawn with
+    replacement."""
     draw = random.Random(0).choices
     ratios = sorted(
         sum(i for _, i in sample) / sum(p for p, _ in sample)
