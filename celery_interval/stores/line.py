@@ -8,16 +8,23 @@ import weakref
 from collections.abc import Sequence
 from typing import Any
 
+import hiredis
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoScriptError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-__all__ = ["Call", "ScriptLine"]
+__all__ = ["Call", "ScriptLine", "packed"]
 
 #: One EVALSHA: a registered redis-py Script (its ``sha`` and ``script``), keys, arguments.
 Call = tuple[Any, Sequence[str], Sequence[Any]]
-
 _NO_REPLY = object()
+
+
+def packed(commands: Sequence[tuple[Any, ...]]) -> list[bytes]:
+    """``commands`` in RESP, UTF-8: hiredis packs a whole command in one C call, where
+    redis-py's packer costs about 8 µs of Python per call (RedisStore accepts only UTF-8
+    clients, so these are the bytes redis-py would send)."""
+    return [b"".join([hiredis.pack_command(c) for c in commands])]
 
 
 class ScriptLine:
@@ -84,9 +91,9 @@ class ScriptLine:
             if not todo:
                 return replies
             try:
-                packed = [("EVALSHA", calls[i][0].sha, len(calls[i][1]), *calls[i][1],
-                           *calls[i][2]) for i in todo]  # fmt: skip
-                conn.send_packed_command(conn.pack_commands(packed))
+                commands = [("EVALSHA", calls[i][0].sha, len(calls[i][1]), *calls[i][1],
+                             *calls[i][2]) for i in todo]  # fmt: skip
+                conn.send_packed_command(packed(commands))
                 for i in todo:
                     try:
                         replies[i] = conn.read_response()

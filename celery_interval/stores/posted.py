@@ -10,7 +10,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoScriptError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from celery_interval.stores.line import Call
+from celery_interval.stores.line import Call, packed
 
 __all__ = ["MAX_OWED", "PostedLine"]
 
@@ -73,7 +73,7 @@ class PostedLine:
         commands.append(("EVALSHA", script.sha, len(keys), *keys, *args))
         self._owed.append(call)
         # No health check: its PING would wait on a slow store and take an owed reply.
-        self._conn.send_packed_command(self._conn.pack_commands(commands), check_health=False)
+        self._conn.send_packed_command(packed(commands), check_health=False)
 
     def _collect(self) -> None:
         """Read every reply that has arrived; send again the calls Redis had no script for.

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import codecs
 import contextlib
 import functools
 import os
@@ -104,10 +105,18 @@ def script_source(name: str) -> str:
     return "\n".join(_lua_text(part) for part in parts)
 
 
+#: A script's outcome name, as the reply's bytes, to its Outcome (a lookup, not an Enum call).
+_OUTCOMES: dict[Any, Outcome] = {o.value.encode(): o for o in Outcome}
+
+
+def _outcome_of(name: Any) -> Outcome:
+    return _OUTCOMES.get(name) or Outcome(_text(name))
+
+
 def _grant_of(r: Any) -> Grant:
     """Decode grant_op's reply."""
     return Grant(
-        outcome=Outcome(_text(r[0])),
+        outcome=_outcome_of(r[0]),
         epoch=int(r[1]),
         ticket=int(r[2]),
         slot_us=int(r[3]),
@@ -118,7 +127,14 @@ def _grant_of(r: Any) -> Grant:
 
 def _claim_of(r: Any) -> Claim:
     """Decode claim_op's reply."""
-    return Claim(Outcome(_text(r[0])), int(r[1]), int(r[2]), int(r[3]))
+    return Claim(_outcome_of(r[0]), int(r[1]), int(r[2]), int(r[3]))
+
+
+def _codec_name(encoding: str) -> str:
+    try:
+        return codecs.lookup(encoding).name
+    except LookupError:
+        return encoding
 
 
 def _describe(client: RedisClient) -> str:
@@ -273,13 +289,19 @@ class RedisStore:
         self._line: ScriptLine | None = None
         self._posted: PostedLine | None = None
         if isinstance(client, redis.Redis | redis.RedisCluster):
-            self._use(client)
             self._where = where or _describe(client)
+            self._use(client)
         else:
             self._connect = client
             self._where = where or "<a Redis client made on first use>"
 
     def _use(self, client: RedisClient) -> None:
+        encoding = cast(Any, client).get_encoder().encoding
+        if _codec_name(encoding) != "utf-8":
+            raise ConfigurationError(
+                f"interval store {self._where}: encoding={encoding}: the store's keys and "
+                "scripts are UTF-8 (drop encoding= from the store URL)"
+            )
         self._live = cast(Any, client)
         self._scripts = {
             name: self._live.register_script(script_source(name)) for name in SCRIPT_NAMES
@@ -558,10 +580,11 @@ class RedisStore:
         return keys.mark_key(self._prefix, keys.validate_bucket(bucket), task_id, retries)
 
     def _task_keys(self, bucket: str, task_id: str, retries: int) -> list[str]:
+        keys.validate_bucket(bucket)
         return [
-            self._state_key(bucket),
-            self._mark_key(bucket, task_id, retries),
-            self.ledger_key(bucket),
+            keys.state_key(self._prefix, bucket),
+            keys.mark_key(self._prefix, bucket, task_id, retries),
+            keys.ledger_key(self._prefix, bucket),
         ]
 
     def _control_keys(self, bucket: str) -> list[str]:
