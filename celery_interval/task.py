@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 import inspect
 import time
 from collections.abc import Callable, Mapping, MutableMapping, Sequence
@@ -12,6 +11,7 @@ from celery import Task
 
 from celery_interval.errors import ConfigurationError, UnknownBucket, short_repr
 from celery_interval.intervals import parse_interval_us
+from celery_interval.worker import started
 
 __all__ = [
     "BUCKET_HEADER",
@@ -78,18 +78,14 @@ class IntervalTask(Task):  # type: ignore[misc]
         return super().apply_async(args, kwargs, **options)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        start_ns = self.request.get(START_HEADER)
+        request = self.request
+        start_ns = request.get(START_HEADER)
         if isinstance(start_ns, int):
-            from celery_interval.worker import started
-
-            bucket = self.request.get(MARK_HEADER)
+            bucket = request.get(MARK_HEADER)
             post = None
-            if isinstance(bucket, str) and started.prepare(self.app, bucket, self.request.id):
-                retries = self.request.retries or 0
-                post = functools.partial(
-                    started.mark_started, self.app, bucket, self.request.id, retries
-                )
-            wait_until(start_ns, int(self.request.get(SPIN_HEADER) or 0), post)
+            if isinstance(bucket, str):
+                post = started.poster(self.app, bucket, request.id, request.retries or 0)
+            wait_until(start_ns, int(request.get(SPIN_HEADER) or 0), post)
         return super().__call__(*args, **kwargs)
 
 

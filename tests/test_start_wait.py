@@ -30,9 +30,10 @@ def test_on_spin_runs_inside_the_spin_and_the_wait_ends_at_the_deadline() -> Non
 def test_an_ordinary_task_posts_its_mark_before_its_start(monkeypatch: pytest.MonkeyPatch) -> None:
     app = Celery("startwait", set_as_current=False)
     events: list[tuple[str, int, Any]] = []
-    monkeypatch.setattr(started, "prepare", lambda *_: True)
     monkeypatch.setattr(
-        started, "mark_started", lambda *a: events.append(("mark", time.monotonic_ns(), a[1:]))
+        started,
+        "poster",
+        lambda *a: lambda: events.append(("mark", time.monotonic_ns(), a[1:])),
     )
 
     @app.task(base=IntervalTask, bind=True, name="startwait.body")
@@ -55,7 +56,7 @@ def test_an_ordinary_task_posts_its_mark_before_its_start(monkeypatch: pytest.Mo
 
 def test_a_task_without_a_mark_to_post_only_waits(monkeypatch: pytest.MonkeyPatch) -> None:
     app = Celery("startwait", set_as_current=False)
-    monkeypatch.setattr(started, "mark_started", lambda *a: pytest.fail("posted a mark"))
+    monkeypatch.setattr(started, "poster", lambda *a: pytest.fail("posted a mark"))
     starts: list[int] = []
 
     @app.task(base=IntervalTask, bind=True, name="startwait.late", acks_late=True)

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import os
 import threading
+from collections.abc import Callable
 from typing import Any
 
 from celery_interval.config import settings_of
@@ -39,10 +41,12 @@ def warm(app: Any) -> None:
     threading.Thread(target=connect, name="interval-warm", daemon=True).start()
 
 
-def prepare(app: Any, bucket: str, task_id: str) -> bool:
-    """Before a start's wait: whether the connection for its done mark is ready."""
+def poster(app: Any, bucket: str, task_id: str, retries: int) -> Callable[[], None] | None:
+    """Before a start's wait: make the connection for the task's done mark ready, and return
+    what posts the mark (None if the connection could not be made)."""
+    store = store_of(app)
     try:
-        store_of(app).prepare_post()
+        store.prepare_post()
     except Exception as exc:
         logger.warning(
             "interval %s: task %s will start without posting its done mark: %s",
@@ -50,11 +54,13 @@ def prepare(app: Any, bucket: str, task_id: str) -> bool:
             task_id,
             exc,
         )
-        return False
-    return True
+        return None
+    return functools.partial(
+        _post, store, DoneMark(bucket, task_id, retries), settings_of(app).dedupe_ttl_us
+    )
 
 
-def mark_started(app: Any, bucket: str, task_id: str, retries: int) -> None:
+def _post(store: Store, mark: DoneMark, dedupe_ttl_us: int) -> None:
     """Post an ordinary task's done mark as the last spin before its start begins (at most
     ``MAX_SPIN_NS``, 0.5 ms, before the body); the worker leaves it to us.
 
@@ -69,8 +75,11 @@ def mark_started(app: Any, bucket: str, task_id: str, retries: int) -> None:
     was lost too, would run again.
     """
     try:
-        store_of(app).post_done(DoneMark(bucket, task_id, retries), settings_of(app).dedupe_ttl_us)
+        store.post_done(mark, dedupe_ttl_us)
     except Exception as exc:
         logger.warning(
-            "interval %s: task %s starts before its done mark was sent: %s", bucket, task_id, exc
+            "interval %s: task %s starts before its done mark was sent: %s",
+            mark.bucket,
+            mark.task_id,
+            exc,
         )
