@@ -75,6 +75,10 @@ BAD_STORE_URLS: list[tuple[object, str]] = [
     ("ftp://x", "interval store URL 'ftp://x' has unknown scheme 'ftp'"),
     (42, "interval_store_url=42: expected a URL string"),
     ("", "interval_store_url='': expected a URL string"),
+    (
+        "redis://127.0.0.1:1/0?encoding=latin-1",
+        "encoding=latin-1: the store's keys and scripts are UTF-8 (drop encoding= from the",
+    ),
 ]
 
 
@@ -404,6 +408,8 @@ START_ROWS: list[tuple[str, dict[str, Any], str]] = [
      "malformed interval store URL 'redis://host:notaport': bad host or port"),
     ("store-ftp", {"store": "ftp://x"}, "interval store URL 'ftp://x' has unknown scheme 'ftp'"),
     ("store-empty", {"store": ""}, "interval_store_url='': expected a URL string"),
+    ("store-encoding", {"store": "redis://127.0.0.1:1/0?encoding=latin-1"},
+     "encoding=latin-1: the store's keys and scripts are UTF-8"),
     ("task-interval-fast", {"env_extra": {"CI_TEST_TASK_INTERVAL": "fast"}},
      "workerapp.own_interval.interval='fast': expected seconds > 0"),
     ("task-interval-0", {"env_extra": {"CI_TEST_TASK_INTERVAL": "0"}},
