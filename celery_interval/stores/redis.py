@@ -105,18 +105,10 @@ def script_source(name: str) -> str:
     return "\n".join(_lua_text(part) for part in parts)
 
 
-#: A script's outcome name, as the reply's bytes, to its Outcome (a lookup, not an Enum call).
-_OUTCOMES: dict[Any, Outcome] = {o.value.encode(): o for o in Outcome}
-
-
-def _outcome_of(name: Any) -> Outcome:
-    return _OUTCOMES.get(name) or Outcome(_text(name))
-
-
 def _grant_of(r: Any) -> Grant:
     """Decode grant_op's reply."""
     return Grant(
-        outcome=_outcome_of(r[0]),
+        outcome=Outcome(_text(r[0])),
         epoch=int(r[1]),
         ticket=int(r[2]),
         slot_us=int(r[3]),
@@ -127,7 +119,7 @@ def _grant_of(r: Any) -> Grant:
 
 def _claim_of(r: Any) -> Claim:
     """Decode claim_op's reply."""
-    return Claim(_outcome_of(r[0]), int(r[1]), int(r[2]), int(r[3]))
+    return Claim(Outcome(_text(r[0])), int(r[1]), int(r[2]), int(r[3]))
 
 
 def _codec_name(encoding: str) -> str:
@@ -580,11 +572,10 @@ class RedisStore:
         return keys.mark_key(self._prefix, keys.validate_bucket(bucket), task_id, retries)
 
     def _task_keys(self, bucket: str, task_id: str, retries: int) -> list[str]:
-        keys.validate_bucket(bucket)
         return [
-            keys.state_key(self._prefix, bucket),
-            keys.mark_key(self._prefix, bucket, task_id, retries),
-            keys.ledger_key(self._prefix, bucket),
+            self._state_key(bucket),
+            self._mark_key(bucket, task_id, retries),
+            self.ledger_key(bucket),
         ]
 
     def _control_keys(self, bucket: str) -> list[str]:

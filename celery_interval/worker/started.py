@@ -44,9 +44,10 @@ def warm(app: Any) -> None:
 def poster(app: Any, bucket: str, task_id: str, retries: int) -> Callable[[], None] | None:
     """Before a start's wait: make the connection for the task's done mark ready, and return
     what posts the mark (None if the connection could not be made)."""
-    store = store_of(app)
     try:
+        store = store_of(app)
         store.prepare_post()
+        dedupe_ttl_us = settings_of(app).dedupe_ttl_us
     except Exception as exc:
         logger.warning(
             "interval %s: task %s will start without posting its done mark: %s",
@@ -55,9 +56,7 @@ def poster(app: Any, bucket: str, task_id: str, retries: int) -> Callable[[], No
             exc,
         )
         return None
-    return functools.partial(
-        _post, store, DoneMark(bucket, task_id, retries), settings_of(app).dedupe_ttl_us
-    )
+    return functools.partial(_post, store, DoneMark(bucket, task_id, retries), dedupe_ttl_us)
 
 
 def _post(store: Store, mark: DoneMark, dedupe_ttl_us: int) -> None:
