@@ -8,9 +8,10 @@ __all__ = ["install"]
 
 
 def install(app: Any) -> None:
-    """Add the interval bootstep to ``app``'s consumer, and open each pool process's store
-    connection as the process starts; safe to call any number of times."""
-    from celery.signals import worker_process_init
+    """Add the interval bootstep to ``app``'s consumer, open each pool process's store
+    connection as the process starts, and make a plain task released from an interval queue
+    wait for its start; safe to call any number of times."""
+    from celery.signals import task_prerun, worker_process_init
 
     import celery_interval.worker.control  # noqa: F401  (registers the control commands)
     from celery_interval.worker import started
@@ -20,3 +21,4 @@ def install(app: Any) -> None:
     worker_process_init.connect(
         lambda **_: started.warm(app), weak=False, dispatch_uid=f"celery_interval.warm.{id(app)}"
     )
+    task_prerun.connect(started.before_plain_body, dispatch_uid="celery_interval.before_body")

@@ -306,7 +306,10 @@ def done(mark: Mark | None, now_us: int, dedupe_ttl_us: int) -> Done:
 
 
 def renew(mark: Mark | None, now_us: int, holder: str, lease_us: int) -> tuple[Mark | None, bool]:
-    """Extend ``holder``'s live lease to ``now + lease_us``; False if it holds none."""
+    """Extend ``holder``'s live lease to ``now + lease_us``; False if it holds none.
+
+    ``lease_us=0`` ends the lease now: a requeued message's copy takes a new ticket at once.
+    """
     mark = live(mark, now_us)
     if isinstance(mark, Lease) and mark.holder == holder:
         return replace(mark, expires_real_us=now_us + lease_us), True

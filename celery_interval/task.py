@@ -3,44 +3,27 @@
 from __future__ import annotations
 
 import inspect
-import time
-from collections.abc import Callable, Mapping, MutableMapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple
 
 from celery import Task
 
 from celery_interval.errors import ConfigurationError, UnknownBucket, short_repr
+from celery_interval.headers import BUCKET_HEADER, NESTING_HEADER, START_HEADER
 from celery_interval.intervals import parse_interval_us
 from celery_interval.worker import started
 
 __all__ = [
-    "BUCKET_HEADER",
     "MAX_BUCKET_CHARS",
-    "START_HEADER",
     "IntervalTask",
     "Placement",
     "bucket_of",
-    "drop_internal_headers",
     "interval_of",
+    "mark_id_of",
     "placement_of",
     "retries_of",
 ]
 
-BUCKET_HEADER = "interval_bucket"
-START_HEADER = "interval_start_ns"
-SPIN_HEADER = "interval_spin_ns"
-CLAIMED_HEADER = "interval_claimed_ns"
-TICKET_HEADER = "interval_ticket"
-#: The bucket of an ordinary (early-ack) task, whose pool process marks it done before its body.
-MARK_HEADER = "interval_mark"
-#: Set by the worker on the request it releases; a message's own copies are stale or forged
-#: (Celery copies custom headers into a retry's message).
-INTERNAL_HEADERS = (START_HEADER, SPIN_HEADER, CLAIMED_HEADER, TICKET_HEADER, MARK_HEADER)
-#: The pool process spins (rather than sleeps) the last stretch before a start, at most this
-#: long and a fifth of the interval: a halted idle vCPU can wake a sleeper late (p50 lateness
-#: 0.04 ms spinning, 0.17 ms not). A longer spin is preempted on a busy host: beside two CPU
-#: hogs on 2 cores, 32 and 5 of 200 starts came >3 ms late spinning 2 ms, 3 and 3 at 0.5 ms.
-MAX_SPIN_NS = 500_000
 #: A bucket name is part of every store key of the bucket: longer ones are refused.
 MAX_BUCKET_CHARS = 200
 
@@ -79,35 +62,9 @@ class IntervalTask(Task):  # type: ignore[misc]
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         request = self.request
-        start_ns = request.get(START_HEADER)
-        if isinstance(start_ns, int):
-            bucket = request.get(MARK_HEADER)
-            post = None
-            if isinstance(bucket, str):
-                post = started.poster(self.app, bucket, request.id, request.retries or 0)
-            wait_until(start_ns, int(request.get(SPIN_HEADER) or 0), post)
+        if request.get(START_HEADER) is not None:
+            started.before_body(self.app, request)
         return super().__call__(*args, **kwargs)
-
-
-def spin_ns_for(interval_us: int) -> int:
-    """How long a pool process spins before a start of a bucket with this interval."""
-    return min(MAX_SPIN_NS, interval_us * 200)
-
-
-def wait_until(deadline_ns: int, spin_ns: int, on_spin: Callable[[], None] | None = None) -> None:
-    """Sleep until ``spin_ns`` before a monotonic deadline, then spin: waking from sleep can
-    be milliseconds late on a VM whose idle vCPU was halted; a running process is on time.
-
-    ``on_spin`` runs as the spin begins, so what it costs comes off the spin, not the start:
-    a write to the store wakes redis-server, which may take this CPU for a while.
-    """
-    sleep_ns = deadline_ns - spin_ns - time.monotonic_ns()
-    if sleep_ns > 0:
-        time.sleep(sleep_ns / 1e9)
-    if on_spin is not None:
-        on_spin()
-    while time.monotonic_ns() < deadline_ns:
-        pass
 
 
 def _check_options(cls: type[IntervalTask]) -> None:
@@ -141,13 +98,14 @@ def bucket_of(
     headers: Mapping[str, Any],
     args: Sequence[Any],
     kwargs: Mapping[str, Any],
-    routing_key: str | None,
+    queue: str | None,
 ) -> str:
-    """The bucket of one message: header override, task option, else the task's queue."""
+    """The bucket of one message: header override, task option (a name, or a key inside the
+    queue's bucket), else the queue the message was consumed from."""
     override = headers.get(BUCKET_HEADER)
     if override is not None:
         return _check_bucket(override, f"message header {BUCKET_HEADER}=")
-    base = getattr(task, "queue", None) or routing_key or task.app.conf.task_default_queue
+    base = queue or getattr(task, "queue", None) or task.app.conf.task_default_queue
     spec = getattr(task, "interval_bucket", None)
     if spec is not None:
         # Read statically: a function stored on the task class would otherwise bind as a method.
@@ -189,11 +147,26 @@ def retries_of(headers: Mapping[str, Any]) -> int:
     return retries
 
 
+def mark_id_of(task_id: str, headers: Mapping[str, Any]) -> str:
+    """The message's id in the store: ``task.replace`` sends a new message under the same task
+    id (with ``replaced_task_nesting`` one higher), which must not pass for a copy of the first.
+    """
+    nesting = headers.get(NESTING_HEADER)
+    if not nesting:
+        return task_id
+    if isinstance(nesting, bool) or not isinstance(nesting, int) or nesting < 0:
+        raise ConfigurationError(
+            f"message header {NESTING_HEADER}={short_repr(nesting)}: expected an integer >= 0"
+        )
+    return f"{task_id}~{nesting}"
+
+
 class Placement(NamedTuple):
-    """Where one message's start is scheduled."""
+    """Where one message's start is scheduled, and its id in the store."""
 
     bucket: str
     interval_us: int
+    task_id: str
     retries: int
 
 
@@ -202,22 +175,16 @@ def placement_of(
     headers: Mapping[str, Any],
     args: Sequence[Any],
     kwargs: Mapping[str, Any],
-    routing_key: str | None,
+    queue: str | None,
     configured: Callable[[str], int],
 ) -> Placement:
-    """Bucket, interval and retry count of one message; ``ConfigurationError`` names the
-    header, task option or bucket at fault."""
-    bucket = bucket_of(task, headers, args, kwargs, routing_key)
+    """Bucket, interval, store id and retry count of one message (``headers`` holds its ``id``);
+    ``ConfigurationError`` names the header, task option or bucket at fault."""
+    bucket = bucket_of(task, headers, args, kwargs, queue)
     try:
         interval_us = interval_of(task, bucket, configured)
     except UnknownBucket as exc:
         if headers.get(BUCKET_HEADER) is None:
             raise
         raise UnknownBucket(f"message header {BUCKET_HEADER}={short_repr(bucket)}: {exc}") from None
-    return Placement(bucket, interval_us, retries_of(headers))
-
-
-def drop_internal_headers(headers: MutableMapping[str, Any]) -> None:
-    """Forget the worker's own headers a message arrived with (stale, or forged)."""
-    for name in INTERNAL_HEADERS:
-        headers.pop(name, None)
+    return Placement(bucket, interval_us, mark_id_of(headers["id"], headers), retries_of(headers))

@@ -12,7 +12,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -54,9 +54,12 @@ class Pool:
     app_module: str = "workerapp"
     #: A process beside the workers that waits for deadlines as a pool process does (wakeprobe).
     probe: subprocess.Popen[bytes] | None = None
+    #: The app factory of ``app_module`` (the same settings as the workers' app).
+    app_factory: Callable[..., Any] = make_app
 
     def __post_init__(self) -> None:
-        self.app = make_app(self.broker, self.store, self.queue, self.interval_s, **self.conf)
+        factory = self.app_factory
+        self.app = factory(self.broker, self.store, self.queue, self.interval_s, **self.conf)
         self.recorder = redis.Redis.from_url(self.record_url or self.store)
         self.probe_path = self.tmp / f"{self.queue}.wakeprobe"
 
@@ -87,7 +90,13 @@ class Pool:
         return env
 
     def start(
-        self, n: int = 3, concurrency: int = 2, pool: str = "prefork", queues: str = "", **env: str
+        self,
+        n: int = 3,
+        concurrency: int = 2,
+        pool: str = "prefork",
+        queues: str = "",
+        args: tuple[str, ...] = (),
+        **env: str,
     ) -> list[Worker]:
         """Start ``n`` workers and wait until each answers a ping."""
         if self.probe is None and 0 < self.interval_s < math.inf:  # not for a refused interval
@@ -101,17 +110,19 @@ class Pool:
                 cwd=TESTS_DIR,
                 env=self.env(),
             )
-        started = [self._spawn(concurrency, pool, queues, env) for _ in range(n)]
+        started = [self._spawn(concurrency, pool, queues, args, env) for _ in range(n)]
         self.wait_ready([w.name for w in started])
         return started
 
-    def _spawn(self, concurrency: int, pool: str, queues: str, env: dict[str, str]) -> Worker:
+    def _spawn(
+        self, concurrency: int, pool: str, queues: str, args: tuple[str, ...], env: dict[str, str]
+    ) -> Worker:
         name = f"w{len(self.workers) + 1}-{self.queue}@localhost"
         log_path = self.tmp / f"{name}.log"
         cmd = [
             sys.executable, "-m", "celery", "-A", self.app_module, "worker",
             "-Q", queues or f"{self.queue},{self.queue}-plain",
-            "-c", str(concurrency), "-P", pool, "-n", name, "-l", self.loglevel,
+            "-c", str(concurrency), "-P", pool, "-n", name, "-l", self.loglevel, *args,
             "--without-gossip", "--without-mingle",
         ]  # fmt: skip
         with log_path.open("wb") as log:

@@ -48,6 +48,8 @@ intervals_us = st.one_of(
     st.integers(1, 10**8),
 )
 leases_us = st.sampled_from([1, 999, 1_000_000, 30_000_000, 3_600_000_000])
+#: A renew of 0 ends the lease (a requeued message).
+renew_leases_us = st.sampled_from([0, 1, 999, 1_000_000, 30_000_000, 3_600_000_000])
 # 0 and 500 as a worker sends them; beyond MAX_LEAD_US and negative ones must be clamped alike
 leads_us = st.sampled_from([0, 0, 500, schedule.MAX_LEAD_US, 3 * schedule.MAX_LEAD_US, -7])
 handoffs_us = st.sampled_from([0, 0, 1, 5, 300, schedule.MAX_LEAD_US, 3 * schedule.MAX_LEAD_US, -3])
@@ -227,7 +229,7 @@ class Differential(RuleBasedStateMachine):
         assert self.model.done(marks, ttl) is None
         assert self.redis.done(marks, ttl) is None
 
-    @rule(bucket=buckets, task=tasks, retry=retries, holder=holders, lease=leases_us)
+    @rule(bucket=buckets, task=tasks, retry=retries, holder=holders, lease=renew_leases_us)
     def renew(self, bucket: str, task: str, retry: int, holder: str, lease: int) -> None:
         expected = self.model.renew(bucket, task, retry, holder, lease)
         assert self.redis.renew(bucket, task, retry, holder, lease) is expected

@@ -77,6 +77,7 @@ def held_copy(service: IntervalService, task_id: str, started: list[str]) -> Hel
     return Held(
         request=Request(task_id),
         bucket="api",
+        task_id=task_id,
         retries=0,
         queue="api",
         interval_us=INTERVAL_US,

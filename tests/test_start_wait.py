@@ -10,8 +10,9 @@ import pytest
 from celery import Celery
 
 from celery_interval import IntervalTask
-from celery_interval.task import MARK_HEADER, SPIN_HEADER, START_HEADER, wait_until
+from celery_interval.headers import CLAIM_HEADER, MARK_HEADER, SPIN_HEADER, START_HEADER
 from celery_interval.worker import started
+from celery_interval.worker.started import wait_until
 
 #: Generous, so a descheduled test process does not pass for the order under test.
 SPIN_NS = 40_000_000
@@ -33,7 +34,7 @@ def test_an_ordinary_task_posts_its_mark_before_its_start(monkeypatch: pytest.Mo
     monkeypatch.setattr(
         started,
         "poster",
-        lambda *a: lambda: events.append(("mark", time.monotonic_ns(), a[1:])),
+        lambda app, mark: lambda: events.append(("mark", time.monotonic_ns(), mark)),
     )
 
     @app.task(base=IntervalTask, bind=True, name="startwait.body")
@@ -41,16 +42,16 @@ def test_an_ordinary_task_posts_its_mark_before_its_start(monkeypatch: pytest.Mo
         events.append(("body", time.monotonic_ns(), None))
 
     start_ns = time.monotonic_ns() + AHEAD_NS
-    body.push_request(
-        id="t1", retries=2, **{START_HEADER: start_ns, SPIN_HEADER: SPIN_NS, MARK_HEADER: "b"}
-    )
+    claim = ["b", "t1~1", 2, 50_000, 1, 1, "w/1", 7]
+    headers = {START_HEADER: start_ns, SPIN_HEADER: SPIN_NS, MARK_HEADER: True, CLAIM_HEADER: claim}
+    body.push_request(id="t1", retries=2, **headers)
     try:
         body()
     finally:
         body.pop_request()
     (mark, mark_ns, mark_args), (kind, body_ns, _) = events
     assert (mark, kind) == ("mark", "body")
-    assert mark_args == ("b", "t1", 2)
+    assert (mark_args.bucket, mark_args.task_id, mark_args.retries) == ("b", "t1~1", 2)
     assert start_ns - SPIN_NS <= mark_ns < start_ns <= body_ns
 
 
@@ -70,3 +71,36 @@ def test_a_task_without_a_mark_to_post_only_waits(monkeypatch: pytest.MonkeyPatc
     finally:
         late.pop_request()
     assert starts and starts[0] >= start_ns
+
+
+def test_a_task_that_reached_its_process_after_its_start_claims_a_new_one() -> None:
+    """A pool process that came too late (a process replaced, a full pool) must not run the
+    body late and close to the next start: it claims again and waits an interval after the
+    start it missed."""
+    app = Celery("startwait", set_as_current=False)
+    app.conf.update(interval_store_url="memory://", interval_queues={"b": 0.05})
+    starts: list[int] = []
+
+    @app.task(base=IntervalTask, bind=True, name="startwait.missed")
+    def missed(self: Any) -> None:
+        starts.append(time.monotonic_ns())
+
+    store = started.store_of(app)
+    grant, claim = store.take("b", "t3", 0, 50_000, 0, "w/3", 30_000_000)
+    time.sleep(grant.delay_us / 1e6)  # a new bucket's first slot
+    grant, claim = store.take("b", "t3", 0, 50_000, 0, "w/3", 30_000_000, lead_us=20_000)
+    assert claim is not None and claim.outcome.value == "OK"
+    claimed_ns = time.monotonic_ns() + claim.delay_us * 1000
+    time.sleep(0.03)  # the pool process reaches the task 30 ms after its start
+    headers = {
+        START_HEADER: claimed_ns,
+        SPIN_HEADER: 0,
+        CLAIM_HEADER: ["b", "t3", 0, 50_000, grant.epoch, grant.slot_us, "w/3", grant.ticket],
+    }
+    missed.push_request(id="t3", **headers)
+    try:
+        missed()
+    finally:
+        missed.pop_request()
+    assert starts[0] - claimed_ns >= 50_000_000, "the body ran late instead of claiming again"
+    assert store.status("b", 50_000).last_start_us - claim.now_us >= 50_000

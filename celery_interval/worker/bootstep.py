@@ -9,12 +9,13 @@ from celery import bootsteps
 from celery.worker.state import reserved_requests
 
 from celery_interval.config import settings_of
-from celery_interval.stores import store_for_settings
+from celery_interval.stores import mask_url, store_for_settings
 from celery_interval.worker import started
+from celery_interval.worker.delivery import consumed_queue, stamp_consumed_queues
 from celery_interval.worker.service import IntervalService
 from celery_interval.worker.timeouts import warn_broker_timeouts
 
-__all__ = ["IntervalStep", "service_for"]
+__all__ = ["IntervalStep", "free_processes", "service_for"]
 
 logger = logging.getLogger("celery_interval.worker")
 
@@ -29,13 +30,27 @@ def service_for(c: Any) -> IntervalService:
             store=store_for_settings(settings),
             timer=c.timer,
             hostname=c.hostname,
-            pool_slots=lambda: max(1, int(c.pool.limit or 1)) - len(reserved_requests),
+            pool_slots=lambda: free_processes(c.pool),
             stop_queue=lambda queue: _stop_queue(c, queue),
             resume_queue=lambda queue: _resume_queue(c, queue),
             qos=lambda: c.qos,
         )
         c.interval_service = service
     return service
+
+
+def free_processes(pool: Any) -> int:
+    """Pool processes that can start a task now: the pool's size less the tasks it was given.
+
+    A prefork pool counts only processes that are up: one that replaces a process that left
+    (``--max-tasks-per-child``, ``--max-memory-per-child``, a hard time limit) takes a while to
+    start, and a task given to the pool meanwhile would start late.
+    """
+    limit = max(1, int(pool.limit or 1))
+    processes = getattr(getattr(pool, "_pool", None), "_fileno_to_inq", None)
+    if isinstance(processes, dict):
+        limit = len(processes)
+    return limit - len(reserved_requests)
 
 
 def _stop_queue(c: Any, queue: str) -> None:
@@ -52,13 +67,73 @@ def _resume_queue(c: Any, queue: str) -> None:
     c.task_consumer.consume()
 
 
-def _survive_channel_errors(app: Any) -> None:
+def _survive_channel_errors(app: Any) -> str:
     """Held messages stay unacked: a broker that closes the channel of a long hold (RabbitMQ's
     ``consumer_timeout``) must make the consumer reconnect (the messages return to the queue and
-    are granted again; the dedupe drops copies), not stop the worker."""
-    if not app.conf.broker_channel_error_retry:
-        app.conf.broker_channel_error_retry = True
-        logger.info("interval: broker_channel_error_retry enabled (held messages stay unacked)")
+    are granted again; the dedupe drops copies), not stop the worker. A user who set
+    ``broker_channel_error_retry=False`` keeps it, and is told what it costs."""
+    if "broker_channel_error_retry" in app.conf.changes and not app.conf.broker_channel_error_retry:
+        logger.warning(
+            "interval: broker_channel_error_retry=False: a broker that closes the channel of "
+            "held tasks (RabbitMQ consumer_timeout) stops this worker instead of reconnecting"
+        )
+        return "broker_channel_error_retry off (set by the app)"
+    app.conf.broker_channel_error_retry = True
+    return "broker_channel_error_retry on"
+
+
+def _pace_other_tasks(c: Any, interval_queues: set[str]) -> list[str]:
+    """Every task consumed from an interval queue is paced, whatever its base class: a plain
+    task's message from an interval queue goes through the interval strategy too (Celery's own
+    ``celery.*`` tasks excepted: a chord's unlock must not wait for a slot)."""
+    from celery_interval.task import IntervalTask
+    from celery_interval.worker.strategy import interval_strategy
+
+    paced = []
+    for name, task in c.app.tasks.items():
+        if isinstance(task, IntervalTask) or name.startswith("celery.") or name not in c.strategies:
+            continue
+        c.strategies[name] = _by_queue(
+            name, c.strategies[name], interval_strategy(task, c.app, c), interval_queues
+        )
+        paced.append(name)
+    return paced
+
+
+def _by_queue(name: str, default: Any, interval: Any, interval_queues: set[str]) -> Any:
+    """A strategy handler: the interval one for messages from an interval queue."""
+    told = False
+
+    def handler(message: Any, *args: Any) -> Any:
+        nonlocal told
+        queue = consumed_queue(message)
+        if queue not in interval_queues:
+            return default(message, *args)
+        if not told:
+            told = True
+            logger.warning(
+                "interval: plain task %s consumed from interval queue %s: paced as an "
+                "IntervalTask would be",
+                name,
+                queue,
+            )
+        return interval(message, *args)
+
+    return handler
+
+
+def _warn_rate_limits(app: Any) -> None:
+    from celery_interval.task import IntervalTask
+
+    for name, task in sorted(app.tasks.items()):
+        if isinstance(task, IntervalTask) and task.rate_limit:
+            logger.warning(
+                "interval: task %s sets rate_limit=%r, which an IntervalTask does not apply; its "
+                "starts follow its bucket's interval across the pool (set interval=%r instead)",
+                name,
+                task.rate_limit,
+                task.rate_limit,
+            )
 
 
 class IntervalStep(bootsteps.StartStopStep):
@@ -68,12 +143,27 @@ class IntervalStep(bootsteps.StartStopStep):
 
     def __init__(self, c: Any, **kwargs: Any) -> None:
         c.interval_service = None
-        _survive_channel_errors(c.app)
+        self.channel_errors = _survive_channel_errors(c.app)
+        self.announced = False
         super().__init__(c, **kwargs)
 
     def start(self, c: Any) -> None:
         service = service_for(c)
-        warn_broker_timeouts(c.app, service.settings)
+        settings = service.settings
+        stamp_consumed_queues(c.task_consumer.channel)
+        paced = _pace_other_tasks(c, set(settings.queues_us))
+        if not self.announced:  # once per worker, not per reconnect
+            self.announced = True
+            queues = ", ".join(f"{q}={us / 1e6:g}s" for q, us in sorted(settings.queues_us.items()))
+            logger.info(
+                "interval: queues %s; store %s; %d plain task(s) paced on these queues; %s",
+                queues or "none",
+                mask_url(settings.store_url),
+                len(paced),
+                self.channel_errors,
+            )
+            warn_broker_timeouts(c.app, settings)
+            _warn_rate_limits(c.app)
         started.warm(c.app)  # for tasks run in this process (threads, solo pools)
         try:
             service.store.ping()

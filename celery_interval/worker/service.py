@@ -13,17 +13,18 @@ from typing import Any
 
 from celery_interval.config import Settings
 from celery_interval.errors import StoreUnavailable
-from celery_interval.schedule import Claim, Grant, Outcome
-from celery_interval.stores.base import DoneMark, Store
-from celery_interval.task import (
+from celery_interval.headers import (
+    CLAIM_HEADER,
     CLAIMED_HEADER,
     MARK_HEADER,
     SPIN_HEADER,
     START_HEADER,
     TICKET_HEADER,
-    spin_ns_for,
 )
+from celery_interval.schedule import Claim, Grant, Outcome
+from celery_interval.stores.base import DoneMark, Store
 from celery_interval.worker.clock import StoreClock
+from celery_interval.worker.started import spin_ns_for
 
 __all__ = ["Held", "IntervalService"]
 
@@ -48,6 +49,8 @@ class Held:
 
     request: Any
     bucket: str
+    #: The message's id in the store: the task id, marked when Celery replaced the task.
+    task_id: str
     retries: int
     queue: str | None
     interval_us: int
@@ -65,7 +68,7 @@ class Held:
 
     @property
     def key(self) -> tuple[str, str, int]:
-        return (self.bucket, self.request.id, self.retries)
+        return (self.bucket, self.task_id, self.retries)
 
 
 @dataclass
@@ -223,7 +226,7 @@ class IntervalService:
                 marks, self._done_pending = self._done_pending, []
                 grant, claimed = self.store.take(
                     held.bucket,
-                    held.request.id,
+                    held.task_id,
                     held.retries,
                     held.interval_us,
                     not_before_in_us,
@@ -236,7 +239,7 @@ class IntervalService:
                 )
             else:
                 grant = self.store.grant(
-                    held.bucket, held.request.id, held.retries, held.interval_us, not_before_in_us
+                    held.bucket, held.task_id, held.retries, held.interval_us, not_before_in_us
                 )
         except StoreUnavailable as exc:
             self._done_pending = marks + self._done_pending
@@ -305,7 +308,7 @@ class IntervalService:
         try:
             result = self.store.claim(
                 held.bucket,
-                held.request.id,
+                held.task_id,
                 held.retries,
                 held.interval_us,
                 held.epoch,
@@ -423,13 +426,23 @@ class IntervalService:
         held.request.request_dict[CLAIMED_HEADER] = time.monotonic_ns()
         held.request.request_dict[START_HEADER] = start_ns
         held.request.request_dict[SPIN_HEADER] = spin_ns_for(held.interval_us)
+        held.request.request_dict[CLAIM_HEADER] = [
+            held.bucket,
+            held.task_id,
+            held.retries,
+            held.interval_us,
+            held.epoch,
+            held.slot_us,
+            held.holder,
+            held.ticket,
+        ]
         self._in_pool += 1
         self._released[held.request.id] = held
         if held.acks_late:
             self._leases[held.key] = held.holder
             self._ensure_renew()
         elif self.store.posts_done:
-            held.request.request_dict[MARK_HEADER] = held.bucket
+            held.request.request_dict[MARK_HEADER] = True
         self._forget(held)
         held.release(held.request)
 
@@ -520,8 +533,21 @@ class IntervalService:
             self._done_entry = self.timer.call_after(DONE_FLUSH_S, self.flush_done, priority=8)
 
     def lease_ended(self, bucket: str, task_id: str, retries: int) -> None:
-        """The task was requeued or rejected: stop renewing its lease."""
-        self._leases.pop((bucket, task_id, retries), None)
+        """The task was requeued (``Reject(requeue=True)``, a lost pool process): end its lease
+        in the store too, so the copy the broker delivers again starts without waiting for it."""
+        holder = self._leases.pop((bucket, task_id, retries), None)
+        if holder is None:
+            return
+        try:
+            self.store.renew(bucket, task_id, retries, holder, 0)
+        except StoreUnavailable as exc:
+            self.on_outage(exc)
+            logger.warning(
+                "interval %s: task %s requeued; its copy waits for the lease to lapse (%.0fs)",
+                bucket,
+                task_id,
+                self.settings.lease_us / 1e6,
+            )
 
     def flush_done(self) -> None:
         """Send pending done marks in one pipeline; retried with backoff while the store is out."""

@@ -15,8 +15,10 @@ from celery.worker.state import task_reserved
 from celery.worker.strategy import hybrid_to_proto2, proto1_to_proto2
 
 from celery_interval.errors import ConfigurationError
-from celery_interval.task import MARK_HEADER, START_HEADER, drop_internal_headers, placement_of
+from celery_interval.headers import MARK_HEADER, START_HEADER, drop_internal_headers
+from celery_interval.task import placement_of
 from celery_interval.worker.bootstep import service_for
+from celery_interval.worker.delivery import consumed_queue
 from celery_interval.worker.service import Held
 
 __all__ = ["interval_strategy"]
@@ -77,20 +79,21 @@ def interval_strategy(task: Any, app: Any, consumer: Any, **_: Any) -> Any:
             return
         signals.task_received.send(sender=consumer, request=req)
         drop_internal_headers(req.request_dict)
+        queue = consumed_queue(message) or _queue_of(task, req)
         try:
-            bucket, interval_us, retries = placement_of(
+            bucket, interval_us, task_id, retries = placement_of(
                 task,
                 req.request_dict,
                 req.args,
                 req.kwargs,
-                (req.delivery_info or {}).get("routing_key"),
+                queue,
                 service.settings.interval_us,
             )
         except ConfigurationError as exc:
             _fail(req, exc)
             return
         holder = service.new_holder()
-        _track_ack(req, service, bucket, retries)
+        _track_ack(req, service, bucket, task_id, retries)
         not_before_in_us = 0
         if req.eta is not None:
             not_before_in_us = max(0, int((req.eta.timestamp() - time.time()) * 1e6))
@@ -104,8 +107,9 @@ def interval_strategy(task: Any, app: Any, consumer: Any, **_: Any) -> Any:
             Held(
                 request=req,
                 bucket=bucket,
+                task_id=task_id,
                 retries=retries,
-                queue=_queue_of(task, req),
+                queue=queue,
                 interval_us=interval_us,
                 not_before_in_us=not_before_in_us,
                 holder=holder,
@@ -145,7 +149,7 @@ def _freeing_pool(
     return Request
 
 
-def _track_ack(req: Any, service: Any, bucket: str, retries: int) -> None:
+def _track_ack(req: Any, service: Any, bucket: str, task_id: str, retries: int) -> None:
     """Mirror the broker ack into a done mark; a requeue ends the lease instead.
 
     Celery acks an ordinary task when a pool process accepts it, which here is up to ``lead``
@@ -159,7 +163,7 @@ def _track_ack(req: Any, service: Any, bucket: str, retries: int) -> None:
     on_ack, on_reject = req.on_ack, req.on_reject
     # Not req itself: closures stored on req that refer to it form a cycle, which only the
     # garbage collector frees (about 37 objects per message, and full collections).
-    request_dict, task_id = req.request_dict, req.id
+    request_dict = req.request_dict
 
     def ack_now(*args: Any, **kwargs: Any) -> None:
         on_ack(*args, **kwargs)
@@ -175,10 +179,11 @@ def _track_ack(req: Any, service: Any, bucket: str, retries: int) -> None:
             ack_now(*args, **kwargs)
 
     def reject(log: Any, errors: Any, requeue: bool = False) -> None:
-        on_reject(log, errors, requeue)
-        if requeue:
+        if requeue:  # the lease ends before the broker can hand the message out again
             service.lease_ended(bucket, task_id, retries)
+            on_reject(log, errors, requeue)
         else:
+            on_reject(log, errors, requeue)
             service.mark_done(bucket, task_id, retries)
 
     req._on_ack = ack
@@ -186,8 +191,12 @@ def _track_ack(req: Any, service: Any, bucket: str, retries: int) -> None:
 
 
 def _queue_of(task: Any, req: Any) -> str | None:
-    info = req.delivery_info or {}
-    return info.get("routing_key") or getattr(task, "queue", None)
+    """Where no stamp says which queue a message came from: a routing key that names a queue
+    of the app, else the task's own queue."""
+    routing_key = (req.delivery_info or {}).get("routing_key")
+    if routing_key and routing_key in req.app.amqp.queues:
+        return str(routing_key)
+    return getattr(task, "queue", None) or routing_key
 
 
 def _fail(req: Any, exc: ConfigurationError) -> None:

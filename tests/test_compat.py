@@ -1,0 +1,249 @@
+"""Celery's task semantics on IntervalTask and on plain Task side by side, on real workers.
+
+Each test runs one semantic on ``compat.i.*`` (IntervalTask, interval queue) and on
+``compat.p.*`` (plain Task, plain queue) and asserts the two behave alike; the module ends by
+checking that every interval start was spaced by the interval on the store's clock.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from collections.abc import Callable, Iterator
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+import compatapp
+import pytest
+from celery import chain, chord, group
+from celery.exceptions import TimeLimitExceeded
+from pool import Pool
+from redisproc import RedisProc
+
+pytestmark = pytest.mark.slow
+
+INTERVAL_S = 0.05
+TIMEOUT_S = 30.0
+
+
+def compat_pool(redis_server: RedisProc, tmp: Any, broker: str = "", **kwargs: Any) -> Pool:
+    """A pool of real workers running ``compatapp`` on the private Redis (broker db 1)."""
+    if not redis_server.alive:
+        redis_server.restart()
+    kwargs.setdefault("conf", {})
+    kwargs["conf"].setdefault("task_track_started", True)
+    pool = Pool(
+        broker=broker or redis_server.broker_url_for(1),
+        store=redis_server.url_for(0),
+        interval_s=INTERVAL_S,
+        tmp=tmp,
+        app_module="compatapp",
+        app_factory=compatapp.make_app,
+        **kwargs,
+    )
+    compatapp.define(pool.app)
+    return pool
+
+
+@pytest.fixture(scope="module")
+def compat(redis_server: RedisProc, tmp_path_factory: Any) -> Iterator[Pool]:
+    """Two prefork workers (-c 2) consuming the interval queue and the plain queue."""
+    pool = compat_pool(redis_server, tmp_path_factory.mktemp("compat"))
+    try:
+        pool.start(2, concurrency=2)
+        yield pool
+    finally:
+        pool.stop()
+
+
+def starts(pool: Pool, task_id: str | None = None) -> list[dict[str, Any]]:
+    """Body starts recorded by ``compatapp.record`` (of one task id)."""
+    import json
+
+    raw = pool.recorder.lrange(f"compat:{pool.queue}", 0, -1)
+    entries = [json.loads(r) for r in raw]
+    return [e for e in entries if task_id is None or e["id"] == task_id]
+
+
+def task(pool: Pool, kind: str, name: str) -> Any:
+    return pool.app.tasks[f"compat.{kind}.{name}"]
+
+
+def side_by_side(scenario: Callable[[str], Any]) -> Any:
+    """Run ``scenario`` on IntervalTask, then on plain Task; both must observe the same."""
+    interval, plain = scenario("i"), scenario("p")
+    assert interval == plain, f"IntervalTask saw {interval!r}, plain Task saw {plain!r}"
+    return plain
+
+
+def wait_for(predicate: Callable[[], bool], timeout_s: float = TIMEOUT_S) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError("timed out waiting")
+        time.sleep(0.05)
+
+
+def runs(pool: Pool, task_id: str) -> int:
+    return len(starts(pool, task_id))
+
+
+def test_replace_and_a_chain_with_a_replaced_link(compat: Pool) -> None:
+    def scenario(kind: str) -> Any:
+        replaced = task(compat, kind, "replaced")
+        add = task(compat, kind, "add")
+        one = replaced.delay(1).get(timeout=TIMEOUT_S)
+        linked = chain(replaced.s(2), add.s(5)).delay().get(timeout=TIMEOUT_S)
+        return one, linked
+
+    assert side_by_side(scenario) == (101, 107)
+
+
+@pytest.mark.parametrize("requeue", [True, False])
+def test_reject(compat: Pool, requeue: bool) -> None:
+    def scenario(kind: str) -> Any:
+        result = task(compat, kind, "reject_once").delay(requeue)
+        if requeue:
+            return result.get(timeout=TIMEOUT_S), runs(compat, result.id)
+        wait_for(lambda: runs(compat, result.id) >= 1)
+        time.sleep(1.0)  # a second run would come within this
+        return result.state, runs(compat, result.id)
+
+    outcome = side_by_side(scenario)
+    assert outcome == (("second", 2) if requeue else ("FAILURE", 1))
+
+
+def test_retry_autoretry_backoff_and_max_retries(compat: Pool) -> None:
+    def scenario(kind: str) -> Any:
+        flaky = task(compat, kind, "flaky").delay(2)
+        auto = task(compat, kind, "autoretry").delay(2)
+        exhaust = task(compat, kind, "exhaust").delay()
+        with pytest.raises(ValueError, match="always"):
+            exhaust.get(timeout=TIMEOUT_S)
+        got = flaky.get(timeout=TIMEOUT_S), auto.get(timeout=TIMEOUT_S)
+        retries = [sorted(e["retries"] for e in starts(compat, r.id)) for r in (flaky, auto)]
+        return got, retries, runs(compat, exhaust.id)
+
+    assert side_by_side(scenario) == ((2, 2), [[0, 1, 2], [0, 1, 2]], 2)
+
+
+def test_countdown_eta_and_expires(compat: Pool) -> None:
+    def scenario(kind: str) -> Any:
+        add = task(compat, kind, "add")
+        sent_us = compat.store_now_us()
+        countdown = add.apply_async((1, 1), countdown=1.0)
+        eta = add.apply_async((2, 2), eta=datetime.now(timezone.utc) + timedelta(seconds=1))
+        expired = add.apply_async((3, 3), countdown=2.0, expires=1.0)
+        late_expired = add.apply_async((4, 4), expires=datetime.now(timezone.utc))
+        got = countdown.get(timeout=TIMEOUT_S), eta.get(timeout=TIMEOUT_S)
+        waited = [starts(compat, r.id)[0]["us"] - sent_us >= 1_000_000 for r in (countdown, eta)]
+        wait_for(lambda: expired.state == "REVOKED" and late_expired.state == "REVOKED")
+        return got, waited, runs(compat, expired.id) + runs(compat, late_expired.id)
+
+    assert side_by_side(scenario) == ((2, 4), [True, True], 0)
+
+
+def test_soft_and_hard_time_limits(compat: Pool) -> None:
+    def scenario(kind: str) -> Any:
+        soft = task(compat, kind, "sleepy").delay(3.0).get(timeout=TIMEOUT_S)
+        hard = task(compat, kind, "hard_limited").delay()
+        with pytest.raises(TimeLimitExceeded):
+            hard.get(timeout=TIMEOUT_S)
+        after = task(compat, kind, "add").delay(1, 2).get(timeout=TIMEOUT_S)  # pool replaced
+        return soft, hard.state, after
+
+    assert side_by_side(scenario) == ("soft", "FAILURE", 3)
+
+
+def test_acks_late_with_reject_on_worker_lost(compat: Pool) -> None:
+    def scenario(kind: str) -> Any:
+        result = task(compat, kind, "die_once").delay()
+        return result.get(timeout=TIMEOUT_S), runs(compat, result.id)
+
+    assert side_by_side(scenario) == ("survived", 2)
+
+
+def test_ignore_result_and_track_started(compat: Pool) -> None:
+    def scenario(kind: str) -> Any:
+        quiet = task(compat, kind, "quiet").delay()
+        slow = task(compat, kind, "slow").delay(1.5)
+        states = set()
+        deadline = time.monotonic() + TIMEOUT_S
+        while not slow.ready() and time.monotonic() < deadline:
+            states.add(slow.state)
+            time.sleep(0.02)
+        wait_for(lambda: runs(compat, quiet.id) == 1)
+        return quiet.state, "STARTED" in states, slow.get(timeout=TIMEOUT_S)
+
+    assert side_by_side(scenario) == ("PENDING", True, 1.5)
+
+
+def test_revoke_waiting_and_terminate_running(compat: Pool) -> None:
+    def scenario(kind: str) -> Any:
+        waiting = task(compat, kind, "add").apply_async((1, 1), countdown=1.5)
+        running = task(compat, kind, "slow").delay(8.0)
+        wait_for(lambda: runs(compat, running.id) == 1)
+        waiting.revoke()
+        running.revoke(terminate=True)
+        wait_for(lambda: waiting.state == "REVOKED" and running.state == "REVOKED")
+        time.sleep(2.0)  # the countdown passes: a revoked task must still not run
+        return runs(compat, waiting.id), runs(compat, running.id), running.state
+
+    assert side_by_side(scenario) == (0, 1, "REVOKED")
+
+
+def test_canvas_chain_group_chord_chunks_starmap(compat: Pool) -> None:
+    def scenario(kind: str) -> Any:
+        add, tsum = task(compat, kind, "add"), task(compat, kind, "tsum")
+        return (
+            chain(add.s(1, 2), add.s(3), add.s(4)).delay().get(timeout=TIMEOUT_S),
+            group(add.s(i, i) for i in range(4)).delay().get(timeout=TIMEOUT_S),
+            chord((add.s(i, 1) for i in range(4)), tsum.s()).delay().get(timeout=TIMEOUT_S),
+            add.chunks(zip(range(4), range(4)), 2).group().delay().get(timeout=TIMEOUT_S),
+            add.starmap([(1, 2), (3, 4)]).delay().get(timeout=TIMEOUT_S),
+        )
+
+    assert side_by_side(scenario) == (10, [0, 2, 4, 6], 10, [[0, 2], [4, 6]], [3, 7])
+
+
+def test_shared_task_and_apply_and_eager(compat: Pool) -> None:
+    def scenario(kind: str) -> Any:
+        shared = compat.app.tasks[f"compat.{kind}.shared"].delay(21).get(timeout=TIMEOUT_S)
+        applied = task(compat, kind, "add").apply((2, 3)).get()
+        compat.app.conf.task_always_eager = True
+        try:
+            eager = task(compat, kind, "add").delay(4, 5).get()
+        finally:
+            compat.app.conf.task_always_eager = False
+        return shared, applied, eager
+
+    assert side_by_side(scenario) == (42, 5, 9)
+
+
+def test_zz_every_interval_start_was_spaced(compat: Pool) -> None:
+    """Last in the module: all of the above, on the store's clock, kept the interval."""
+    from celery_interval.stores.keys import ledger_key
+
+    entries = compat.recorder.xrange(ledger_key("ci:", compat.queue))
+    claims = sorted(
+        int(fields[b"start"])
+        for _id, fields in entries
+        if fields.get(b"op") == b"claim:OK" and fields.get(b"again") != b"1"
+    )
+    interval_us = round(INTERVAL_S * 1e6)
+    assert len(claims) > 20
+    assert min(b - a for a, b in itertools.pairwise(claims)) >= interval_us
+    # Eager and apply() calls run in the caller, chunks and starmap inline in one celery.*
+    # message (no task id of their own): none of them is a start taken from the queue.
+    bodies = sorted(
+        (
+            e
+            for e in starts(compat)
+            if e["name"].startswith("compat.i.") and not e["eager"] and e["id"] is not None
+        ),
+        key=lambda e: e["us"],
+    )
+    close = [
+        (a, b) for a, b in itertools.pairwise(bodies) if b["us"] - a["us"] < interval_us - 5_000
+    ]
+    assert len(close) <= 1, close
