@@ -16,6 +16,7 @@ from typing import Any
 import redis
 from celery import Celery, Task, shared_task
 from celery.exceptions import Reject, SoftTimeLimitExceeded
+from kombu import Exchange, Queue
 
 from celery_interval import IntervalTask
 
@@ -26,9 +27,13 @@ def make_app(broker: str, store: str, queue: str, interval_s: float, **conf: Any
     """The app a user would write: one interval queue, one plain queue, routes by task name."""
     _where.update(store=store, queue=queue)
     app = Celery("compat", broker=broker, backend=store, set_as_current=False)
+    interval_queues = {queue: interval_s}
+    if conf.pop("compat_routing", False):
+        interval_queues.update(routing_queues(queue, interval_s))
+        conf["task_queues"] = declared_queues(queue)
     app.conf.update(
         interval_store_url=store,
-        interval_queues={queue: interval_s},
+        interval_queues=interval_queues,
         task_default_queue=f"{queue}-plain",
         task_routes={"compat.i.*": {"queue": queue}, "compat.p.*": {"queue": f"{queue}-plain"}},
         broker_connection_retry_on_startup=True,
@@ -38,6 +43,35 @@ def make_app(broker: str, store: str, queue: str, interval_s: float, **conf: Any
         **conf,
     )
     return app
+
+
+def routing_queues(queue: str, interval_s: float) -> dict[str, float]:
+    """The extra interval queues of the routing tests, each with an interval of its own."""
+    return {
+        f"{queue}-slow": 4 * interval_s,
+        f"{queue}-events": 2 * interval_s,
+        f"{queue}-fan1": 3 * interval_s,
+        f"{queue}-fan2": 5 * interval_s,
+    }
+
+
+def exchanges(queue: str) -> tuple[Exchange, Exchange]:
+    """The topic and the fanout exchange of the routing tests."""
+    return Exchange(f"{queue}-topic", type="topic"), Exchange(f"{queue}-fanout", type="fanout")
+
+
+def declared_queues(queue: str) -> list[Queue]:
+    """Every queue of the routing tests: direct ones, one bound to a topic exchange by a
+    pattern that is no queue name, two bound to one fanout exchange."""
+    topic, fanout = exchanges(queue)
+    return [
+        Queue(queue, Exchange(queue), routing_key=queue),
+        Queue(f"{queue}-plain", Exchange(f"{queue}-plain"), routing_key=f"{queue}-plain"),
+        Queue(f"{queue}-slow", Exchange(f"{queue}-slow"), routing_key=f"{queue}-slow"),
+        Queue(f"{queue}-events", topic, routing_key="events.#"),
+        Queue(f"{queue}-fan1", fanout, routing_key="fan"),
+        Queue(f"{queue}-fan2", fanout, routing_key="fan"),
+    ]
 
 
 _conn: redis.Redis | None = None
@@ -164,6 +198,10 @@ def define(app: Celery) -> None:
         record(self)
         time.sleep(sleep_s)
         return sleep_s
+
+    @both(app, "limited", rate_limit="100/s")
+    def limited(self: Any) -> None:
+        record(self)
 
     @both(app, "prio")
     def prio(self: Any, label: str) -> str:

@@ -191,6 +191,9 @@ class IntervalService:
         try:
             while queued and self._ticketed[bucket] < self._pool_slots():
                 held = queued.popleft()
+                if held.request.revoked():  # revoked or expired: no ticket, no slot
+                    self._forget(held)
+                    continue
                 held.ticketed = True
                 self._ticketed[bucket] += 1
                 self._grant(held)
@@ -301,8 +304,7 @@ class IntervalService:
 
     def _claim(self, held: Held) -> None:
         if held.request.revoked():
-            logger.info("interval %s: task %s revoked while held", held.bucket, held.request.id)
-            self._drop(held, ack=False)
+            self._hand_over(held)
             return
         sent_ns = time.monotonic_ns()
         try:
@@ -327,6 +329,34 @@ class IntervalService:
         self.clock.observe(result.now_us, sent_ns, received_ns)
         self._on_store_ok()
         self._on_claim(held, result, sent_ns, received_ns)
+
+    def _hand_over(self, held: Held) -> None:
+        """A ticketed task was revoked or expired: the next task queued here for its bucket
+        takes its ticket and slot, so no interval goes unused (without one, the slot passes)."""
+        self._forget(held)
+        queued = self._queued.get(held.bucket)
+        while queued:
+            successor = queued.popleft()
+            if successor.request.revoked():
+                self._forget(successor)
+                continue
+            logger.info(
+                "interval %s: task %s revoked while held, ticket %d goes to task %s",
+                held.bucket,
+                held.request.id,
+                held.ticket,
+                successor.request.id,
+            )
+            successor.ticketed = True
+            self._ticketed[successor.bucket] += 1
+            successor.epoch, successor.ticket = held.epoch, held.ticket
+            successor.slot_us = held.slot_us
+            successor.request.request_dict[TICKET_HEADER] = held.ticket
+            successor.state = "granted"
+            self._claim(successor)
+            return
+        logger.info("interval %s: task %s revoked while held", held.bucket, held.request.id)
+        self._fill(held.bucket)
 
     def _wait_for_pool(self, held: Held) -> None:
         """Queue a due task behind those already waiting for a pool process; one poll for all

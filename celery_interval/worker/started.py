@@ -28,7 +28,7 @@ logger = logging.getLogger("celery_interval")
 MAX_SPIN_NS = 500_000
 #: A body that reaches its pool process more than this after its start (and a tenth of the
 #: interval) has missed it: it claims a new start instead of running late and close to the next.
-MAX_MISS_NS = 2_000_000
+MAX_MISS_NS = 3_000_000
 
 #: One store client per (process, app): a forked pool process must not share its parent's.
 _stores: dict[tuple[int, int], Store] = {}
@@ -108,7 +108,7 @@ def _claim_again(app: Any, claimed: Any, late_ns: int) -> int:
     settings = settings_of(app)
     store = store_of(app)
     logger.warning(
-        "interval %s: task %s reached its pool process %.1f ms after its start, claiming again",
+        "interval %s: task %s reached the pool %.1f ms after its start, claiming a new start",
         bucket,
         task_id,
         late_ns / 1e6,

@@ -92,6 +92,8 @@ def interval_strategy(task: Any, app: Any, consumer: Any, **_: Any) -> Any:
         except ConfigurationError as exc:
             _fail(req, exc)
             return
+        if _broadcast(message, queue):
+            task_id = f"{task_id}@{hostname}"
         holder = service.new_holder()
         _track_ack(req, service, bucket, task_id, retries)
         not_before_in_us = 0
@@ -188,6 +190,14 @@ def _track_ack(req: Any, service: Any, bucket: str, task_id: str, retries: int) 
 
     req._on_ack = ack
     req.on_reject = reject
+
+
+def _broadcast(message: Any, queue: str | None) -> bool:
+    """Whether the message came by a Redis fanout (publish/subscribe): every worker subscribed
+    gets a copy of the same message to run, and none is ever delivered again, so one worker's
+    copy is not a redelivery of another's."""
+    fanout_queues = getattr(getattr(message, "channel", None), "_fanout_queues", None)
+    return isinstance(fanout_queues, dict) and queue in fanout_queues
 
 
 def _queue_of(task: Any, req: Any) -> str | None:
