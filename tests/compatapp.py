@@ -31,6 +31,12 @@ def make_app(broker: str, store: str, queue: str, interval_s: float, **conf: Any
     if conf.pop("compat_routing", False):
         interval_queues.update(routing_queues(queue, interval_s))
         conf["task_queues"] = declared_queues(queue)
+    else:  # both queues take priorities (RabbitMQ: x-max-priority; Redis: kombu's steps)
+        conf["task_queues"] = [
+            Queue(name, Exchange(name), routing_key=name, queue_arguments={"x-max-priority": 10})
+            for name in (queue, f"{queue}-plain")
+        ]
+        conf.setdefault("worker_prefetch_multiplier", 1)
     app.conf.update(
         interval_store_url=store,
         interval_queues=interval_queues,
@@ -193,7 +199,7 @@ def define(app: Celery) -> None:
     def quiet(self: Any) -> None:
         record(self)
 
-    @both(app, "slow")
+    @both(app, "slow", acks_late=True)
     def slow(self: Any, sleep_s: float) -> float:
         record(self)
         time.sleep(sleep_s)
@@ -203,7 +209,7 @@ def define(app: Celery) -> None:
     def limited(self: Any) -> None:
         record(self)
 
-    @both(app, "prio")
+    @both(app, "prio", acks_late=True)
     def prio(self: Any, label: str) -> str:
         record(self, label=label)
         return label

@@ -64,8 +64,8 @@ if KILL_BEFORE_ACK:
     _original_track_ack = strategy._track_ack
     _acks = 0
 
-    def _track_ack_or_die(req: Any, service: Any, bucket: str, retries: int) -> None:
-        _original_track_ack(req, service, bucket, retries)
+    def _track_ack_or_die(req: Any, service: Any, bucket: str, task_id: str, retries: int) -> None:
+        _original_track_ack(req, service, bucket, task_id, retries)
         ack = req._on_ack
 
         def ack_or_die(*args: Any, **kwargs: Any) -> None:

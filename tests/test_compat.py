@@ -45,10 +45,14 @@ def compat_pool(redis_server: RedisProc, tmp: Any, broker: str = "", **kwargs: A
     return pool
 
 
-@pytest.fixture(scope="module")
-def compat(redis_server: RedisProc, tmp_path_factory: Any) -> Iterator[Pool]:
-    """Two prefork workers (-c 2) consuming the interval queue and the plain queue."""
-    pool = compat_pool(redis_server, tmp_path_factory.mktemp("compat"))
+@pytest.fixture(scope="module", params=["redis", "rabbitmq"])
+def compat(request: Any, redis_server: RedisProc, tmp_path_factory: Any) -> Iterator[Pool]:
+    """Two prefork workers (-c 2) consuming the interval queue and the plain queue, on a Redis
+    or a RabbitMQ broker (results and the store on the private Redis)."""
+    from brokers import rabbitmq_url
+
+    broker = rabbitmq_url() if request.param == "rabbitmq" else ""
+    pool = compat_pool(redis_server, tmp_path_factory.mktemp("compat"), broker=broker)
     try:
         pool.start(2, concurrency=2)
         yield pool
@@ -218,6 +222,31 @@ def test_shared_task_and_apply_and_eager(compat: Pool) -> None:
         return shared, applied, eager
 
     assert side_by_side(scenario) == (42, 5, 9)
+
+
+def test_priority(compat: Pool) -> None:
+    """With every process busy, the tasks waiting start highest priority first (acks_late and a
+    prefetch of one, as Celery's docs advise for priorities, make a plain worker hold few)."""
+    redis_broker = compat.broker.startswith("redis")
+    high, low = (0, 9) if redis_broker else (9, 0)  # kombu's Redis transport: 0 is highest
+
+    def scenario(kind: str) -> Any:
+        slow = task(compat, kind, "slow")
+        blockers = [slow.apply_async((1.5,), priority=high) for _ in range(4)]
+        wait_for(lambda: all(runs(compat, b.id) for b in blockers))
+        prio = task(compat, kind, "prio")
+        lows = [prio.apply_async((f"low{i}",), priority=low) for i in range(8)]
+        highs = [prio.apply_async((f"high{i}",), priority=high) for i in range(4)]
+        for result in lows + highs:
+            result.get(timeout=TIMEOUT_S)
+        order = [e["label"] for e in sorted(starts(compat), key=lambda e: e["us"])
+                 if e["id"] in {r.id for r in lows + highs}]  # fmt: skip
+        last_high = max(order.index(f"high{i}") for i in range(4))
+        return last_high < len(order) - 4, order
+
+    for kind in ("i", "p"):
+        first_highs, order = scenario(kind)
+        assert first_highs, f"{kind}: high-priority tasks ran after most low ones: {order}"
 
 
 def test_zz_every_interval_start_was_spaced(compat: Pool) -> None:

@@ -138,6 +138,15 @@ if os.environ.get("CI_TEST_BROKER"):
             _record(self, "start", i)
             return i
 
+    _hoard: list[bytes] = []
+
+    @app.task(base=IntervalTask, bind=True, name="workerapp.hog")
+    def hog(self: Any, i: int, mb: int = 0) -> int:
+        """Records its start, then keeps ``mb`` MB in its process (``--max-memory-per-child``)."""
+        _record(self, "start", i)
+        _hoard.append(b"x" * (mb * 1024 * 1024))
+        return i
+
     @app.task(bind=True, name="workerapp.plain")
     def plain(self: Any, i: int) -> int:
         _record(self, "plain", i)

@@ -33,6 +33,10 @@ class StoreClock:
         elif evicted == self._best:
             self._best = min(samples)
 
+    def one_way_us(self) -> int:
+        """Half the best recent round trip (0 before any sample): how long a reply takes."""
+        return 0 if self._best is None else self._best[0] // 2000
+
     def local_ns(self, store_us: int, sent_ns: int, received_ns: int, ahead_us: int) -> int:
         """The monotonic time of ``store_us``, which the store saw ``ahead_us`` in its future."""
         earliest_ns = sent_ns + ahead_us * 1000

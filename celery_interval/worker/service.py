@@ -21,7 +21,7 @@ from celery_interval.headers import (
     START_HEADER,
     TICKET_HEADER,
 )
-from celery_interval.schedule import Claim, Grant, Outcome
+from celery_interval.schedule import MAX_LEAD_US, Claim, Grant, Outcome
 from celery_interval.stores.base import DoneMark, Store
 from celery_interval.worker.clock import StoreClock
 from celery_interval.worker.started import spin_ns_for
@@ -58,6 +58,8 @@ class Held:
     holder: str
     acks_late: bool
     release: Callable[[Any], None]
+    #: Start order among the messages waiting here: lower first (the broker's priority).
+    rank: int = 0
     epoch: int = 0
     ticket: int = 0
     slot_us: int = 0
@@ -174,10 +176,14 @@ class IntervalService:
     def _enqueue(self, held: Held, *, front: bool = False) -> None:
         held.entry = None
         held.state = "queued"
+        queued = self._queued[held.bucket]
         if front:
-            self._queued[held.bucket].appendleft(held)
+            queued.appendleft(held)
         else:
-            self._queued[held.bucket].append(held)
+            at = len(queued)
+            while at and queued[at - 1].rank > held.rank:
+                at -= 1
+            queued.insert(at, held)
         self._fill(held.bucket)
 
     def _fill(self, bucket: str) -> None:
@@ -235,8 +241,7 @@ class IntervalService:
                     not_before_in_us,
                     held.holder,
                     self.settings.lease_us,
-                    self.settings.lead_us,
-                    self.settings.handoff_us,
+                    *self._reach_us(),
                     done_first=marks,
                     dedupe_ttl_us=self.settings.dedupe_ttl_us,
                 )
@@ -293,7 +298,7 @@ class IntervalService:
             len(self.held[held.bucket]),
         )
         if arm:
-            self._arm(held, max(0, grant.delay_us - self.settings.lead_us) / 1e6, self._due)
+            self._arm(held, max(0, grant.delay_us - self._reach_us()[0]) / 1e6, self._due)
 
     def _due(self, held: Held) -> None:
         held.entry = None
@@ -306,6 +311,7 @@ class IntervalService:
         if held.request.revoked():
             self._hand_over(held)
             return
+        lead_us, handoff_us = self._reach_us()
         sent_ns = time.monotonic_ns()
         try:
             result = self.store.claim(
@@ -317,9 +323,9 @@ class IntervalService:
                 held.slot_us,
                 held.holder,
                 self.settings.lease_us,
-                self.settings.lead_us,
+                lead_us,
                 ticket=held.ticket,
-                handoff_us=self.settings.handoff_us,
+                handoff_us=handoff_us,
             )
         except StoreUnavailable as exc:
             self.on_outage(exc)
@@ -357,6 +363,13 @@ class IntervalService:
             return
         logger.info("interval %s: task %s revoked while held", held.bucket, held.request.id)
         self._fill(held.bucket)
+
+    def _reach_us(self) -> tuple[int, int]:
+        """(lead, handoff) of a claim: the handoff also covers the reply's way back from the
+        store (half the best recent round trip), so a worker behind a slow link is admitted a
+        start it can still reach; the claim comes at least that early (at most MAX_LEAD_US)."""
+        handoff_us = self.settings.handoff_us + self.clock.one_way_us()
+        return min(MAX_LEAD_US, max(self.settings.lead_us, handoff_us)), handoff_us
 
     def _wait_for_pool(self, held: Held) -> None:
         """Queue a due task behind those already waiting for a pool process; one poll for all
@@ -398,7 +411,7 @@ class IntervalService:
             self._start(held, start_ns)
         elif outcome is Outcome.WAIT:
             stats.waits += 1
-            self._arm(held, max(0, result.delay_us - self.settings.lead_us) / 1e6, self._due)
+            self._arm(held, max(0, result.delay_us - self._reach_us()[0]) / 1e6, self._due)
         elif outcome is Outcome.PAUSED:
             stats.paused += 1
             held.state = "paused"
@@ -465,6 +478,7 @@ class IntervalService:
             held.slot_us,
             held.holder,
             held.ticket,
+            self._reach_us()[1],
         ]
         self._in_pool += 1
         self._released[held.request.id] = held

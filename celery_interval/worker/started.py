@@ -17,7 +17,7 @@ from celery.exceptions import Ignore
 from celery_interval.config import settings_of
 from celery_interval.errors import StoreUnavailable
 from celery_interval.headers import CLAIM_HEADER, MARK_HEADER, SPIN_HEADER, START_HEADER
-from celery_interval.schedule import Outcome
+from celery_interval.schedule import MAX_LEAD_US, Outcome
 from celery_interval.stores import DoneMark, Store, store_for_settings
 
 logger = logging.getLogger("celery_interval")
@@ -29,6 +29,10 @@ MAX_SPIN_NS = 500_000
 #: A body that reaches its pool process more than this after its start (and a tenth of the
 #: interval) has missed it: it claims a new start instead of running late and close to the next.
 MAX_MISS_NS = 3_000_000
+
+#: A link slower than MAX_LEAD_US each way cannot reach any start in time: after this many
+#: admitted starts that were already past, the body runs at the last one.
+MAX_CLAIMS = 3
 
 #: One store client per (process, app): a forked pool process must not share its parent's.
 _stores: dict[tuple[int, int], Store] = {}
@@ -90,7 +94,7 @@ def before_body(app: Any, request: Any) -> None:
     """
     start_ns = int(request.get(START_HEADER))
     claimed = request.get(CLAIM_HEADER)
-    if isinstance(claimed, (list, tuple)) and len(claimed) == 8:
+    if isinstance(claimed, (list, tuple)) and len(claimed) == 9:
         interval_us = int(claimed[3])
         late_ns = time.monotonic_ns() - start_ns
         if late_ns > missed_after_ns(interval_us):
@@ -103,8 +107,14 @@ def before_body(app: Any, request: Any) -> None:
 
 def _claim_again(app: Any, claimed: Any, late_ns: int) -> int:
     """A new start (monotonic ns) under the same holder: the store admits one an interval after
-    the last start, as for a holder that never heard of its admitted start."""
-    bucket, task_id, retries, interval_us, epoch, slot_us, holder, ticket = claimed
+    the last start, as for a holder that never heard of its admitted start.
+
+    The store's decision is taken as halfway through the round trip; a start that this maps
+    into the past (a slow link) is claimed again with the reply's way back added to the
+    handoff, so the body neither runs late nor close to the next start.
+    """
+    bucket, task_id, retries, interval_us, epoch, slot_us, holder, ticket, handoff_us = claimed
+    handoff_us = int(handoff_us)
     settings = settings_of(app)
     store = store_of(app)
     logger.warning(
@@ -113,8 +123,10 @@ def _claim_again(app: Any, claimed: Any, late_ns: int) -> int:
         task_id,
         late_ns / 1e6,
     )
-    backoff_s = 0.05
+    backoff_s, attempts = 0.05, 0
     while True:
+        lead_us = min(MAX_LEAD_US, max(settings.lead_us, handoff_us))
+        sent_ns = time.monotonic_ns()
         try:
             result = store.claim(
                 bucket,
@@ -125,9 +137,9 @@ def _claim_again(app: Any, claimed: Any, late_ns: int) -> int:
                 int(slot_us),
                 holder,
                 settings.lease_us,
-                settings.lead_us,
+                lead_us,
                 ticket=int(ticket),
-                handoff_us=settings.handoff_us,
+                handoff_us=handoff_us,
             )
         except StoreUnavailable as exc:
             logger.warning("interval %s: store unreachable for a new claim (%s)", bucket, exc)
@@ -136,7 +148,12 @@ def _claim_again(app: Any, claimed: Any, late_ns: int) -> int:
             continue
         received_ns = time.monotonic_ns()
         if result.outcome is Outcome.OK:
-            return received_ns + result.delay_us * 1000
+            start_ns = (sent_ns + received_ns) // 2 + result.delay_us * 1000
+            attempts += 1
+            if start_ns >= received_ns or attempts >= MAX_CLAIMS:
+                return start_ns
+            handoff_us = settings.handoff_us + (received_ns - sent_ns) // 2000
+            continue
         if result.outcome is Outcome.WAIT:
             time.sleep(max(0, result.delay_us - settings.lead_us) / 1e6)
         elif result.outcome is Outcome.PAUSED:

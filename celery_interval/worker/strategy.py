@@ -40,6 +40,8 @@ def interval_strategy(task: Any, app: Any, consumer: Any, **_: Any) -> Any:
         service.pool_accepted,
     )
     acks_late = bool(getattr(task, "acks_late", False))
+    # kombu's Redis transport serves priority 0 first; AMQP brokers the highest number.
+    lower_first = getattr(consumer.connection.transport, "driver_type", "") == "redis"
 
     def release(req: Any) -> None:
         task_reserved(req)
@@ -115,6 +117,7 @@ def interval_strategy(task: Any, app: Any, consumer: Any, **_: Any) -> Any:
                 interval_us=interval_us,
                 not_before_in_us=not_before_in_us,
                 holder=holder,
+                rank=_rank((req.delivery_info or {}).get("priority"), lower_first),
                 acks_late=acks_late,
                 release=release_with_callbacks,
             )
@@ -190,6 +193,12 @@ def _track_ack(req: Any, service: Any, bucket: str, task_id: str, retries: int) 
 
     req._on_ack = ack
     req.on_reject = reject
+
+
+def _rank(priority: Any, lower_first: bool) -> int:
+    """A message's place among those waiting in a worker: lower starts first."""
+    value = priority if isinstance(priority, int) and not isinstance(priority, bool) else 0
+    return value if lower_first else -value
 
 
 def _broadcast(message: Any, queue: str | None) -> bool:
