@@ -73,13 +73,17 @@ def _done_marks(store: RedisStore, bucket: str, ids: list[str], timeout_s: float
 
 
 def _ledger_ops(client: redis.Redis[Any], bucket: str) -> list[tuple[str, str]]:
-    """(op, task) of each ledger entry; a re-admission (``readmit``: the holder's admitted start
-    passed unused and it was given a new one) reads ``claim:readmit``."""
+    """(op, task) of each ledger entry; a holder's repeated claim reads ``claim:again`` (its
+    admitted start still ahead) or ``claim:readmit`` (it passed unused: a new start)."""
     entries: Any = client.xrange(ledger_key("ci:", bucket))
-    return [
-        ("claim:readmit" if b"readmit" in f else f[b"op"].decode(), f.get(b"task", b"").decode())
-        for _id, f in entries
-    ]
+    return [(_op(f), f.get(b"task", b"").decode()) for _id, f in entries]
+
+
+def _op(fields: dict[bytes, bytes]) -> str:
+    for repeat in (b"again", b"readmit"):
+        if repeat in fields:
+            return f"claim:{repeat.decode()}"
+    return fields[b"op"].decode()
 
 
 @pytest.mark.slow

@@ -25,6 +25,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import celery
+import redis
 
 REPO = Path(__file__).resolve().parent.parent
 CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "celery_interval"
@@ -43,6 +44,18 @@ def celery_parameters():
     if os.environ.get("CELERY_INTERVAL_SUITE") == "interval":
         return {"task_cls": "celery_interval.task:IntervalTask"}
     return {}
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _every_task_is_of_the_run_s_kind(celery_session_app):
+    from celery_interval.task import IntervalTask
+
+    want = os.environ.get("CELERY_INTERVAL_SUITE") == "interval"
+    # A task declared with a base class of its own keeps it, as in any app.
+    wrong = [n for n, t in celery_session_app.tasks.items()
+             if n.startswith("t.") and isinstance(t, celery_session_app.Task)
+             and isinstance(t, IntervalTask) != want]
+    assert not wrong, f"tasks of the wrong kind: {wrong}"
 """
 
 
@@ -77,13 +90,20 @@ def run(root: Path, kind: str, redis_url: str, extra: list[str]) -> dict[str, st
         "PYTHONPATH": os.pathsep.join([str(root), str(REPO)]),
     }
     started = time.monotonic()
+    client = redis.Redis.from_url(redis_url)
     subprocess.run(
         [sys.executable, "-m", "pytest", *SUITE, "-p", "no:cacheprovider", "-q",
          "--rootdir", str(root), "-o", "addopts=", "--timeout=300",
          f"--junitxml={report}", *extra],
         cwd=root, env=env, check=False,
     )  # fmt: skip
-    print(f"{kind}: {time.monotonic() - started:.0f} s", flush=True)
+    paced = sum(
+        1
+        for key in client.scan_iter("ci:{*}:l")
+        for _id, fields in client.xrange(key)
+        if fields.get(b"op") == b"claim:OK"
+    )
+    print(f"{kind}: {time.monotonic() - started:.0f} s, {paced} starts claimed from the store")
     return outcomes(report)
 
 
@@ -111,8 +131,6 @@ def main() -> int:
     if missing:
         print(f"missing {', '.join(missing)}: pip install -e '.[dev,celery-suite]'")
         return 2
-    import redis
-
     from celery_interval.embedded import RedisProc
 
     root = source_tree()
