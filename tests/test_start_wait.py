@@ -11,6 +11,7 @@ from celery import Celery
 
 from celery_interval import IntervalTask
 from celery_interval.headers import CLAIM_HEADER, MARK_HEADER, SPIN_HEADER, START_HEADER
+from celery_interval.stores.base import ClaimArgs
 from celery_interval.worker import started
 from celery_interval.worker.started import wait_until
 
@@ -42,7 +43,7 @@ def test_an_ordinary_task_posts_its_mark_before_its_start(monkeypatch: pytest.Mo
         events.append(("body", time.monotonic_ns(), None))
 
     start_ns = time.monotonic_ns() + AHEAD_NS
-    claim = ["b", "t1~1", 2, 50_000, 1, 1, "w/1", 7, 8_000]
+    claim = ClaimArgs("b", "t1~1", 2, 50_000, 1, 1, "w/1", 7, 8_000)
     headers = {START_HEADER: start_ns, SPIN_HEADER: SPIN_NS, MARK_HEADER: True, CLAIM_HEADER: claim}
     body.push_request(id="t1", retries=2, **headers)
     try:
@@ -95,7 +96,9 @@ def test_a_task_that_reached_its_process_after_its_start_claims_a_new_one() -> N
     headers = {
         START_HEADER: claimed_ns,
         SPIN_HEADER: 0,
-        CLAIM_HEADER: ["b", "t3", 0, 50_000, grant.epoch, grant.slot_us, "w/3", grant.ticket, 8000],
+        CLAIM_HEADER: ClaimArgs(
+            "b", "t3", 0, 50_000, grant.epoch, grant.slot_us, "w/3", grant.ticket, 8000
+        ),
     }
     missed.push_request(id="t3", **headers)
     try:

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 from celery_interval.schedule import Claim, Grant, Status
 
-__all__ = ["DoneMark", "Store"]
+__all__ = ["ClaimArgs", "DoneMark", "Store"]
 
 
 @dataclass(frozen=True)
@@ -18,6 +18,37 @@ class DoneMark:
     bucket: str
     task_id: str
     retries: int
+
+
+class ClaimArgs(NamedTuple):
+    """What one held message's claim names: the worker claims with it, and hands it to the pool
+    process, which claims again with it when it reached the task after its start."""
+
+    bucket: str
+    task_id: str
+    retries: int
+    interval_us: int
+    epoch: int
+    slot_us: int
+    holder: str
+    ticket: int
+    handoff_us: int
+
+    def claim(self, store: Store, lease_us: int, lead_us: int) -> Claim:
+        """``store.claim`` of this message's slot under its holder."""
+        return store.claim(
+            self.bucket,
+            self.task_id,
+            self.retries,
+            self.interval_us,
+            self.epoch,
+            self.slot_us,
+            self.holder,
+            lease_us,
+            lead_us,
+            ticket=self.ticket,
+            handoff_us=self.handoff_us,
+        )
 
 
 class Store(Protocol):

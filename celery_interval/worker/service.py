@@ -22,7 +22,7 @@ from celery_interval.headers import (
     TICKET_HEADER,
 )
 from celery_interval.schedule import MAX_LEAD_US, Claim, Grant, Outcome
-from celery_interval.stores.base import DoneMark, Store
+from celery_interval.stores.base import ClaimArgs, DoneMark, Store
 from celery_interval.worker.clock import StoreClock
 from celery_interval.worker.started import spin_ns_for
 
@@ -71,6 +71,19 @@ class Held:
     @property
     def key(self) -> tuple[str, str, int]:
         return (self.bucket, self.task_id, self.retries)
+
+    def claim_args(self, handoff_us: int) -> ClaimArgs:
+        return ClaimArgs(
+            self.bucket,
+            self.task_id,
+            self.retries,
+            self.interval_us,
+            self.epoch,
+            self.slot_us,
+            self.holder,
+            self.ticket,
+            handoff_us,
+        )
 
 
 @dataclass
@@ -314,19 +327,7 @@ class IntervalService:
         lead_us, handoff_us = self._reach_us()
         sent_ns = time.monotonic_ns()
         try:
-            result = self.store.claim(
-                held.bucket,
-                held.task_id,
-                held.retries,
-                held.interval_us,
-                held.epoch,
-                held.slot_us,
-                held.holder,
-                self.settings.lease_us,
-                lead_us,
-                ticket=held.ticket,
-                handoff_us=handoff_us,
-            )
+            result = held.claim_args(handoff_us).claim(self.store, self.settings.lease_us, lead_us)
         except StoreUnavailable as exc:
             self.on_outage(exc)
             self._arm(held, self._backoff_s, self._due)
@@ -469,17 +470,7 @@ class IntervalService:
         held.request.request_dict[CLAIMED_HEADER] = time.monotonic_ns()
         held.request.request_dict[START_HEADER] = start_ns
         held.request.request_dict[SPIN_HEADER] = spin_ns_for(held.interval_us)
-        held.request.request_dict[CLAIM_HEADER] = [
-            held.bucket,
-            held.task_id,
-            held.retries,
-            held.interval_us,
-            held.epoch,
-            held.slot_us,
-            held.holder,
-            held.ticket,
-            self._reach_us()[1],
-        ]
+        held.request.request_dict[CLAIM_HEADER] = held.claim_args(self._reach_us()[1])
         self._in_pool += 1
         self._released[held.request.id] = held
         if held.acks_late:

@@ -19,6 +19,7 @@ from celery_interval.errors import StoreUnavailable
 from celery_interval.headers import CLAIM_HEADER, MARK_HEADER, SPIN_HEADER, START_HEADER
 from celery_interval.schedule import MAX_LEAD_US, Outcome
 from celery_interval.stores import DoneMark, Store, store_for_settings
+from celery_interval.stores.base import ClaimArgs
 
 logger = logging.getLogger("celery_interval")
 
@@ -94,18 +95,17 @@ def before_body(app: Any, request: Any) -> None:
     """
     start_ns = int(request.get(START_HEADER))
     claimed = request.get(CLAIM_HEADER)
-    if isinstance(claimed, (list, tuple)) and len(claimed) == 9:
-        interval_us = int(claimed[3])
-        late_ns = time.monotonic_ns() - start_ns
-        if late_ns > missed_after_ns(interval_us):
-            start_ns = _claim_again(app, claimed, late_ns)
     post = None
-    if request.get(MARK_HEADER) and isinstance(claimed, (list, tuple)):
-        post = poster(app, DoneMark(str(claimed[0]), str(claimed[1]), int(claimed[2])))
+    if isinstance(claimed, ClaimArgs):
+        late_ns = time.monotonic_ns() - start_ns
+        if late_ns > missed_after_ns(claimed.interval_us):
+            start_ns = _claim_again(app, claimed, late_ns)
+        if request.get(MARK_HEADER):
+            post = poster(app, DoneMark(claimed.bucket, claimed.task_id, claimed.retries))
     wait_until(start_ns, int(request.get(SPIN_HEADER) or 0), post)
 
 
-def _claim_again(app: Any, claimed: Any, late_ns: int) -> int:
+def _claim_again(app: Any, claimed: ClaimArgs, late_ns: int) -> int:
     """A new start (monotonic ns) under the same holder: the store admits one an interval after
     the last start, as for a holder that never heard of its admitted start.
 
@@ -113,8 +113,7 @@ def _claim_again(app: Any, claimed: Any, late_ns: int) -> int:
     into the past (a slow link) is claimed again with the reply's way back added to the
     handoff, so the body neither runs late nor close to the next start.
     """
-    bucket, task_id, retries, interval_us, epoch, slot_us, holder, ticket, handoff_us = claimed
-    handoff_us = int(handoff_us)
+    bucket, task_id = claimed.bucket, claimed.task_id
     settings = settings_of(app)
     store = store_of(app)
     logger.warning(
@@ -125,22 +124,10 @@ def _claim_again(app: Any, claimed: Any, late_ns: int) -> int:
     )
     backoff_s, attempts = 0.05, 0
     while True:
-        lead_us = min(MAX_LEAD_US, max(settings.lead_us, handoff_us))
+        lead_us = min(MAX_LEAD_US, max(settings.lead_us, claimed.handoff_us))
         sent_ns = time.monotonic_ns()
         try:
-            result = store.claim(
-                bucket,
-                task_id,
-                int(retries),
-                int(interval_us),
-                int(epoch),
-                int(slot_us),
-                holder,
-                settings.lease_us,
-                lead_us,
-                ticket=int(ticket),
-                handoff_us=handoff_us,
-            )
+            result = claimed.claim(store, settings.lease_us, lead_us)
         except StoreUnavailable as exc:
             logger.warning("interval %s: store unreachable for a new claim (%s)", bucket, exc)
             time.sleep(backoff_s)
@@ -152,7 +139,9 @@ def _claim_again(app: Any, claimed: Any, late_ns: int) -> int:
             attempts += 1
             if start_ns >= received_ns or attempts >= MAX_CLAIMS:
                 return start_ns
-            handoff_us = settings.handoff_us + (received_ns - sent_ns) // 2000
+            claimed = claimed._replace(
+                handoff_us=settings.handoff_us + (received_ns - sent_ns) // 2000
+            )
             continue
         if result.outcome is Outcome.WAIT:
             time.sleep(max(0, result.delay_us - settings.lead_us) / 1e6)
@@ -160,10 +149,12 @@ def _claim_again(app: Any, claimed: Any, late_ns: int) -> int:
             time.sleep(settings.pause_poll_s)
         elif result.outcome is Outcome.RETICKET:
             try:
-                grant = store.grant(bucket, task_id, int(retries), int(interval_us))
+                grant = store.grant(bucket, task_id, claimed.retries, claimed.interval_us)
             except StoreUnavailable:
                 continue
-            epoch, slot_us, ticket = grant.epoch, grant.slot_us, grant.ticket
+            claimed = claimed._replace(
+                epoch=grant.epoch, slot_us=grant.slot_us, ticket=grant.ticket
+            )
             time.sleep(max(0, grant.delay_us - settings.lead_us) / 1e6)
         else:
             logger.warning(
