@@ -1,5 +1,6 @@
-"""Run Celery's own integration tests (test_tasks, test_canvas) twice against a private Redis:
-once with every task an IntervalTask, once with plain Task; print the outcomes side by side.
+"""Run Celery's own integration tests (test_tasks, test_canvas) twice at once, each pass on a
+private Redis: once with every task an IntervalTask, once with plain Task; print the outcomes
+side by side.
 
     pip install -e ".[dev,celery-suite]"
     python tools/celery_suite.py            # about 40 minutes on 2 cores
@@ -23,6 +24,7 @@ import tarfile
 import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
+from typing import Any
 
 import celery
 import redis
@@ -31,6 +33,7 @@ REPO = Path(__file__).resolve().parent.parent
 CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "celery_interval"
 SUITE = ["t/integration/test_tasks.py", "t/integration/test_canvas.py"]
 NEEDED = ("pytest_rerunfailures", "pydantic", "pytest_timeout")
+KINDS = ("plain", "interval")
 
 #: Loaded by the suite's pytest run: for the IntervalTask run, the app's task class.
 ROOT_CONFTEST = """
@@ -76,12 +79,8 @@ def source_tree() -> Path:
     return root
 
 
-def run(root: Path, kind: str, redis_url: str, extra: list[str]) -> dict[str, str]:
-    """One pass of the suite; returns test id -> outcome (passed, failed, error, skipped)."""
-    report = root / f"report-{kind}.xml"
-    (root / "conftest.py").write_text(ROOT_CONFTEST)
-    config = {"interval_store_url": redis_url, "interval_queues": {"celery": 0.001}}
-    (root / "integration-tests-config.json").write_text(json.dumps(config))
+def start(root: Path, kind: str, redis_url: str, extra: list[str]) -> subprocess.Popen[bytes]:
+    """Start one pass of the suite on its own Redis (broker, results and store)."""
     env = {
         **os.environ,
         "TEST_BROKER": redis_url,
@@ -89,22 +88,23 @@ def run(root: Path, kind: str, redis_url: str, extra: list[str]) -> dict[str, st
         "CELERY_INTERVAL_SUITE": kind,
         "PYTHONPATH": os.pathsep.join([str(root), str(REPO)]),
     }
-    started = time.monotonic()
-    client = redis.Redis.from_url(redis_url)
-    subprocess.run(
+    log = (root / f"log-{kind}.txt").open("wb")
+    return subprocess.Popen(
         [sys.executable, "-m", "pytest", *SUITE, "-p", "no:cacheprovider", "-q",
          "--rootdir", str(root), "-o", "addopts=", "--timeout=300",
-         f"--junitxml={report}", *extra],
-        cwd=root, env=env, check=False,
+         f"--junitxml={root / f'report-{kind}.xml'}", *extra],
+        cwd=root, env=env, stdout=log, stderr=subprocess.STDOUT,
     )  # fmt: skip
-    paced = sum(
-        1
-        for key in client.scan_iter("ci:{*}:l")
-        for _id, fields in client.xrange(key)
-        if fields.get(b"op") == b"claim:OK"
-    )
-    print(f"{kind}: {time.monotonic() - started:.0f} s, {paced} starts claimed from the store")
-    return outcomes(report)
+
+
+def claimed_starts(redis_url: str) -> int:
+    """OK claims in every bucket's ledger: the starts the store admitted."""
+    client = redis.Redis.from_url(redis_url)
+    count = 0
+    for key in client.scan_iter("ci:{*}:l"):
+        entries: Any = client.xrange(key)
+        count += sum(fields.get(b"op") == b"claim:OK" for _id, fields in entries)
+    return count
 
 
 def outcomes(report: Path) -> dict[str, str]:
@@ -134,15 +134,26 @@ def main() -> int:
     from celery_interval.embedded import RedisProc
 
     root = source_tree()
+    (root / "conftest.py").write_text(ROOT_CONFTEST)
+    # The store is each pass's broker (a Redis): one interval queue, the suite's own.
+    (root / "integration-tests-config.json").write_text(
+        json.dumps({"interval_queues": {"celery": 0.001}})
+    )
     extra = ["-k", args.k] if args.k else []
-    server = RedisProc()
+    servers = {kind: RedisProc() for kind in KINDS}
+    started = time.monotonic()
     try:
-        results = {}
-        for kind in ("plain", "interval"):
-            redis.Redis.from_url(server.url_for(0)).flushall()
-            results[kind] = run(root, kind, server.url_for(0), extra)
+        passes = {kind: start(root, kind, servers[kind].url_for(0), extra) for kind in KINDS}
+        for kind, proc in passes.items():
+            proc.wait()
+            tail = (root / f"log-{kind}.txt").read_text(errors="replace").splitlines()[-1:]
+            starts = claimed_starts(servers[kind].url_for(0))
+            print(f"{kind}: {' '.join(tail)}; {starts} starts claimed from the store")
     finally:
-        server.stop()
+        for server in servers.values():
+            server.stop()
+    print(f"both passes, side by side: {time.monotonic() - started:.0f} s")
+    results = {kind: outcomes(root / f"report-{kind}.xml") for kind in KINDS}
     return compare(results["plain"], results["interval"])
 
 
