@@ -7,6 +7,7 @@ checking that every interval start was spaced by the interval on the store's clo
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import time
 from collections.abc import Callable, Iterator
@@ -32,6 +33,7 @@ def compat_pool(redis_server: RedisProc, tmp: Any, broker: str = "", **kwargs: A
         redis_server.restart()
     kwargs.setdefault("conf", {})
     kwargs["conf"].setdefault("task_track_started", True)
+    kwargs["conf"].setdefault("worker_send_task_events", True)
     pool = Pool(
         broker=broker or redis_server.broker_url_for(1),
         store=redis_server.url_for(0),
@@ -247,6 +249,34 @@ def test_priority(compat: Pool) -> None:
     for kind in ("i", "p"):
         first_highs, order = scenario(kind)
         assert first_highs, f"{kind}: high-priority tasks ran after most low ones: {order}"
+
+
+def test_task_received_events(compat: Pool) -> None:
+    """Workers started with task events on (``worker_send_task_events``) announce each task as
+    it arrives, with its name and arguments, as Flower and other event consumers expect."""
+    import threading
+
+    seen: list[dict[str, Any]] = []
+
+    def capture() -> None:
+        with compat.app.connection_for_read() as conn:
+            receiver = compat.app.events.Receiver(conn, handlers={"task-received": seen.append})
+            with contextlib.suppress(TimeoutError, OSError):
+                receiver.capture(limit=None, timeout=8.0, wakeup=False)
+
+    listener = threading.Thread(target=capture, daemon=True)
+    listener.start()
+    time.sleep(1.0)  # the receiver's queue is bound before the tasks are sent
+
+    def scenario(kind: str) -> Any:
+        result = task(compat, kind, "add").delay(20, 22)
+        assert result.get(timeout=TIMEOUT_S) == 42
+        wait_for(lambda: any(e["uuid"] == result.id for e in seen), timeout_s=5.0)
+        event = next(e for e in seen if e["uuid"] == result.id)
+        return event["args"], event["retries"], event["name"].split(".", 2)[2]
+
+    assert side_by_side(scenario) == ("(20, 22)", 0, "add")
+    listener.join(10)
 
 
 def test_zz_every_interval_start_was_spaced(compat: Pool) -> None:

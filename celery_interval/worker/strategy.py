@@ -40,6 +40,7 @@ def interval_strategy(task: Any, app: Any, consumer: Any, **_: Any) -> Any:
         service.pool_accepted,
     )
     acks_late = bool(getattr(task, "acks_late", False))
+    sends_events = bool(eventer and eventer.enabled and task.send_events)
     # kombu's Redis transport serves priority 0 first; AMQP brokers the highest number.
     lower_first = getattr(consumer.connection.transport, "driver_type", "") == "redis"
 
@@ -80,6 +81,19 @@ def interval_strategy(task: Any, app: Any, consumer: Any, **_: Any) -> Any:
         if req.revoked():
             return
         signals.task_received.send(sender=consumer, request=req)
+        if sends_events:  # as Celery's own strategy sends it, for Flower and event consumers
+            eventer.send(
+                "task-received",
+                uuid=req.id,
+                name=req.name,
+                args=req.argsrepr,
+                kwargs=req.kwargsrepr,
+                root_id=req.root_id,
+                parent_id=req.parent_id,
+                retries=req.request_dict.get("retries", 0),
+                eta=req.eta and req.eta.isoformat(),
+                expires=req.expires and req.expires.isoformat(),
+            )
         drop_internal_headers(req.request_dict)
         queue = consumed_queue(message) or _queue_of(task, req)
         try:
