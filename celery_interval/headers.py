@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import MutableMapping
 from typing import Any
 
@@ -12,16 +13,24 @@ __all__ = [
     "INTERNAL_HEADERS",
     "MARK_HEADER",
     "NESTING_HEADER",
+    "SEND_HEADER",
+    "SEND_ONCE",
     "SPIN_HEADER",
     "START_HEADER",
     "TICKET_HEADER",
     "drop_internal_headers",
+    "stamp_send",
 ]
 
 #: A per-call bucket (``apply_async(interval_bucket=...)``).
 BUCKET_HEADER = "interval_bucket"
 #: Celery's count of ``task.replace`` calls that led to this message.
 NESTING_HEADER = "replaced_task_nesting"
+#: Stamped on every task message as it is published: 8 random hex digits telling one send of a
+#: task id from another (Celery runs a task id sent twice twice), or ``SEND_ONCE``: copies of
+#: the id sent again are dropped as duplicates (the Spark fan-out's re-runs).
+SEND_HEADER = "interval_send"
+SEND_ONCE = "once"
 #: The start deadline on the worker host's monotonic clock (ns).
 START_HEADER = "interval_start_ns"
 #: How long the pool process spins before the deadline (ns).
@@ -45,6 +54,14 @@ INTERNAL_HEADERS = (
     CLAIM_HEADER,
     MARK_HEADER,
 )
+
+
+def stamp_send(headers: Any = None, **_: Any) -> None:
+    """``before_task_publish``: give this send of the task its own code, unless it is to be
+    run once per task id (a copied code, from a retry's or a replacement's headers, is renewed).
+    """
+    if isinstance(headers, dict) and headers.get(SEND_HEADER) != SEND_ONCE:
+        headers[SEND_HEADER] = os.urandom(4).hex()
 
 
 def drop_internal_headers(headers: MutableMapping[str, Any]) -> None:

@@ -9,7 +9,13 @@ from typing import Any, NamedTuple
 from celery import Task
 
 from celery_interval.errors import ConfigurationError, UnknownBucket, short_repr
-from celery_interval.headers import BUCKET_HEADER, NESTING_HEADER, START_HEADER
+from celery_interval.headers import (
+    BUCKET_HEADER,
+    NESTING_HEADER,
+    SEND_HEADER,
+    SEND_ONCE,
+    START_HEADER,
+)
 from celery_interval.intervals import parse_interval_us
 from celery_interval.worker import started
 
@@ -18,12 +24,15 @@ __all__ = [
     "IntervalTask",
     "Placement",
     "bucket_of",
+    "generation_of",
     "interval_of",
     "mark_id_of",
     "placement_of",
     "retries_of",
 ]
 
+#: A send's code sits above this many bits of the store's ``retries`` (32 more: below 2**53).
+SEND_SHIFT = 20
 #: A bucket name is part of every store key of the bucket: longer ones are refused.
 MAX_BUCKET_CHARS = 200
 
@@ -136,7 +145,7 @@ def interval_of(task: Any, bucket: str, configured: Callable[[str], int]) -> int
 
 
 def retries_of(headers: Mapping[str, Any]) -> int:
-    """The message's retry count (part of its dedupe key): an integer >= 0, else an error."""
+    """The message's retry count: an integer >= 0, else an error."""
     retries = headers.get("retries")
     if retries is None:
         return 0
@@ -145,6 +154,27 @@ def retries_of(headers: Mapping[str, Any]) -> int:
             f"message header retries={short_repr(retries)}: expected an integer >= 0"
         )
     return retries
+
+
+def generation_of(headers: Mapping[str, Any]) -> int:
+    """The store's ``retries`` of a message (its dedupe key with the task id): the retry count,
+    with the send's code above its lowest ``SEND_SHIFT`` bits, so that a task id sent again is
+    a new message while a redelivered copy of one send is dropped."""
+    retries = retries_of(headers)
+    send = headers.get(SEND_HEADER)
+    if send is None or send == SEND_ONCE:
+        return retries
+    if not isinstance(send, str) or len(send) != 8 or not _is_hex(send):
+        raise ConfigurationError(
+            f"message header {SEND_HEADER}={short_repr(send)}: expected 8 hex digits"
+        )
+    if retries >= 1 << SEND_SHIFT:
+        raise ConfigurationError(f"message header retries={retries}: at most {(1 << 20) - 1}")
+    return (int(send, 16) << SEND_SHIFT) | retries
+
+
+def _is_hex(text: str) -> bool:
+    return all(c in "0123456789abcdefABCDEF" for c in text)
 
 
 def mark_id_of(task_id: str, headers: Mapping[str, Any]) -> str:
@@ -187,4 +217,5 @@ def placement_of(
         if headers.get(BUCKET_HEADER) is None:
             raise
         raise UnknownBucket(f"message header {BUCKET_HEADER}={short_repr(bucket)}: {exc}") from None
-    return Placement(bucket, interval_us, mark_id_of(headers["id"], headers), retries_of(headers))
+    task_id = mark_id_of(headers["id"], headers)
+    return Placement(bucket, interval_us, task_id, generation_of(headers))

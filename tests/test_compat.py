@@ -279,6 +279,23 @@ def test_task_received_events(compat: Pool) -> None:
     listener.join(10)
 
 
+def test_a_task_id_sent_again_runs_again(compat: Pool) -> None:
+    """Celery runs a task id sent twice twice (a signature applied again, as a chord's errback
+    is); only a redelivered copy of one send is a duplicate."""
+    import uuid
+
+    def scenario(kind: str) -> Any:
+        add = task(compat, kind, "add")
+        task_id = f"again-{uuid.uuid4()}"
+        assert add.apply_async((1, 1), task_id=task_id).get(timeout=TIMEOUT_S) == 2
+        add.apply_async((2, 2), task_id=task_id)
+        wait_for(lambda: runs(compat, task_id) >= 2)
+        time.sleep(0.5)  # a third run would come within this
+        return runs(compat, task_id)
+
+    assert side_by_side(scenario) == 2
+
+
 def test_zz_every_interval_start_was_spaced(compat: Pool) -> None:
     """Last in the module: all of the above, on the store's clock, kept the interval."""
     from celery_interval.stores.keys import ledger_key

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from celery_interval.errors import ConfigurationError
+from celery_interval.headers import SEND_HEADER, SEND_ONCE
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, Row
@@ -90,11 +91,17 @@ def _send_partition(
                 task_id=task_id_for(task_name, value, job),
                 queue=queue,
                 producer=producer,
-                **dict(options),
+                **sent_once(dict(options)),
             )
             count += 1
     sent.add(count)
     partitions.add(1)
+
+
+def sent_once(options: dict[str, Any]) -> dict[str, Any]:
+    """``send_task`` options whose headers ask for one run per task id: a row sent again by a
+    retried task or a re-run stage is a duplicate, not a new send."""
+    return {**options, "headers": {**(options.get("headers") or {}), SEND_HEADER: SEND_ONCE}}
 
 
 def enqueue(
