@@ -466,3 +466,29 @@ def test_unreachable_store_at_worker_start_holds_tasks(
     lines = [ln for ln in worker.log().splitlines() if "interval store unreachable" in ln]
     assert len(lines) == 1 and store.url in lines[0], lines
     assert "interval store reachable again" in worker.log()
+
+
+@pytest.mark.parametrize(
+    ("send", "expected"),
+    [(5, "interval_send=5: expected 8 hex digits"), ("xyz", "interval_send='xyz'"),
+     ("0123456g", "expected 8 hex digits")],
+)  # fmt: skip
+def test_a_malformed_send_code_is_named(send: object, expected: str) -> None:
+    """A message from a publisher that wrote its own ``interval_send`` (every publisher with
+    celery_interval stamps a fresh one) fails with the header named."""
+    from celery_interval.errors import ConfigurationError
+    from celery_interval.task import generation_of
+
+    with pytest.raises(ConfigurationError, match=expected):
+        generation_of({"interval_send": send, "retries": 1})
+
+
+def test_send_codes_keep_sends_apart_and_once_keeps_the_id() -> None:
+    from celery_interval.headers import stamp_send
+    from celery_interval.task import generation_of
+
+    first, second, once = {"retries": 2}, {"retries": 2}, {"retries": 2, "interval_send": "once"}
+    for headers in (first, second, once):
+        stamp_send(headers=headers)
+    assert generation_of(first) != generation_of(second)
+    assert generation_of(first) & 0xFFFFF == 2 and generation_of(once) == 2
