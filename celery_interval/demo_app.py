@@ -64,7 +64,9 @@ def _warm_up(**_: Any) -> None:
         record_start(app.conf.interval_store_url, RECORD_KEY + ":warmup", {"pid": os.getpid()})
 
 
-@app.task(base=IntervalTask, bind=True, name="demo.call_api")
+# shared=False: the demo's tasks stay in its own app, not in every app of a process that
+# imports this module (an IntervalTask there would make that app's queues interval queues).
+@app.task(base=IntervalTask, bind=True, name="demo.call_api", shared=False)
 def call_api(self: Any, i: int) -> int:
     """The demo's rate-sensitive call: records when it really started."""
     return _record_call(self, i)
@@ -72,6 +74,7 @@ def call_api(self: Any, i: int) -> int:
 
 @app.task(
     bind=True,
+    shared=False,
     name="demo.rate_limited",
     rate_limit=os.environ.get("CELERY_INTERVAL_DEMO_RATE_LIMIT") or None,
 )

@@ -89,7 +89,9 @@ def _pace_other_tasks(c: Any, interval_queues: set[str]) -> list[str]:
     from celery_interval.task import IntervalTask
     from celery_interval.worker.strategy import interval_strategy
 
-    paced = []
+    paced: list[str] = []
+    if not interval_queues:
+        return paced
     for name, task in c.app.tasks.items():
         if isinstance(task, IntervalTask) or name.startswith("celery.") or name not in c.strategies:
             continue

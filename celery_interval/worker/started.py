@@ -28,8 +28,11 @@ logger = logging.getLogger("celery_interval")
 #: 0.04 ms spinning, 0.17 ms not). A longer spin is preempted on a busy host.
 MAX_SPIN_NS = 500_000
 #: A body that reaches its pool process more than this after its start (and a tenth of the
-#: interval) has missed it: it claims a new start instead of running late and close to the next.
+#: interval, but never less than MIN_MISS_NS: below that, lateness is the OS's scheduling
+#: noise, and claiming again costs a whole interval) has missed it: it claims a new start
+#: instead of running late and close to the next.
 MAX_MISS_NS = 3_000_000
+MIN_MISS_NS = 1_000_000
 
 #: A link slower than MAX_LEAD_US each way cannot reach any start in time: after this many
 #: admitted starts that were already past, the body runs at the last one.
@@ -45,9 +48,12 @@ def spin_ns_for(interval_us: int) -> int:
     return min(MAX_SPIN_NS, interval_us * 200)
 
 
-def missed_after_ns(interval_us: int) -> int:
-    """How late a pool process may reach a start before it counts as missed."""
-    return min(MAX_MISS_NS, interval_us * 100)
+def missed_after_ns(interval_us: int) -> int | None:
+    """How late a pool process may reach a start before it counts as missed; None for an
+    interval shorter than MIN_MISS_NS, where no start can be met closer than the OS allows."""
+    if interval_us * 1000 < MIN_MISS_NS:
+        return None
+    return min(MAX_MISS_NS, max(MIN_MISS_NS, interval_us * 100))
 
 
 def wait_until(deadline_ns: int, spin_ns: int, on_spin: Callable[[], None] | None = None) -> None:
@@ -98,20 +104,21 @@ def before_body(app: Any, request: Any) -> None:
     post = None
     if isinstance(claimed, ClaimArgs):
         late_ns = time.monotonic_ns() - start_ns
-        if late_ns > missed_after_ns(claimed.interval_us):
-            start_ns = _claim_again(app, claimed, late_ns)
+        missed_ns = missed_after_ns(claimed.interval_us)
+        if missed_ns is not None and late_ns > missed_ns:
+            start_ns = _claim_again(app, claimed, late_ns, missed_ns)
         if request.get(MARK_HEADER):
             post = poster(app, DoneMark(claimed.bucket, claimed.task_id, claimed.retries))
     wait_until(start_ns, int(request.get(SPIN_HEADER) or 0), post)
 
 
-def _claim_again(app: Any, claimed: ClaimArgs, late_ns: int) -> int:
+def _claim_again(app: Any, claimed: ClaimArgs, late_ns: int, missed_ns: int) -> int:
     """A new start (monotonic ns) under the same holder: the store admits one an interval after
     the last start, as for a holder that never heard of its admitted start.
 
     The store's decision is taken as halfway through the round trip; a start that this maps
-    into the past (a slow link) is claimed again with the reply's way back added to the
-    handoff, so the body neither runs late nor close to the next start.
+    further into the past than a miss (a slow link) is claimed again with the reply's way back
+    added to the handoff, so the body neither runs late nor close to the next start.
     """
     bucket, task_id = claimed.bucket, claimed.task_id
     settings = settings_of(app)
@@ -137,7 +144,7 @@ def _claim_again(app: Any, claimed: ClaimArgs, late_ns: int) -> int:
         if result.outcome is Outcome.OK:
             start_ns = (sent_ns + received_ns) // 2 + result.delay_us * 1000
             attempts += 1
-            if start_ns >= received_ns or attempts >= MAX_CLAIMS:
+            if received_ns - start_ns <= missed_ns or attempts >= MAX_CLAIMS:
                 return start_ns
             claimed = claimed._replace(
                 handoff_us=settings.handoff_us + (received_ns - sent_ns) // 2000
