@@ -21,10 +21,10 @@ from celery_interval.headers import (
     START_HEADER,
     TICKET_HEADER,
 )
-from celery_interval.schedule import MAX_LEAD_US, Claim, Grant, Outcome
+from celery_interval.schedule import Claim, Grant, Outcome
 from celery_interval.stores.base import ClaimArgs, DoneMark, Store
 from celery_interval.worker.clock import StoreClock
-from celery_interval.worker.started import spin_ns_for
+from celery_interval.worker.started import lead_for, spin_ns_for
 
 __all__ = ["Held", "IntervalService"]
 
@@ -71,6 +71,13 @@ class Held:
     @property
     def key(self) -> tuple[str, str, int]:
         return (self.bucket, self.task_id, self.retries)
+
+    def granted(self, epoch: int, ticket: int, slot_us: int) -> None:
+        """This message holds ``ticket`` at ``slot_us`` of ``epoch`` (its own grant, or the
+        ticket of a revoked message handed over to it)."""
+        self.epoch, self.ticket, self.slot_us = epoch, ticket, slot_us
+        self.request.request_dict[TICKET_HEADER] = ticket
+        self.state = "granted"
 
     def claim_args(self, handoff_us: int) -> ClaimArgs:
         return ClaimArgs(
@@ -294,13 +301,11 @@ class IntervalService:
         stats.grants += 1
         stats.interval_us = held.interval_us
         stats.last_paused = grant.paused
-        held.epoch, held.ticket, held.slot_us = grant.epoch, grant.ticket, grant.slot_us
+        held.granted(grant.epoch, grant.ticket, grant.slot_us)
         due_ns = time.monotonic_ns() + grant.delay_us * 1000
         self.flow.latest_due_ns[held.bucket] = max(
             due_ns, self.flow.latest_due_ns.get(held.bucket, 0)
         )
-        held.request.request_dict[TICKET_HEADER] = grant.ticket
-        held.state = "granted"
         logger.info(
             "interval %s: task %s ticket %d slot in %.3fs%s (held here: %d)",
             held.bucket,
@@ -356,10 +361,7 @@ class IntervalService:
             )
             successor.ticketed = True
             self._ticketed[successor.bucket] += 1
-            successor.epoch, successor.ticket = held.epoch, held.ticket
-            successor.slot_us = held.slot_us
-            successor.request.request_dict[TICKET_HEADER] = held.ticket
-            successor.state = "granted"
+            successor.granted(held.epoch, held.ticket, held.slot_us)
             self._claim(successor)
             return
         logger.info("interval %s: task %s revoked while held", held.bucket, held.request.id)
@@ -370,7 +372,7 @@ class IntervalService:
         store (half the best recent round trip), so a worker behind a slow link is admitted a
         start it can still reach; the claim comes at least that early (at most MAX_LEAD_US)."""
         handoff_us = self.settings.handoff_us + self.clock.one_way_us()
-        return min(MAX_LEAD_US, max(self.settings.lead_us, handoff_us)), handoff_us
+        return lead_for(self.settings.lead_us, handoff_us), handoff_us
 
     def _wait_for_pool(self, held: Held) -> None:
         """Queue a due task behind those already waiting for a pool process; one poll for all

@@ -48,6 +48,12 @@ def spin_ns_for(interval_us: int) -> int:
     return min(MAX_SPIN_NS, interval_us * 200)
 
 
+def lead_for(lead_us: int, handoff_us: int) -> int:
+    """A claim's lead: at least its handoff (the start must stay reachable), at most
+    MAX_LEAD_US."""
+    return min(MAX_LEAD_US, max(lead_us, handoff_us))
+
+
 def missed_after_ns(interval_us: int) -> int | None:
     """How late a pool process may reach a start before it counts as missed; None for an
     interval shorter than MIN_MISS_NS, where no start can be met closer than the OS allows."""
@@ -131,7 +137,7 @@ def _claim_again(app: Any, claimed: ClaimArgs, late_ns: int, missed_ns: int) -> 
     )
     backoff_s, attempts = 0.05, 0
     while True:
-        lead_us = min(MAX_LEAD_US, max(settings.lead_us, claimed.handoff_us))
+        lead_us = lead_for(settings.lead_us, claimed.handoff_us)
         sent_ns = time.monotonic_ns()
         try:
             result = claimed.claim(store, settings.lease_us, lead_us)
