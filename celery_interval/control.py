@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import weakref
+from fnmatch import fnmatchcase
 from typing import Any
 
 from celery_interval.config import settings_of
@@ -11,6 +12,7 @@ from celery_interval.intervals import parse_interval_us
 from celery_interval.schedule import Status
 from celery_interval.stores import store_for_settings
 from celery_interval.stores.base import Store
+from celery_interval.stores.scan import read_statuses, store_buckets
 from celery_interval.task import MAX_BUCKET_CHARS
 
 __all__ = [
@@ -20,6 +22,7 @@ __all__ = [
     "set_interval",
     "status",
     "status_dict",
+    "statuses",
     "store_for",
     "unpause",
 ]
@@ -110,6 +113,23 @@ def status(app: Any, queue: str) -> Status:
     """Read ``queue``'s state from the store."""
     interval_us = configured_interval_us(app, queue)
     return store_for(app).status(queue, interval_us)
+
+
+def statuses(app: Any, match: str = "*") -> tuple[list[tuple[str, Status]], list[str]]:
+    """The status of every bucket configured by name or with state in the store whose name
+    matches the glob ``match``, read in pipelined batches; and the stored buckets left out as no
+    configured queue or bucket names them."""
+    configured = [b for b in settings_of(app).buckets() if fnmatchcase(b, match)]
+    stored = store_buckets(store_for(app), match) or []
+    wanted: list[tuple[str, int]] = []
+    unknown: list[str] = []
+    for bucket in sorted({*configured, *stored}):
+        try:
+            wanted.append((bucket, configured_interval_us(app, bucket)))
+        except UnknownBucket:
+            unknown.append(bucket)
+    found = read_statuses(store_for(app), wanted)
+    return [(bucket, st) for (bucket, _), st in zip(wanted, found)], unknown
 
 
 def status_dict(result: Status) -> dict[str, Any]:

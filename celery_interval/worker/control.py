@@ -51,8 +51,28 @@ def set_interval(state: Any, queue: Any = None, interval: Any = None, **_: Any) 
     return _run(lambda: control.set_interval(state.app, queue, interval, broadcast=False))
 
 
-@inspect_command()
-def interval_stats(state: Any, **_: Any) -> dict[str, Any]:
-    """Per bucket on this worker: interval, paused, held tasks with tickets, counters."""
+@inspect_command(args=[("top", int), ("match", str)], signature="[top=20 [match=GLOB]]")
+def interval_stats(
+    state: Any,
+    top: Any = 20,
+    match: Any = None,
+    buckets: Any = None,
+    tasks: Any = 10,
+    **_: Any,
+) -> dict[str, Any]:
+    """Per bucket on this worker (the top buckets by held tasks, 0 = all, whose names match the
+    glob): interval, paused, held tasks with tickets (the first few), counters."""
+    for name, value in (("top", top), ("tasks", tasks)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            return {"error": f"interval_stats: {name} must be an integer >= 0, got {value!r}"}
+    if match is not None and not isinstance(match, str):
+        return {"error": f"interval_stats: match must be a glob string, got {match!r}"}
+    if buckets is not None and (
+        not isinstance(buckets, list) or not all(isinstance(b, str) for b in buckets)
+    ):
+        return {"error": "interval_stats: buckets must be a list of bucket names"}
     service = _service(state)
-    return {} if service is None else service.snapshot()
+    if service is None:
+        return {}
+    snapshot: dict[str, Any] = service.snapshot(top=top, match=match, buckets=buckets, tasks=tasks)
+    return snapshot

@@ -703,19 +703,38 @@ class IntervalService:
         self.flush_done()
         self.store.close()
 
-    def snapshot(self) -> dict[str, Any]:
-        """Per-bucket figures for ``inspect interval_stats``."""
+    def snapshot(
+        self,
+        top: int = 20,
+        match: str | None = None,
+        buckets: list[str] | None = None,
+        tasks: int = 10,
+    ) -> dict[str, Any]:
+        """Per-bucket figures for ``inspect interval_stats``: the ``top`` buckets (0 = all) with
+        the most held tasks, of those whose names match the glob ``match`` and are among
+        ``buckets`` (when given), each listing its first ``tasks`` held tasks by ticket;
+        ``_buckets_total`` counts the buckets that matched."""
+        import heapq
+        from fnmatch import fnmatchcase
+
         counts = Counter({b: len(v) for b, v in self.held.items()})
+        names = set(self.stats) | set(counts)
+        if match is not None:
+            names = {b for b in names if fnmatchcase(b, match)}
+        if buckets is not None:
+            names &= set(buckets)
+        chosen = sorted(names, key=lambda b: (-counts.get(b, 0), b))
         out: dict[str, Any] = {}
-        for bucket in sorted(set(self.stats) | set(counts)):
+        for bucket in chosen[:top] if top else chosen:
             st = self.stats[bucket]
+            held = self.held.get(bucket, [])
             out[bucket] = {
                 "interval_s": st.interval_us / 1e6,
                 "paused": st.last_paused,
                 "held": counts.get(bucket, 0),
                 "held_tasks": [
                     {"id": h.request.id, "ticket": h.ticket, "state": h.state}
-                    for h in sorted(self.held.get(bucket, []), key=lambda h: h.ticket)
+                    for h in heapq.nsmallest(tasks, held, key=lambda h: h.ticket)
                 ],
                 "grants": st.grants,
                 "claims": st.claims,
@@ -725,5 +744,6 @@ class IntervalService:
                 "held_by_other": st.helds,
                 "paused_claims": st.paused,
             }
+        out["_buckets_total"] = len(names)
         out["_queues_stopped"] = sorted(self.flow.stopped)
         return out

@@ -1,0 +1,128 @@
+"""Buckets present in a store, found by SCAN, and many buckets' statuses in pipelined batches."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from contextlib import AbstractContextManager
+from fnmatch import fnmatchcase
+from typing import Any
+
+import redis
+
+from celery_interval.schedule import Status
+from celery_interval.stores import keys
+from celery_interval.stores.base import Store
+from celery_interval.stores.memory import MemoryStore
+from celery_interval.stores.redis import RedisStore, _status, script_source
+
+__all__ = [
+    "SCAN_COUNT",
+    "bucket_of_state_key",
+    "read_statuses",
+    "state_key_pattern",
+    "store_buckets",
+]
+
+#: Keys asked for per SCAN call.
+SCAN_COUNT = 1000
+#: Status scripts sent per pipeline (one round trip each).
+STATUS_BATCH = 1000
+
+
+def state_key_pattern(prefix: str, match: str = "*") -> str:
+    """A SCAN ``MATCH`` pattern for the state hashes under ``prefix`` (escaped) of the buckets
+    whose names match the Redis glob ``match``."""
+    escaped = "".join("\\" + c if c in "*?[]\\" else c for c in prefix)
+    return f"{escaped}{{{match}}}:s"
+
+
+def bucket_of_state_key(prefix: str, key: str | bytes) -> str | None:
+    """The bucket whose state hash ``key`` is (the inverse of ``keys.state_key``), else None."""
+    text = key.decode("utf-8", "replace") if isinstance(key, bytes) else key
+    head, tail = f"{prefix}{{", "}:s"
+    if not text.startswith(head) or not text.endswith(tail) or len(text) <= len(head + tail):
+        return None
+    return text[len(head) : -len(tail)]
+
+
+def store_buckets(store: Store, match: str = "*") -> list[str] | None:
+    """The sorted buckets with state in ``store`` whose names match the glob ``match``, or None
+    when the store cannot list them (a file store). A Redis Cluster is scanned on every
+    primary; read-only, never KEYS."""
+    if isinstance(store, RedisStore):
+        client, prefix = _client_of(store), _prefix_of(store)
+        found: set[str] = set()
+        with _errors(store, "scan"):
+            for node in _primaries(client):
+                for key in node.scan_iter(
+                    match=state_key_pattern(prefix, match), count=SCAN_COUNT, _type="hash"
+                ):
+                    bucket = bucket_of_state_key(prefix, key)
+                    if bucket is not None:
+                        found.add(bucket)
+        return sorted(found)
+    if isinstance(store, MemoryStore):
+        return sorted(b for b in list(store._states) if fnmatchcase(b, match))
+    return None
+
+
+def read_statuses(
+    store: Store, wanted: Sequence[tuple[str, int]], batch: int = STATUS_BATCH
+) -> list[Status]:
+    """The status of each ``(bucket, configured interval_us)``, in order. On Redis the status
+    script runs in pipelines of ``batch`` calls per node, not one round trip per bucket."""
+    if not isinstance(store, RedisStore):
+        return [store.status(bucket, interval_us) for bucket, interval_us in wanted]
+    client, prefix = _client_of(store), _prefix_of(store)
+    now_arg: str = store._now_arg()
+    replies: list[Any] = [None] * len(wanted)
+    with _errors(store, "status"):
+        by_node: dict[int, tuple[Any, list[int]]] = {}
+        for i, (bucket, _) in enumerate(wanted):
+            node = _node_for(client, keys.state_key(prefix, keys.validate_bucket(bucket)))
+            by_node.setdefault(id(node), (node, []))[1].append(i)
+        for node, indexes in by_node.values():
+            script = node.register_script(script_source("status"))
+            for start in range(0, len(indexes), batch):
+                chunk = indexes[start : start + batch]
+                pipe = node.pipeline(transaction=False)
+                for i in chunk:
+                    bucket, interval_us = wanted[i]
+                    key = keys.state_key(prefix, bucket)
+                    script(keys=[key], args=[now_arg, interval_us], client=pipe)
+                for i, reply in zip(chunk, pipe.execute()):
+                    replies[i] = reply
+    return [_status(reply) for reply in replies]
+
+
+# RedisStore offers no batch status nor its client; these read its internals.
+
+
+def _client_of(store: RedisStore) -> Any:
+    return store._client
+
+
+def _prefix_of(store: RedisStore) -> str:
+    return store._prefix
+
+
+def _errors(store: RedisStore, op: str) -> AbstractContextManager[None]:
+    return store._errors(op)
+
+
+def _primaries(client: Any) -> Iterator[Any]:
+    """A plain client of each node holding keys: every primary of a cluster, or ``client``."""
+    if isinstance(client, redis.RedisCluster):
+        cluster: Any = client
+        for node in cluster.get_primaries():
+            yield cluster.get_redis_connection(node)
+    else:
+        yield client
+
+
+def _node_for(client: Any, key: str) -> Any:
+    """A plain client of the node holding ``key``."""
+    if isinstance(client, redis.RedisCluster):
+        cluster: Any = client
+        return cluster.get_redis_connection(cluster.get_node_from_key(key))
+    return client
