@@ -6,6 +6,7 @@ import enum
 from dataclasses import dataclass, replace
 
 __all__ = [
+    "IDLE_GRACE_US",
     "MAX_LEAD_US",
     "BucketState",
     "Claim",
@@ -19,6 +20,7 @@ __all__ = [
     "claim",
     "clamp_lead",
     "done",
+    "expires_in_us",
     "grant",
     "new_state",
     "pause",
@@ -33,6 +35,9 @@ __all__ = [
 
 #: A claim may admit a start at most this far ahead; a new epoch assumes a lost one did.
 MAX_LEAD_US = 20_000
+#: An idle state is kept this long after a new state would behave the same (``expires_in_us``),
+#: so a claim that comes a little late still finds its epoch instead of re-ticketing.
+IDLE_GRACE_US = 600_000_000
 #: A granted slot is remembered this long after its delay, so a redelivered copy of the
 #: message (broker timeout, channel closed, holder died) gets the same slot, not a new one.
 GRANTED_TTL_US = 3_600_000_000
@@ -134,14 +139,21 @@ class Status:
     virtual_now_us: int
 
 
-def new_state(now_us: int, interval_us: int) -> BucketState:
-    """A new epoch: the lost state may have admitted a start up to MAX_LEAD_US ahead."""
-    last_start_us = now_us + MAX_LEAD_US
+def new_state(now_us: int, interval_us: int, born_us: int) -> BucketState:
+    """A new epoch, as if its last start was one interval ago, but never before
+    ``born_us + MAX_LEAD_US``: a state lost at ``born_us`` may have admitted a start that far ahead.
+
+    ``born_us`` is when the store's record of the bucket began: the store's birth marker (set
+    when a store first finds it missing, so it is new after the store lost everything), or the
+    bucket's reset if later. A marker that old lets a new bucket start at once; ``born_us =
+    now_us`` (no marker) makes the first start wait one interval and MAX_LEAD_US.
+    """
+    last_start_us = max(now_us - interval_us, born_us + MAX_LEAD_US)
     return BucketState(
         epoch=now_us,
         offset_us=0,
         paused_at_real_us=None,
-        tat_us=last_start_us + interval_us,
+        tat_us=last_start_us + interval_us,  # a grant's slot is max(v, earliest start)
         ticket=0,
         current_slot_us=0,
         last_start_us=last_start_us,
@@ -176,6 +188,8 @@ def grant(
     now_us: int,
     interval_us: int,
     not_before_in_us: int = 0,
+    *,
+    born_us: int,
 ) -> tuple[BucketState, Mark | None, Grant]:
     """Atomically take the next ticket and slot ``max(v, tat, v + not_before_in_us)``.
 
@@ -183,7 +197,7 @@ def grant(
     later start gets that ticket and slot again, so redelivered copies waste no slot.
     """
     if state is None:
-        state = new_state(now_us, interval_us)
+        state = new_state(now_us, interval_us, born_us)
     mark = live(mark, now_us)
     v = virtual_now(state, now_us)
     paused = state.paused_at_real_us is not None
@@ -216,6 +230,8 @@ def claim(
     lease_us: int,
     lead_us: int = 0,
     handoff_us: int = 0,
+    *,
+    born_us: int,
 ) -> tuple[BucketState, Mark | None, Claim]:
     """Atomically decide whether the copy held by ``holder`` may start now (see Outcome).
 
@@ -224,7 +240,7 @@ def claim(
     the task to a pool process.
     """
     if state is None:
-        state = new_state(now_us, interval_us)
+        state = new_state(now_us, interval_us, born_us)
     mark = live(mark, now_us)
     if state.paused_at_real_us is not None:
         return state, mark, Claim(Outcome.PAUSED, state.epoch, 0, now_us)
@@ -267,6 +283,8 @@ def take(
     lease_us: int,
     lead_us: int = 0,
     handoff_us: int = 0,
+    *,
+    born_us: int,
 ) -> tuple[BucketState, Mark | None, Grant, Claim | None]:
     """``grant``, then ``claim`` in the same step when the slot is due within ``lead_us`` and the
     bucket runs: a task whose turn is now takes its ticket and its start in one round trip.
@@ -277,11 +295,13 @@ def take(
     lease = live(mark, now_us)
     if isinstance(lease, Lease) and lease.holder != holder:
         if state is None:
-            state = new_state(now_us, interval_us)
+            state = new_state(now_us, interval_us, born_us)
         paused = state.paused_at_real_us is not None
         left_us = lease.expires_real_us - now_us
         return state, lease, Grant(Outcome.HELD, state.epoch, 0, 0, left_us, paused), None
-    state, mark, granted = grant(state, mark, now_us, interval_us, not_before_in_us)
+    state, mark, granted = grant(
+        state, mark, now_us, interval_us, not_before_in_us, born_us=born_us
+    )
     due = granted.delay_us <= clamp_lead(lead_us)
     if granted.outcome is not Outcome.OK or granted.paused or not due:
         return state, mark, granted, None
@@ -296,6 +316,7 @@ def take(
         lease_us,
         lead_us,
         handoff_us,
+        born_us=born_us,
     )
     return state, mark, granted, claimed
 
@@ -316,19 +337,21 @@ def renew(mark: Mark | None, now_us: int, holder: str, lease_us: int) -> tuple[M
     return mark, False
 
 
-def pause(state: BucketState | None, now_us: int, interval_us: int) -> BucketState:
+def pause(state: BucketState | None, now_us: int, interval_us: int, *, born_us: int) -> BucketState:
     """Freeze virtual time; an unknown bucket gets a paused new epoch so later workers obey it."""
     if state is None:
-        state = new_state(now_us, interval_us)
+        state = new_state(now_us, interval_us, born_us)
     if state.paused_at_real_us is not None:
         return state
     return replace(state, paused_at_real_us=now_us)
 
 
-def unpause(state: BucketState | None, now_us: int, interval_us: int) -> BucketState:
+def unpause(
+    state: BucketState | None, now_us: int, interval_us: int, *, born_us: int
+) -> BucketState:
     """Resume: the pause's length joins the offset, shifting every granted slot by exactly it."""
     if state is None:
-        return new_state(now_us, interval_us)
+        return new_state(now_us, interval_us, born_us)
     if state.paused_at_real_us is None:
         return state
     return replace(
@@ -339,11 +362,16 @@ def unpause(state: BucketState | None, now_us: int, interval_us: int) -> BucketS
 
 
 def set_interval(
-    state: BucketState | None, now_us: int, interval_us: int, new_interval_us: int
+    state: BucketState | None,
+    now_us: int,
+    interval_us: int,
+    new_interval_us: int,
+    *,
+    born_us: int,
 ) -> BucketState:
     """Override the configured interval; a longer one also pushes ``tat`` (never backwards)."""
     if state is None:
-        state = new_state(now_us, interval_us)
+        state = new_state(now_us, interval_us, born_us)
     old_us = effective_interval(state, interval_us)
     return replace(
         state,
@@ -352,11 +380,11 @@ def set_interval(
     )
 
 
-def status(state: BucketState | None, now_us: int, interval_us: int) -> Status:
+def status(state: BucketState | None, now_us: int, interval_us: int, *, born_us: int) -> Status:
     """A read-only view; an unknown bucket reads as the new epoch it would get."""
     exists = state is not None
     if state is None:
-        state = new_state(now_us, interval_us)
+        state = new_state(now_us, interval_us, born_us)
     v = virtual_now(state, now_us)
     return Status(
         exists=exists,
@@ -370,3 +398,18 @@ def status(state: BucketState | None, now_us: int, interval_us: int) -> Status:
         last_start_us=state.last_start_us,
         virtual_now_us=v,
     )
+
+
+def expires_in_us(state: BucketState, now_us: int, interval_us: int) -> int | None:
+    """How long after a write at ``now_us`` the store may drop ``state``; None: keep it.
+
+    Once virtual time has reached both ``tat`` and ``last_start + interval``, a new state (under
+    an old birth marker) gives every grant and claim the same delays: only the epoch and the
+    ticket numbers differ, and the grace lets claims of the old epoch come late. A paused bucket
+    and one with an interval override are kept: a new state would forget the pause or override.
+    """
+    if state.paused_at_real_us is not None or state.interval_override_us is not None:
+        return None
+    v = virtual_now(state, now_us)
+    settled_us = max(state.tat_us, state.last_start_us + effective_interval(state, interval_us), v)
+    return settled_us - v + IDLE_GRACE_US

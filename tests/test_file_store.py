@@ -17,7 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from celery_interval.errors import StoreError, StoreUnavailable
-from celery_interval.schedule import Outcome
+from celery_interval.schedule import IDLE_GRACE_US, MAX_LEAD_US, Outcome
 from celery_interval.stores import file as file_module
 from celery_interval.stores.base import DoneMark, Store
 from celery_interval.stores.file import FileStore
@@ -281,6 +281,7 @@ HOLDERS = ["w1", "w2"]
 
 ops = st.one_of(
     st.tuples(st.just("advance"), st.integers(0, 2_500)),
+    st.tuples(st.just("advance"), st.integers(IDLE_GRACE_US, IDLE_GRACE_US + 5_000)),
     st.tuples(st.just("grant"), st.sampled_from(BUCKETS), st.sampled_from(TASKS),
               st.integers(0, 1), st.sampled_from([0, 1_500])),
     st.tuples(st.just("claim"), st.sampled_from(BUCKETS), st.sampled_from(TASKS),
@@ -335,3 +336,35 @@ def test_same_answers_as_memory_store(steps: list[tuple[Any, ...]]) -> None:
                 continue
             on = files if i % 2 else reopened
             assert _apply(on, step, granted_f) == _apply(memory, step, granted_m), step
+
+
+# -- the birth marker and idle expiry --------------------------------------------------------
+
+
+def test_birth_marker_idle_expiry_and_reset(store: FileStore, clock: Clock) -> None:
+    assert not store.born_path().exists()
+    assert store.status("api", I_US).next_slot_in_us == MAX_LEAD_US + I_US
+    assert not store.born_path().exists(), "a status writes no marker"
+    assert store.grant("api", "t1", 0, I_US).delay_us == MAX_LEAD_US + I_US
+    assert store.born_path().read_text() == f"{T0_US}\n"
+    clock.now_us += 10**9
+    g = store.grant("mail", "t1", 0, I_US)
+    assert g.delay_us == 0, "a new bucket under an old marker starts at once"
+    doc = json.loads(store.state_path("mail").read_bytes())
+    assert doc["expires_real_us"] == clock.now_us + I_US + IDLE_GRACE_US
+    clock.now_us += I_US + IDLE_GRACE_US
+    assert not store.status("mail", I_US).exists, "an idle state expires"
+    assert store.grant("mail", "t2", 0, I_US).ticket == 1
+    store.pause("mail", I_US)
+    assert "expires_real_us" not in json.loads(store.state_path("mail").read_bytes())
+    store.reset("mail")
+    assert json.loads(store.state_path("mail").read_bytes())["reset_us"] == clock.now_us
+    clock.now_us += 5
+    assert store.grant("mail", "t3", 0, I_US).delay_us == MAX_LEAD_US + I_US - 5
+    assert "reset_us" not in json.loads(store.state_path("mail").read_bytes())
+
+
+def test_a_corrupt_birth_marker_raises_store_error(store: FileStore) -> None:
+    store.born_path().write_text("soon")
+    with pytest.raises(StoreError, match="birth marker"):
+        store.grant("api", "t1", 0, I_US)

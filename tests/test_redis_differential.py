@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, ClassVar
@@ -59,18 +60,60 @@ steps_us = st.one_of(
 )
 
 
+class ClusterModel(MemoryStore):
+    """The model as a Redis Cluster runs it: no birth marker (born = now)."""
+
+    def _store_born_us(self, now_us: int, write: bool) -> int:
+        return now_us
+
+
 class Differential(RuleBasedStateMachine):
-    """Drive MemoryStore (the model) and RedisStore with one injected clock; compare all."""
+    """Drive MemoryStore (the model) and RedisStore with one injected clock; compare all.
+
+    Redis expires idle states on its own clock; here the injected clock runs hours ahead, so
+    the machine deletes a state in Redis when the model's expiry passes (``_expire``), and
+    checks each write's PEXPIRE against the model's ``expires_in_us``.
+    """
 
     client: ClassVar[redis.Redis[Any]]
+    cluster: ClassVar[bool] = False
     grants = Bundle("grants")
 
     def __init__(self) -> None:
         super().__init__()
         self.client.flushdb()
         self.now_us = 1_750_000_000_000_000
-        self.model = MemoryStore(clock_us=lambda: self.now_us)
+        self.model = self._new_model()
         self.redis = RedisStore(self.client, now_us=lambda: self.now_us)
+
+    def _new_model(self) -> MemoryStore:
+        return (ClusterModel if self.cluster else MemoryStore)(clock_us=lambda: self.now_us)
+
+    def _expire(self) -> None:
+        """Drop in Redis each state the model lets expire by now (Redis would, in real time)."""
+        expires_us = self.model._expires_real_us
+        expired = [b for b in BUCKETS if expires_us.get(b, self.now_us + 1) <= self.now_us]
+        for bucket in expired:
+            self.client.delete(keys.state_key("ci:", bucket))
+            assert self.model.read_state(bucket) is None
+
+    def _compared(self, bucket: str, op: str, *args: Any, **kwargs: Any) -> tuple[Any, Any]:
+        """``op`` on the model and on Redis, then the state's TTL in Redis as the model says:
+        PEXPIRE of expires_in_us rounded up to ms after a write, PERSIST for a kept state."""
+        before = self.model.read_state(bucket)
+        started_s = time.monotonic()
+        result = getattr(self.model, op)(*args, **kwargs), getattr(self.redis, op)(*args, **kwargs)
+        after = self.model.read_state(bucket)
+        pttl_ms = self.client.pttl(keys.state_key("ci:", bucket))
+        elapsed_ms = (time.monotonic() - started_s) * 1000
+        expires_us = self.model._expires_real_us.get(bucket)
+        if after is not None and after != before:
+            if expires_us is None:
+                assert pttl_ms == -1
+            else:
+                expected_ms = -(-(expires_us - self.now_us) // 1000)
+                assert expected_ms - elapsed_ms - 1 <= pttl_ms <= expected_ms
+        return result
 
     @initialize(start=st.integers(1_700_000_000_000_000, 1_900_000_000_000_000))
     def start_clock(self, start: int) -> None:
@@ -79,21 +122,23 @@ class Differential(RuleBasedStateMachine):
     @rule(step=steps_us)
     def advance(self, step: int) -> None:
         self.now_us += step
+        self._expire()
 
     @rule(g=grants, lead=leads_us, delta=st.sampled_from([-1, 0, 1]))
     def advance_to_slot(self, g: tuple[str, str, int, int, int], lead: int, delta: int) -> None:
         """Jump to where a granted slot comes due (v = slot - lead)."""
-        state = self.model._states.get(g[0])
+        state = self.model.read_state(g[0])
         if state is not None and state.paused_at_real_us is None:
             target_real_us = self.now_us + g[4] - lead - schedule.virtual_now(state, self.now_us)
             if target_real_us + delta >= self.now_us:
                 self.now_us = target_real_us + delta
+                self._expire()
 
     @rule(
         bucket=buckets,
         task=tasks,
         retry=retries,
-        edge=st.sampled_from(["tat", "earliest", "current_slot", "mark_expiry"]),
+        edge=st.sampled_from(["tat", "earliest", "current_slot", "mark_expiry", "state_expiry"]),
         interval=intervals_us,
         lead=leads_us,
         delta=st.sampled_from([-1, 0, 1]),
@@ -101,13 +146,16 @@ class Differential(RuleBasedStateMachine):
     def advance_to_edge(
         self, bucket: str, task: str, retry: int, edge: str, interval: int, lead: int, delta: int
     ) -> None:
-        """Jump to where a comparison flips (v = tat, v = earliest - lead, a mark expires)."""
-        state = self.model._states.get(bucket)
+        """Jump to where a comparison flips (v = tat, v = earliest - lead, a mark expires, an
+        idle state expires)."""
+        state = self.model.read_state(bucket)
         target_real_us: int | None = None
         if edge == "mark_expiry":
             mark = self.model._marks.get((bucket, task, retry))
             if mark is not None:
                 target_real_us = mark.expires_real_us
+        elif edge == "state_expiry":
+            target_real_us = self.model._expires_real_us.get(bucket)
         elif state is not None and state.paused_at_real_us is None:
             v = schedule.virtual_now(state, self.now_us)
             if edge == "tat":
@@ -120,6 +168,13 @@ class Differential(RuleBasedStateMachine):
             target_real_us = self.now_us + target_v - v
         if target_real_us is not None and target_real_us + delta >= self.now_us:
             self.now_us = target_real_us + delta
+            self._expire()
+
+    @rule()
+    def lose_everything(self) -> None:
+        """FLUSHALL, or a restart without persistence: the birth marker goes too."""
+        self.client.flushdb()
+        self.model = self._new_model()
 
     @rule(
         target=grants,
@@ -132,8 +187,8 @@ class Differential(RuleBasedStateMachine):
     def grant(
         self, bucket: str, task: str, retry: int, interval: int, not_before: int
     ) -> tuple[str, str, int, int, int]:
-        expected = self.model.grant(bucket, task, retry, interval, not_before)
-        got = self.redis.grant(bucket, task, retry, interval, not_before)
+        args = (bucket, task, retry, interval, not_before)
+        expected, got = self._compared(bucket, "grant", *args)
         assert got == expected
         return (bucket, task, retry, expected.epoch, expected.slot_us)
 
@@ -162,8 +217,8 @@ class Differential(RuleBasedStateMachine):
         handoff: int,
     ) -> tuple[str, str, int, int, int]:
         args = (bucket, task, retry, interval, not_before, holder, lease, lead, handoff)
-        expected = self.model.take(*args)
-        assert self.redis.take(*args) == expected
+        expected, got = self._compared(bucket, "take", *args)
+        assert got == expected
         return (bucket, task, retry, expected[0].epoch, expected[0].slot_us)
 
     @rule(
@@ -217,8 +272,7 @@ class Differential(RuleBasedStateMachine):
 
     def _claim(self, *args: Any) -> None:
         *args, handoff = args if len(args) == 10 else (*args, 0)
-        expected = self.model.claim(*args, handoff_us=handoff)
-        got = self.redis.claim(*args, handoff_us=handoff)
+        expected, got = self._compared(args[0], "claim", *args, handoff_us=handoff)
         assert got == expected
 
     @rule(
@@ -236,16 +290,18 @@ class Differential(RuleBasedStateMachine):
 
     @rule(bucket=buckets, interval=intervals_us)
     def pause(self, bucket: str, interval: int) -> None:
-        assert self.redis.pause(bucket, interval) == self.model.pause(bucket, interval)
+        expected, got = self._compared(bucket, "pause", bucket, interval)
+        assert got == expected
 
     @rule(bucket=buckets, interval=intervals_us)
     def unpause(self, bucket: str, interval: int) -> None:
-        assert self.redis.unpause(bucket, interval) == self.model.unpause(bucket, interval)
+        expected, got = self._compared(bucket, "unpause", bucket, interval)
+        assert got == expected
 
     @rule(bucket=buckets, interval=intervals_us, new_interval=intervals_us)
     def set_interval(self, bucket: str, interval: int, new_interval: int) -> None:
-        expected = self.model.set_interval(bucket, interval, new_interval)
-        assert self.redis.set_interval(bucket, interval, new_interval) == expected
+        expected, got = self._compared(bucket, "set_interval", bucket, interval, new_interval)
+        assert got == expected
 
     @rule(bucket=buckets)
     def reset(self, bucket: str) -> None:
@@ -258,16 +314,26 @@ class Differential(RuleBasedStateMachine):
 
     @invariant()
     def same_records(self) -> None:
+        born = self.client.get(keys.born_key("ci:"))
+        assert (None if born is None else int(born)) == (None if self.cluster else self.model._born)
         for bucket in BUCKETS:
-            assert self.redis.read_state(bucket) == self.model._states.get(bucket)
+            state = self.model.read_state(bucket)
+            assert self.redis.read_state(bucket) == state
+            key = keys.state_key("ci:", bucket)
+            reset = self.client.hget(key, "r")
+            assert (None if reset is None else int(reset)) == self.model._reset_us.get(bucket)
+            pttl_ms = self.client.pttl(key)
+            kept = state is None or self.model._expires_real_us.get(bucket) is None
+            assert pttl_ms < 0 if kept else pttl_ms > 0
             for task in TASKS:
                 for retry in RETRIES:
                     expected = self.model._marks.get((bucket, task, retry))
                     assert self.redis.read_mark(bucket, task, retry) == expected
 
 
-def _run_differential(client: redis.Redis[Any], max_examples: int) -> None:
+def _run_differential(client: redis.Redis[Any], max_examples: int, cluster: bool = False) -> None:
     Differential.client = client
+    Differential.cluster = cluster
     run_state_machine_as_test(
         Differential,
         settings=settings(
@@ -323,7 +389,7 @@ def cluster_client() -> Iterator[redis.RedisCluster[Any]]:
 
 def test_lua_matches_model_on_cluster(cluster_client: redis.RedisCluster[Any]) -> None:
     cluster_client.flushdb()
-    _run_differential(cluster_client, max_examples=25)  # type: ignore[arg-type]
+    _run_differential(cluster_client, max_examples=25, cluster=True)  # type: ignore[arg-type]
 
 
 def test_cluster_done_and_noscript(cluster_client: redis.RedisCluster[Any]) -> None:
@@ -526,3 +592,61 @@ def test_from_url_rejects_bad_urls() -> None:
         RedisStore.from_url("redis://user:secret@h:notaport/0")
     assert "secret" not in str(info.value) and "user:***@h" in str(info.value)
     assert mask_url("rediss://u:pw@h:6380/1") == "rediss://u:***@h:6380/1"
+
+
+ML = schedule.MAX_LEAD_US
+
+
+def test_a_lost_store_waits_but_an_expired_idle_bucket_starts_at_once(
+    redis_client: redis.Redis[Any],
+) -> None:
+    now = [1_800_000_000_000_000]
+    store = RedisStore(redis_client, now_us=lambda: now[0])
+    first = store.grant("api", "t1", 0, 1_000)
+    assert first.delay_us == ML + 1_000, "a new store: a lost state may have admitted a start"
+    assert redis_client.get("ci:born") == str(now[0]).encode()
+    now[0] += 10**9
+    taken, claimed = store.take("mail", "t1", 0, 1_000, 0, "w1", 10**6)
+    assert taken.delay_us == 0 and claimed is not None and claimed.outcome is Outcome.OK
+    assert claimed.delay_us == 0, "a new bucket under an old marker starts at once"
+    pttl_ms = redis_client.pttl("ci:{mail}:s")
+    expected_ms = (schedule.IDLE_GRACE_US + 1_000) // 1_000  # tat = last_start + interval
+    assert expected_ms - 1_000 < pttl_ms <= expected_ms
+    redis_client.delete("ci:{mail}:s")  # as Redis does at that PTTL
+    now[0] += 10**9
+    again = store.take("mail", "t2", 0, 1_000, 0, "w1", 10**6)
+    assert (again[0].ticket, again[0].delay_us) == (1, 0) and again[1] is not None
+    assert again[1].outcome is Outcome.OK and again[1].delay_us == 0
+    redis_client.flushall()  # the store lost everything, its birth marker too
+    lost = store.take("mail", "t3", 0, 1_000, 0, "w1", 10**6)
+    assert lost[0].delay_us == ML + 1_000 and lost[1] is None
+
+
+def test_born_on_the_store_clock(redis_store: RedisStore, redis_client: redis.Redis[Any]) -> None:
+    """On Redis TIME: a new store's first bucket waits, one made under an old marker does not;
+    an idle state expires, a paused or overridden one is kept; a reset keeps the wait."""
+    assert redis_store.grant("a", "t1", 0, 50_000).delay_us == ML + 50_000
+    born = int(redis_client.get("ci:born") or 0)
+    redis_client.set("ci:born", born - 10**9)
+    assert redis_store.grant("b", "t1", 0, 50_000).delay_us == 0
+    assert redis_client.pttl("ci:{b}:s") > 0
+    redis_store.pause("b", 50_000)
+    assert redis_client.pttl("ci:{b}:s") == -1, "a paused bucket is kept"
+    redis_store.unpause("b", 50_000)
+    assert redis_client.pttl("ci:{b}:s") > 0
+    redis_store.set_interval("b", 50_000, 60_000)
+    assert redis_client.pttl("ci:{b}:s") == -1, "an overridden bucket is kept"
+    redis_store.reset("b")
+    assert redis_client.hkeys("ci:{b}:s") == [b"r"] and redis_client.pttl("ci:{b}:s") == -1
+    assert redis_store.status("b", 50_000).exists is False
+    assert redis_store.grant("b", "t2", 0, 50_000).delay_us >= ML + 50_000 - 5_000
+    assert redis_client.hget("ci:{b}:s", "r") is None
+
+
+def test_a_cluster_has_no_birth_marker(cluster_client: redis.RedisCluster[Any]) -> None:
+    """A script on a Cluster reaches only its bucket's hash slot: every new bucket waits."""
+    cluster_client.flushdb()
+    cluster_client.set("ci:born", 1)
+    store = RedisStore(cluster_client)
+    assert store.grant("api", "t1", 0, 1_000).delay_us == ML + 1_000
+    assert cluster_client.get("ci:born") == b"1"

@@ -16,10 +16,12 @@ from celery_interval.schedule import BucketState, Claim, Lease, Mark, Outcome
 
 I_US = 1_000  # the configured interval of every table
 T0_US = 1_000_000  # real time of the first step; results are shown relative to it
-# A new epoch's first slot is MAX_LEAD_US + one interval after its creation (the lost state may
-# have admitted a start that far ahead). Tables not about new epochs create theirs at -ML, so
-# that first slot lands at 1_000.
+# In a new store (its birth marker set by the first state it makes) a new epoch's first slot is
+# MAX_LEAD_US + one interval after its creation (a lost state may have admitted a start that far
+# ahead). Tables not about new epochs create theirs at -ML, so that first slot lands at 1_000.
 ML = schedule.MAX_LEAD_US
+#: A birth marker long past: a new bucket's first start is at once.
+OLD_BORN_US = T0_US - 10**9
 
 Step = tuple[Any, ...]
 
@@ -37,10 +39,30 @@ class Model:
     marks: dict[tuple[str, int], Mark] = field(default_factory=dict)
     granted: dict[tuple[str, int], tuple[int, int]] = field(default_factory=dict)  # epoch, slot
     starts_real_us: list[int] = field(default_factory=list)
+    born_us: int | None = None  # the store's birth marker: set by the first state made
+    reset_us: int | None = None  # the bucket's reset, until its next state is made
+    expires_real_us: int | None = None  # when the store may drop the state
 
     def run(self, steps: list[Step]) -> list[Any]:
-        results = [getattr(self, "op_" + step[0])(*step[1:]) for step in steps]
+        results = []
+        for step in steps:
+            before = self.state
+            results.append(getattr(self, "op_" + step[0])(*step[1:]))
+            if self.state is not None and self.state != before:  # a store writes it
+                self.reset_us = None
+                expires_in_us = schedule.expires_in_us(self.state, self.now_us, self.interval_us)
+                self.expires_real_us = (
+                    None if expires_in_us is None else self.now_us + expires_in_us
+                )
         return [r for r in results if r is not None]
+
+    def born(self, write: bool = True) -> int:
+        """``born_us`` as a store passes it: the marker (set to now when missing) or the reset."""
+        if self.born_us is None:
+            if not write:
+                return self.now_us
+            self.born_us = self.now_us
+        return self.born_us if self.reset_us is None else max(self.born_us, self.reset_us)
 
     def op_at(self, t_us: int) -> None:
         self.now_us = T0_US + t_us
@@ -48,7 +70,7 @@ class Model:
     def op_grant(self, task: str, retries: int, not_before_in_us: int) -> tuple[Any, ...]:
         self.state, mark, g = schedule.grant(
             self.state, self.marks.get((task, retries)), self.now_us, self.interval_us,
-            not_before_in_us,
+            not_before_in_us, born_us=self.born(),
         )  # fmt: skip
         self._put((task, retries), mark)
         if g.outcome is Outcome.DUPLICATE:
@@ -63,7 +85,7 @@ class Model:
         epoch, slot_us = self.granted[(task, retries)]
         self.state, mark, c = schedule.claim(
             self.state, self.marks.get((task, retries)), self.now_us, self.interval_us,
-            epoch, slot_us, holder, lease_us, lead_us,
+            epoch, slot_us, holder, lease_us, lead_us, born_us=self.born(),
         )  # fmt: skip
         self._put((task, retries), mark)
         if c.outcome is Outcome.OK:
@@ -84,27 +106,35 @@ class Model:
         return ("renewed", renewed)
 
     def op_pause(self) -> None:
-        self.state = schedule.pause(self.state, self.now_us, self.interval_us)
+        self.state = schedule.pause(self.state, self.now_us, self.interval_us, born_us=self.born())
 
     def op_unpause(self) -> None:
-        self.state = schedule.unpause(self.state, self.now_us, self.interval_us)
+        self.state = schedule.unpause(
+            self.state, self.now_us, self.interval_us, born_us=self.born()
+        )
 
     def op_set_interval(self, new_interval_us: int) -> None:
         self.state = schedule.set_interval(
-            self.state, self.now_us, self.interval_us, new_interval_us
+            self.state, self.now_us, self.interval_us, new_interval_us, born_us=self.born()
         )
 
     def op_lose(self) -> None:
-        """The store lost everything (a restart without persistence)."""
-        self.state = None
+        """The store lost everything (a restart without persistence), its birth marker too."""
+        self.state = self.born_us = self.reset_us = self.expires_real_us = None
         self.marks.clear()
 
     def op_lose_state(self) -> None:
         """Only the bucket's record is gone (``reset``): marks of an old epoch remain."""
-        self.state = None
+        self.state = self.expires_real_us = None
+        self.reset_us = self.now_us
+
+    def op_expire(self) -> None:
+        """The store drops the state if ``expires_in_us`` let it go by now (an idle bucket)."""
+        if self.expires_real_us is not None and self.expires_real_us <= self.now_us:
+            self.state = self.expires_real_us = None
 
     def op_status(self) -> tuple[Any, ...]:
-        s = schedule.status(self.state, self.now_us, self.interval_us)
+        s = schedule.status(self.state, self.now_us, self.interval_us, born_us=self.born(False))
         return ("status", s.ticket, s.next_slot_in_us, s.interval_us, s.paused)
 
     def op_record(self) -> tuple[Any, ...]:
@@ -158,8 +188,8 @@ def set_interval(new_interval_us: int) -> Step:
     return ("set_interval", new_interval_us)
 
 
-def run_table(steps: list[Step], expected: list[Any]) -> None:
-    assert Model().run(steps) == expected
+def run_table(steps: list[Step], expected: list[Any], born_us: int | None = None) -> None:
+    assert Model(born_us=born_us).run(steps) == expected
 
 
 # -- grant ------------------------------------------------------------------------------------
@@ -466,6 +496,7 @@ def test_state_loss_after_a_lead_claim_keeps_spacing() -> None:
 TASKS = ["a", "b", "c", "d"]
 HOLDERS = ["w1", "w2", "w3"]
 
+IDLE_US = schedule.IDLE_GRACE_US
 ops = st.one_of(
     st.tuples(st.just("advance"), st.integers(0, 3_000)),
     st.tuples(st.just("advance"), st.integers(0, 30)),
@@ -498,6 +529,9 @@ ops = st.one_of(
     st.tuples(st.just("unpause")),
     st.tuples(st.just("set_interval"), st.sampled_from([200, 1_000, 3_000])),
     st.tuples(st.just("lose")),
+    st.tuples(st.just("advance"), st.integers(IDLE_US, IDLE_US + 3_000)),
+    st.tuples(st.just("advance_to_expiry"), st.sampled_from([-1, 0, 1])),
+    st.tuples(st.just("expire")),
 )  # fmt: skip
 
 
@@ -555,15 +589,19 @@ def test_state_loss_right_after_lead_claims_keeps_spacing(
     check_sequence(steps)
 
 
-def check_sequence(steps: list[Step]) -> None:
+def check_sequence(steps: list[Step], m: Model | None = None) -> Model:
     """Run ``steps`` on a Model, asserting P5 (real start spacing) and P8 (within an epoch)."""
-    m = Model()
+    m = Model() if m is None else m
     last_start_us: int | None = None  # the latest start, real µs
     for step in _expand(steps):
         before = m.state
         effective_us = I_US if before is None else schedule.effective_interval(before, I_US)
         if step[0] == "advance":
             m.now_us += step[1]
+            continue
+        if step[0] == "advance_to_expiry":
+            if m.expires_real_us is not None:
+                m.now_us = max(m.now_us, m.expires_real_us + step[1])
             continue
         if step[0] == "advance_to_due":  # jump to where a granted slot comes due, minus a lead
             granted = m.granted.get((step[1], step[2]))
@@ -598,69 +636,203 @@ def check_sequence(steps: list[Step]) -> None:
             assert after.current_slot_us >= before.current_slot_us
             assert after.last_start_us >= before.last_start_us
             assert after.offset_us >= before.offset_us
+    return m
 
 
 def test_handoff_keeps_a_late_claim_start_in_the_future() -> None:
     """A claim on time starts at its slot; a late one still leaves ``handoff`` for the hand-off."""
-    state, _, g = schedule.grant(None, None, 0, 1_000)
+    state, _, g = schedule.grant(None, None, 0, 1_000, born_us=0)
     slot = g.slot_us
-    on_time = schedule.claim(state, None, slot - 500, 1_000, g.epoch, slot, "h", 10**6, 600, 300)
+    on_time = schedule.claim(
+        state, None, slot - 500, 1_000, g.epoch, slot, "h", 10**6, 600, 300, born_us=0
+    )
     assert on_time[2] == Claim(Outcome.OK, g.epoch, 500, slot - 500)
-    late = schedule.claim(state, None, slot + 50, 1_000, g.epoch, slot, "h", 10**6, 600, 300)
+    late = schedule.claim(
+        state, None, slot + 50, 1_000, g.epoch, slot, "h", 10**6, 600, 300, born_us=0
+    )
     assert late[2] == Claim(Outcome.OK, g.epoch, 300, slot + 50)
     assert late[0].last_start_us == slot + 350
-    capped = schedule.claim(state, None, slot + 50, 1_000, g.epoch, slot, "h", 10**6, 100, 900)
+    capped = schedule.claim(
+        state, None, slot + 50, 1_000, g.epoch, slot, "h", 10**6, 100, 900, born_us=0
+    )
     assert capped[2].delay_us == 100, "handoff is capped at lead"
 
 
 def test_handoff_is_at_most_one_interval() -> None:
     """With an interval shorter than the handoff, a late claim's start is one interval away:
     a longer wait would only idle the pool process that holds the task."""
-    state, _, g = schedule.grant(None, None, 0, 200)
+    state, _, g = schedule.grant(None, None, 0, 200, born_us=0)
     late = schedule.claim(state, None, g.slot_us + 50, 200, g.epoch, g.slot_us, "h", 10**6,
-                          600, 300)  # fmt: skip
+                          600, 300, born_us=0)  # fmt: skip
     assert late[2].delay_us == 200
 
 
 def test_take_is_a_grant_then_a_claim_when_the_slot_is_due() -> None:
     """``take`` equals ``grant`` followed at the same instant by ``claim`` of its slot when that
     slot is due within the lead; otherwise (later slot, paused, done) it is ``grant`` alone."""
-    state, _, first = schedule.grant(None, None, 0, 1_000)
+    state, _, first = schedule.grant(None, None, 0, 1_000, born_us=0)
     now = first.slot_us - 400  # the next slot is one interval after the first's
     for lead_us, claims in ((600, False), (1_600, True)):
-        grant_only = schedule.grant(state, None, now, 1_000)
+        grant_only = schedule.grant(state, None, now, 1_000, born_us=0)
         claim_then = schedule.claim(
             grant_only[0], grant_only[1], now, 1_000, grant_only[2].epoch,
-            grant_only[2].slot_us, "h", 10**6, lead_us, 300,
+            grant_only[2].slot_us, "h", 10**6, lead_us, 300, born_us=0,
         )  # fmt: skip
-        taken = schedule.take(state, None, now, 1_000, 0, "h", 10**6, lead_us, 300)
+        taken = schedule.take(state, None, now, 1_000, 0, "h", 10**6, lead_us, 300, born_us=0)
         if claims:
             assert taken == (claim_then[0], claim_then[1], grant_only[2], claim_then[2])
             assert taken[3] is not None and taken[3].outcome is Outcome.OK
         else:
             assert taken == (*grant_only, None)
-    paused = schedule.pause(state, now, 1_000)
-    assert schedule.take(paused, None, now, 1_000, 0, "h", 10**6, 20_000)[3] is None
+    paused = schedule.pause(state, now, 1_000, born_us=0)
+    assert schedule.take(paused, None, now, 1_000, 0, "h", 10**6, 20_000, born_us=0)[3] is None
     done = schedule.done(None, now, 10**6)
-    taken = schedule.take(state, done, now, 1_000, 0, "h", 10**6, 20_000)
+    taken = schedule.take(state, done, now, 1_000, 0, "h", 10**6, 20_000, born_us=0)
     assert taken[2].outcome is Outcome.DUPLICATE and taken[3] is None
 
 
 def test_take_of_a_copy_whose_task_runs_under_another_lease_is_held_without_a_ticket() -> None:
     """A copy taken while another holder's lease is live is HELD for the lease left and takes
     no ticket (its slot would go unused); its own holder's retry (a lost reply) claims again."""
-    state, mark, first = schedule.grant(None, None, 0, 1_000)
+    state, mark, first = schedule.grant(None, None, 0, 1_000, born_us=0)
     state, mark, claimed = schedule.claim(
-        state, mark, first.slot_us, 1_000, first.epoch, first.slot_us, "h1", 10**6, 0
+        state, mark, first.slot_us, 1_000, first.epoch, first.slot_us, "h1", 10**6, 0, born_us=0
     )
     assert claimed.outcome is Outcome.OK
     now = first.slot_us + 5_000
-    taken = schedule.take(state, mark, now, 1_000, 0, "h2", 10**6, 20_000)
+    taken = schedule.take(state, mark, now, 1_000, 0, "h2", 10**6, 20_000, born_us=0)
     assert taken[0] == state and taken[1] == mark and taken[3] is None
     assert taken[2].outcome is Outcome.HELD and taken[2].ticket == 0
     assert taken[2].delay_us == first.slot_us + 10**6 - now
-    own = schedule.take(state, mark, now, 1_000, 0, "h1", 10**6, 20_000)
+    own = schedule.take(state, mark, now, 1_000, 0, "h1", 10**6, 20_000, born_us=0)
     assert own[2].outcome is Outcome.OK and own[3] is not None
     assert own[3].outcome is Outcome.OK
-    expired = schedule.take(state, mark, first.slot_us + 10**6, 1_000, 0, "h2", 10**6, 20_000)
+    expired = schedule.take(
+        state, mark, first.slot_us + 10**6, 1_000, 0, "h2", 10**6, 20_000, born_us=0
+    )
     assert expired[2].outcome is Outcome.OK and expired[2].ticket == state.ticket + 1
+
+
+# -- the birth marker: a new bucket starts at once unless the store may have lost a start ---------
+
+BORN_TABLE = [
+    (
+        "under an old marker a new bucket's first start is at once, the next one interval later",
+        OLD_BORN_US,
+        [at(0), grant("a"), claim("a"), grant("b"), at(999), claim("b"), at(1_000), claim("b"),
+         STARTS],
+        [("OK", 1, 0, 0), ("OK", 0), ("OK", 2, 1_000, 1_000), ("WAIT", 1), ("OK", 0),
+         ("starts", 0, 1_000)],
+    ),
+    (
+        "a marker younger than one interval + MAX_LEAD_US holds the first start to that",
+        T0_US - 500,
+        [at(0), grant("a"), at(ML + 499), claim("a"), at(ML + 500), claim("a")],
+        [("OK", 1, ML + 500, ML + 500), ("WAIT", 1), ("OK", 0)],
+    ),
+    (
+        "the marker is set by the first state a store makes: a new store waits (status sets none)",
+        None,
+        [at(0), STATUS, at(300), grant("a")],
+        [("status", 0, ML + 1_000, I_US, False), ("OK", 1, ML + 1_300, ML + 1_000)],
+    ),
+    (
+        "a store that lost everything gets a new marker: its first start waits again",
+        OLD_BORN_US,
+        [at(0), grant("a"), claim("a"), at(300), LOSE, grant("b"), at(ML + 1_299), claim("b"),
+         at(ML + 1_300), claim("b"), STARTS],
+        [("OK", 1, 0, 0), ("OK", 0), ("OK", 1, ML + 1_300, ML + 1_000), ("WAIT", 1), ("OK", 0),
+         ("starts", 0, ML + 1_300)],
+    ),
+    (
+        "a reset keeps the next epoch's first start one interval + MAX_LEAD_US away",
+        OLD_BORN_US,
+        [at(0), grant("a"), claim("a"), at(300), ("lose_state",), STATUS, grant("b"),
+         at(ML + 1_300), claim("b"), STARTS],
+        [("OK", 1, 0, 0), ("OK", 0), ("status", 0, ML + 1_000, I_US, False),
+         ("OK", 1, ML + 1_300, ML + 1_000), ("OK", 0), ("starts", 0, ML + 1_300)],
+    ),
+    (
+        "an idle state is dropped only at max(tat, last_start + interval) + IDLE_GRACE_US",
+        OLD_BORN_US,
+        [at(0), grant("a"), claim("a"), grant("b"), at(IDLE_US + 1_999), ("expire",), STATUS,
+         at(IDLE_US + 2_000), ("expire",), STATUS, grant("c"), claim("c"), STARTS],
+        [("OK", 1, 0, 0), ("OK", 0), ("OK", 2, 1_000, 1_000), ("status", 2, 0, I_US, False),
+         ("status", 0, 0, I_US, False), ("OK", 1, IDLE_US + 2_000, 0), ("OK", 0),
+         ("starts", 0, IDLE_US + 2_000)],
+    ),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("name", "born_us", "steps", "expected"), BORN_TABLE, ids=[t[0] for t in BORN_TABLE]
+)
+def test_born(name: str, born_us: int | None, steps: list[Step], expected: list[Any]) -> None:
+    run_table(steps, expected, born_us)
+
+
+def test_new_state_waits_only_for_a_young_marker() -> None:
+    now = 10**9
+    old = schedule.new_state(now, 1_000, born_us=now - 10**6)
+    assert (old.last_start_us, old.tat_us, old.epoch) == (now - 1_000, now, now)
+    young = schedule.new_state(now, 1_000, born_us=now)
+    assert (young.last_start_us, young.tat_us) == (now + ML, now + ML + 1_000)
+    edge = schedule.new_state(now, 1_000, born_us=now - 1_000 - ML)
+    assert edge == old, "a marker one interval + MAX_LEAD_US old no longer holds a start back"
+
+
+def test_expires_in() -> None:
+    """Kept until virtual time reaches tat and last_start + interval, then IDLE_GRACE_US more;
+    never less than the grace after a write; never for a paused or overridden bucket."""
+    now = 10**9
+    new = schedule.new_state(now, 1_000, born_us=0)
+    assert schedule.expires_in_us(new, now, 1_000) == IDLE_US
+    queued = schedule.grant(new, None, now, 1_000, 5_000, born_us=0)[0]  # tat = now + 6_000
+    assert schedule.expires_in_us(queued, now + 100, 1_000) == 5_900 + IDLE_US
+    late = BucketState(now, 0, None, now + 1_000, 1, now, now + 700, None)  # a late start
+    assert schedule.expires_in_us(late, now, 1_000) == 1_700 + IDLE_US
+    assert schedule.expires_in_us(late, now, 3_000) == 3_700 + IDLE_US, "the caller's interval"
+    shifted = BucketState(now, 400, None, now + 1_000, 1, now, now + 700, None)
+    assert schedule.expires_in_us(shifted, now, 1_000) == 2_100 + IDLE_US, "virtual time"
+    paused = schedule.pause(late, now, 1_000, born_us=0)
+    assert schedule.expires_in_us(paused, now, 1_000) is None
+    overridden = schedule.set_interval(late, now, 1_000, 1_000, born_us=0)
+    assert schedule.expires_in_us(overridden, now, 1_000) is None
+    resumed = schedule.unpause(paused, now + 10 * IDLE_US, 1_000, born_us=0)
+    assert schedule.expires_in_us(resumed, now + 10 * IDLE_US, 1_000) == 1_700 + IDLE_US
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(ops, max_size=60),
+    st.sampled_from([0, 0, 1, 5_000, IDLE_US]),
+    st.sampled_from([0, 0, 500, 2_500]),
+    st.sampled_from([0, 50, ML, 3 * ML]),
+    st.sampled_from([0, 300]),
+)
+def test_an_expired_state_acts_as_a_new_one(
+    steps: list[Step], after_us: int, not_before_us: int, lead_us: int, handoff_us: int
+) -> None:
+    """Past ``expires_in_us``, a take and the grant after it get the same answers (but for the
+    epoch and ticket numbers) from the kept state as from a new one under the store's marker."""
+    m = check_sequence(steps, Model(born_us=OLD_BORN_US))
+    if m.state is None or m.expires_real_us is None or m.born_us is None:
+        return
+    now = m.expires_real_us + after_us
+    answers = []
+    for state, born_us in ((m.state, now), (None, m.born_us)):
+        kept, _mark, g, c = schedule.take(
+            state, None, now, I_US, not_before_us, "h", 10**6, lead_us, handoff_us,
+            born_us=born_us,
+        )  # fmt: skip
+        after = schedule.grant(kept, None, now, I_US, born_us=born_us)[2]
+        claimed = None if c is None else (c.outcome, c.delay_us)
+        answers.append((g.outcome, g.delay_us, g.paused, claimed, after.delay_us))
+    assert answers[0] == answers[1]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(ops, max_size=80))
+def test_random_sequences_under_an_old_marker_keep_spacing(steps: list[Step]) -> None:
+    """P5 and P8 where new buckets start at once: across idle expiry, resets and state loss."""
+    check_sequence(steps, Model(born_us=OLD_BORN_US))

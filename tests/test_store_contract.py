@@ -195,3 +195,14 @@ def test_posting_to_a_hung_redis_returns_at_once_and_lands_later() -> None:
     finally:
         admin.close()
         server.stop()
+
+
+def test_a_bucket_made_once_the_store_is_an_interval_old_starts_at_once(store: Store) -> None:
+    first = store.grant("b", "t1", 0, I_US)
+    assert first.delay_us >= I_US + MAX_LEAD_US - 5_000, "a new store may have lost a start"
+    wait_s(I_US + MAX_LEAD_US)
+    taken, claimed = store.take("c", "t1", 0, I_US, 0, "h1", LEASE_US, MAX_LEAD_US)
+    assert taken.delay_us == 0 and claimed is not None and claimed.outcome is Outcome.OK
+    store.reset("c")
+    again = store.grant("c", "t2", 0, I_US)
+    assert again.delay_us >= I_US + MAX_LEAD_US - 5_000, "a reset keeps the first wait"

@@ -17,11 +17,20 @@ __all__ = ["BucketTxn", "ModelStore"]
 class BucketTxn(Protocol):
     """One bucket's record loaded under its lock; changes are saved when the block exits cleanly.
 
-    ``now_us`` is the store's clock, read once inside the lock.
+    ``now_us`` is the store's clock, read once inside the lock. A state whose
+    ``expires_real_us`` has passed loads as None.
     """
 
     now_us: int
     state: BucketState | None
+    #: When the store may drop ``state`` (real µs; None: never).
+    expires_real_us: int | None
+    #: When the bucket was reset, while no state has been made since (else None).
+    reset_us: int | None
+
+    def store_born_us(self) -> int:
+        """The store's birth marker; when missing, ``now_us`` (kept if the block writes)."""
+        ...
 
     def mark(self, task_id: str, retries: int) -> Mark | None:
         """The mark of (task_id, retries), expired or not (the model checks expiry)."""
@@ -30,6 +39,25 @@ class BucketTxn(Protocol):
     def set_mark(self, task_id: str, retries: int, mark: Mark | None) -> None:
         """Store ``mark`` for (task_id, retries); None removes it."""
         ...
+
+
+def _born_us(txn: BucketTxn) -> int:
+    """The ``born_us`` of the model's operations: only a new state uses it, so the store's
+    marker is read only then (``now_us`` otherwise, the value that assumes the least)."""
+    if txn.state is not None:
+        return txn.now_us
+    born_us = txn.store_born_us()
+    return born_us if txn.reset_us is None else max(born_us, txn.reset_us)
+
+
+def _put(txn: BucketTxn, state: BucketState, interval_us: int) -> None:
+    """Save ``state``; a changed one is written, and a write sets when the store may drop it."""
+    if state == txn.state:
+        return
+    txn.state = state
+    txn.reset_us = None
+    expires_in_us = schedule.expires_in_us(state, txn.now_us, interval_us)
+    txn.expires_real_us = None if expires_in_us is None else txn.now_us + expires_in_us
 
 
 class ModelStore(ABC):
@@ -47,9 +75,15 @@ class ModelStore(ABC):
     ) -> Grant:
         """Atomically take a ticket and slot (``schedule.grant``, idempotent per task copy)."""
         with self._locked(bucket) as txn:
-            txn.state, mark, result = schedule.grant(
-                txn.state, txn.mark(task_id, retries), txn.now_us, interval_us, not_before_in_us
+            state, mark, result = schedule.grant(
+                txn.state,
+                txn.mark(task_id, retries),
+                txn.now_us,
+                interval_us,
+                not_before_in_us,
+                born_us=_born_us(txn),
             )
+            _put(txn, state, interval_us)
             txn.set_mark(task_id, retries, mark)
             return result
 
@@ -73,7 +107,7 @@ class ModelStore(ABC):
         ``ticket`` is for a store's ledger only; these stores keep none and ignore it.
         """
         with self._locked(bucket) as txn:
-            txn.state, mark, result = schedule.claim(
+            state, mark, result = schedule.claim(
                 txn.state,
                 txn.mark(task_id, retries),
                 txn.now_us,
@@ -84,7 +118,9 @@ class ModelStore(ABC):
                 lease_us,
                 lead_us,
                 handoff_us,
+                born_us=_born_us(txn),
             )
+            _put(txn, state, interval_us)
             txn.set_mark(task_id, retries, mark)
             return result
 
@@ -108,7 +144,7 @@ class ModelStore(ABC):
         if done_first:
             self.done(done_first, dedupe_ttl_us)
         with self._locked(bucket) as txn:
-            txn.state, mark, granted, claimed = schedule.take(
+            state, mark, granted, claimed = schedule.take(
                 txn.state,
                 txn.mark(task_id, retries),
                 txn.now_us,
@@ -118,7 +154,9 @@ class ModelStore(ABC):
                 lease_us,
                 lead_us,
                 handoff_us,
+                born_us=_born_us(txn),
             )
+            _put(txn, state, interval_us)
             txn.set_mark(task_id, retries, mark)
             return granted, claimed
 
@@ -155,36 +193,46 @@ class ModelStore(ABC):
 
     def pause(self, bucket: str, interval_us: int) -> Status:
         """Atomically freeze the bucket's virtual time (idempotent); returns the new status."""
-        return self._update(bucket, interval_us, schedule.pause)
+        return self._update(
+            bucket, interval_us, lambda s, n, i, b: schedule.pause(s, n, i, born_us=b)
+        )
 
     def unpause(self, bucket: str, interval_us: int) -> Status:
         """Atomically resume, shifting all granted slots by the pause length (idempotent)."""
-        return self._update(bucket, interval_us, schedule.unpause)
+        return self._update(
+            bucket, interval_us, lambda s, n, i, b: schedule.unpause(s, n, i, born_us=b)
+        )
 
     def set_interval(self, bucket: str, interval_us: int, new_interval_us: int) -> Status:
         """Atomically override the bucket's interval with ``new_interval_us``."""
         return self._update(
             bucket,
             interval_us,
-            lambda s, now_us, i_us: schedule.set_interval(s, now_us, i_us, new_interval_us),
+            lambda s, n, i, b: schedule.set_interval(s, n, i, new_interval_us, born_us=b),
         )
 
     def reset(self, bucket: str) -> None:
-        """Atomically forget the bucket's state (marks are kept: dedupe survives a reset)."""
+        """Atomically forget the bucket's state (marks are kept: dedupe survives a reset).
+
+        The reset is remembered until the next state is made: that new epoch is born at the
+        reset, so its first start waits one interval, as after a lost state.
+        """
         with self._locked(bucket) as txn:
             txn.state = None
+            txn.expires_real_us = None
+            txn.reset_us = txn.now_us
 
     def status(self, bucket: str, interval_us: int) -> Status:
         """Read the bucket's state without changing it."""
         with self._locked(bucket, write=False) as txn:
-            return schedule.status(txn.state, txn.now_us, interval_us)
+            return schedule.status(txn.state, txn.now_us, interval_us, born_us=_born_us(txn))
 
     def _update(
         self,
         bucket: str,
         interval_us: int,
-        step: Callable[[BucketState | None, int, int], BucketState],
+        step: Callable[[BucketState | None, int, int, int], BucketState],
     ) -> Status:
         with self._locked(bucket) as txn:
-            txn.state = step(txn.state, txn.now_us, interval_us)
-            return schedule.status(txn.state, txn.now_us, interval_us)
+            _put(txn, step(txn.state, txn.now_us, interval_us, _born_us(txn)), interval_us)
+            return schedule.status(txn.state, txn.now_us, interval_us, born_us=_born_us(txn))

@@ -82,12 +82,15 @@ def file_stem(key_prefix: str, bucket: str) -> str:
 class _FileTxn:
     """One bucket's record loaded from its state file under the bucket's lock."""
 
-    def __init__(
-        self, now_us: int, state: BucketState | None, marks: dict[tuple[str, int], Mark]
-    ) -> None:
+    def __init__(self, now_us: int, record: _Record, store_born_us: Callable[[int], int]) -> None:
         self.now_us = now_us
-        self.state = state
-        self.marks = marks
+        self.state, self.marks, self.expires_real_us, self.reset_us = record
+        if self.expires_real_us is not None and self.expires_real_us <= now_us:
+            self.state = self.expires_real_us = None
+        self._store_born_us = store_born_us
+
+    def store_born_us(self) -> int:
+        return self._store_born_us(self.now_us)
 
     def mark(self, task_id: str, retries: int) -> Mark | None:
         return self.marks.get((task_id, retries))
@@ -106,7 +109,9 @@ class FileStore(ModelStore):
     done-marks of ``(task_id, retries)``); every operation holds a POSIX ``fcntl.lockf`` lock on
     the bucket's lock file (these work over NFS with a lock manager) for its read-modify-write,
     and writes crash-safely (temp file in the same directory, fsync, ``os.replace``). Expired
-    marks are dropped on every write.
+    marks are dropped on every write, and so is a state past its ``schedule.expires_in_us``;
+    nothing sweeps the directory, so an idle bucket's file stays (on disk, it costs no memory).
+    The birth marker is a file of the directory, written once when a state is first made.
 
     Its clock is each host's **wall clock** (``time.time_ns() // 1000``), not one store clock as
     with Redis: the hosts sharing a directory must be NTP-synced, since the interval is only as
@@ -128,6 +133,10 @@ class FileStore(ModelStore):
 
     def __repr__(self) -> str:
         return f"FileStore({str(self.directory)!r})"
+
+    def born_path(self) -> Path:
+        """The file holding the store's birth marker (µs), written when first found missing."""
+        return self.directory / ("born-" + file_stem(self._key_prefix, "")[2:])
 
     def state_path(self, bucket: str) -> Path:
         """The JSON file holding ``bucket``'s state and marks."""
@@ -158,15 +167,42 @@ class FileStore(ModelStore):
                     raise StoreUnavailable(f"cannot lock {str(lock_path)!r}: {exc}") from exc
                 raw = self._read(path)
                 now_us = self._clock_us()
-                state, marks = _decode(raw, path, bucket) if raw is not None else (None, {})
-                txn = _FileTxn(now_us, state, marks)
+                record = _decode(raw, path, bucket) if raw is not None else (None, {}, None, None)
+                txn = _FileTxn(now_us, record, lambda now: self._store_born_us(now, write))
                 yield txn
                 if write:
-                    new = _encode(bucket, txn.state, txn.marks, now_us)
-                    if new != raw and not (raw is None and txn.state is None and not txn.marks):
+                    kept = (txn.state, txn.marks, txn.expires_real_us, txn.reset_us)
+                    new = _encode(bucket, kept, now_us)
+                    empty = txn.state is None and not txn.marks and txn.reset_us is None
+                    if new != raw and not (raw is None and empty):
                         self._write(path, new)
             finally:
                 os.close(lock_fd)  # closing the descriptor releases the lock
+
+    def _store_born_us(self, now_us: int, write: bool) -> int:
+        path = self.born_path()
+        raw = self._read(path)
+        if raw is None:
+            if not write:
+                return now_us
+            tmp_path = path.with_name(f"{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+            try:
+                tmp_path.write_bytes(b"%d\n" % now_us)
+                os.link(tmp_path, path)  # fails if another process wrote it first
+                return now_us
+            except FileExistsError:
+                raw = self._read(path)
+            except OSError as exc:
+                raise StoreUnavailable(f"cannot write {str(path)!r}: {exc}") from exc
+            finally:
+                tmp_path.unlink(missing_ok=True)
+        try:
+            return int((raw or b"").decode("ascii"))
+        except (UnicodeDecodeError, ValueError):
+            raise StoreError(
+                f"corrupt interval store birth marker {str(path)!r}: {raw!r} "
+                "(delete it: buckets made next wait one interval)"
+            ) from None
 
     @staticmethod
     def _read(path: Path) -> bytes | None:
@@ -209,10 +245,13 @@ def _fsync_directory(directory: Path) -> None:
         os.close(fd)
 
 
-def _encode(
-    bucket: str, state: BucketState | None, marks: dict[tuple[str, int], Mark], now_us: int
-) -> bytes:
+#: A bucket's record: state, marks, when the state expires, when the bucket was reset.
+_Record = tuple[BucketState | None, dict[tuple[str, int], Mark], int | None, int | None]
+
+
+def _encode(bucket: str, record: _Record, now_us: int) -> bytes:
     """The file's JSON; expired marks are dropped here, so files stay small."""
+    state, marks, expires_real_us, reset_us = record
     rows: list[dict[str, Any]] = []
     for (task_id, retries), mark in sorted(marks.items()):
         if mark.expires_real_us <= now_us:
@@ -242,12 +281,14 @@ def _encode(
         "state": None if state is None else {name: getattr(state, name) for name in _STATE_FIELDS},
         "marks": rows,
     }
+    if expires_real_us is not None:
+        doc["expires_real_us"] = expires_real_us
+    if reset_us is not None:
+        doc["reset_us"] = reset_us
     return (json.dumps(doc, separators=(",", ":"), sort_keys=True) + "\n").encode()
 
 
-def _decode(
-    raw: bytes, path: Path, bucket: str
-) -> tuple[BucketState | None, dict[tuple[str, int], Mark]]:
+def _decode(raw: bytes, path: Path, bucket: str) -> _Record:
     """Parse and validate a state file; anything unexpected raises StoreError naming the file."""
 
     def corrupt(why: str) -> StoreError:
@@ -308,4 +349,6 @@ def _decode(
             )
         else:
             raise corrupt(f"unknown mark kind {kind!r}")
-    return state, marks
+    optional = [integer(doc, name, True) if name in doc else None
+                for name in ("expires_real_us", "reset_us")]  # fmt: skip
+    return state, marks, optional[0], optional[1]

@@ -6,6 +6,7 @@ from celery_interval.errors import ConfigurationError
 
 __all__ = [
     "DEFAULT_PREFIX",
+    "born_key",
     "bucket_of_ledger_key",
     "ledger_key",
     "ledger_key_pattern",
@@ -34,6 +35,12 @@ def validate_bucket(bucket: str) -> str:
     if not isinstance(bucket, str) or not bucket:
         raise ConfigurationError(f"bucket name must be a non-empty string, got {bucket!r}")
     return bucket
+
+
+def born_key(prefix: str) -> str:
+    """The store's birth marker (µs), set when a script making a state finds it missing; it
+    belongs to no bucket, so scripts on a Redis Cluster (one hash slot each) never use it."""
+    return f"{prefix}born"
 
 
 def state_key(prefix: str, bucket: str) -> str:

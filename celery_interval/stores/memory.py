@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import heapq
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -18,13 +19,19 @@ def _monotonic_us() -> int:
 
 
 class _MemoryTxn:
-    """A bucket's view onto the store's dicts; ``state`` is written back on a clean exit."""
+    """A bucket's view onto the store's dicts; its record is written back on a clean exit."""
 
-    def __init__(self, store: MemoryStore, bucket: str, now_us: int) -> None:
+    def __init__(self, store: MemoryStore, bucket: str, now_us: int, write: bool) -> None:
         self._store = store
         self._bucket = bucket
+        self._write = write
         self.now_us = now_us
         self.state: BucketState | None = store._states.get(bucket)
+        self.expires_real_us: int | None = store._expires_real_us.get(bucket)
+        self.reset_us: int | None = store._reset_us.get(bucket)
+
+    def store_born_us(self) -> int:
+        return self._store._store_born_us(self.now_us, self._write)
 
     def mark(self, task_id: str, retries: int) -> Mark | None:
         return self._store._marks.get((self._bucket, task_id, retries))
@@ -38,7 +45,13 @@ class _MemoryTxn:
 
 
 class MemoryStore(ModelStore):
-    """One process's store; its clock is ``clock_us`` (monotonic by default)."""
+    """One process's store; its clock is ``clock_us`` (monotonic by default).
+
+    Its birth marker is set by the first operation that makes a bucket's state, so a new
+    store's first buckets wait one interval, as a new Redis would. An idle state is dropped
+    when ``schedule.expires_in_us`` says so (at the next operation on any bucket); expired
+    marks are dropped only when their task is seen again.
+    """
 
     #: A pool process's post would land in its own copy.
     posts_done = False
@@ -46,13 +59,38 @@ class MemoryStore(ModelStore):
     def __init__(self, clock_us: Callable[[], int] = _monotonic_us) -> None:
         self._clock_us = clock_us
         self._lock = threading.Lock()
+        self._born: int | None = None
         self._states: dict[str, BucketState] = {}
+        self._expires_real_us: dict[str, int] = {}
+        self._expiries: list[tuple[int, str]] = []  # a heap of (expires_real_us, bucket)
+        self._reset_us: dict[str, int] = {}
         self._marks: dict[tuple[str, str, int], Mark] = {}
+
+    def read_state(self, bucket: str) -> BucketState | None:
+        """The bucket's state, or None (also once it expired); for tests and debugging."""
+        with self._locked(bucket, write=False) as txn:
+            return txn.state
+
+    def _store_born_us(self, now_us: int, write: bool) -> int:
+        if self._born is None:
+            if not write:
+                return now_us
+            self._born = now_us
+        return self._born
+
+    def _drop_expired(self, now_us: int) -> None:
+        while self._expiries and self._expiries[0][0] <= now_us:
+            expires_us, bucket = heapq.heappop(self._expiries)
+            if self._expires_real_us.get(bucket) == expires_us:
+                del self._expires_real_us[bucket]
+                del self._states[bucket]
 
     @contextmanager
     def _locked(self, bucket: str, *, write: bool = True) -> Iterator[BucketTxn]:
         with self._lock:
-            txn = _MemoryTxn(self, bucket, self._clock_us())
+            now_us = self._clock_us()
+            self._drop_expired(now_us)  # so a state loads only while it is not expired
+            txn = _MemoryTxn(self, bucket, now_us, write)
             yield txn
             if not write:
                 return
@@ -60,6 +98,15 @@ class MemoryStore(ModelStore):
                 self._states.pop(bucket, None)
             else:
                 self._states[bucket] = txn.state
+            if txn.expires_real_us is None:
+                self._expires_real_us.pop(bucket, None)
+            elif self._expires_real_us.get(bucket) != txn.expires_real_us:
+                self._expires_real_us[bucket] = txn.expires_real_us
+                heapq.heappush(self._expiries, (txn.expires_real_us, bucket))
+            if txn.reset_us is None:
+                self._reset_us.pop(bucket, None)
+            else:
+                self._reset_us[bucket] = txn.reset_us
 
     def ping(self) -> None:
         return None

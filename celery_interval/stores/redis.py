@@ -253,6 +253,12 @@ class RedisStore:
     Every grant, claim and control action also appends one entry to the bucket's ledger, a
     Stream capped at about ``ledger_max`` entries, inside the same script (``ledger_max=0``
     turns the ledger off). ``now_us`` (test-only) replaces Redis ``TIME`` with an injected clock.
+
+    A new bucket starts at once, unless the store itself is new (or lost its data) less than
+    one interval ago: the birth marker ``<prefix>born`` says when. On a Redis Cluster the
+    scripts cannot reach that key (it is in another hash slot than the bucket's), so there every
+    new bucket's first start waits one interval. An idle bucket's state expires once a new one
+    would act the same (``schedule.expires_in_us``); a paused or overridden one is kept.
     """
 
     def __init__(
@@ -280,6 +286,7 @@ class RedisStore:
         self._scripts: dict[str, Any] = {}
         self._line: ScriptLine | None = None
         self._posted: PostedLine | None = None
+        self._born_keys: list[str] = []
         if isinstance(client, redis.Redis | redis.RedisCluster):
             self._where = where or _describe(client)
             self._use(client)
@@ -301,6 +308,8 @@ class RedisStore:
         # redis-py sends a RedisCluster's scripts itself (node routing, MOVED and failover).
         self._line = ScriptLine(client) if isinstance(client, redis.Redis) else None
         self._posted = PostedLine(client) if isinstance(client, redis.Redis) else None
+        standalone = isinstance(client, redis.Redis)
+        self._born_keys = [keys.born_key(self._prefix)] if standalone else []
 
     @property
     def _client(self) -> Any:
@@ -496,10 +505,11 @@ class RedisStore:
         )
 
     def reset(self, bucket: str) -> None:
-        self._run("reset", self._control_keys(bucket), [self._ledger_max])
+        """Forget the bucket's state; its next epoch is born at the reset (reset.lua)."""
+        self._run("reset", [self._state_key(bucket), self.ledger_key(bucket)], [self._ledger_max])
 
     def status(self, bucket: str, interval_us: int) -> Status:
-        return _status(self._run("status", [self._state_key(bucket)], [interval_us]))
+        return _status(self._run("status", [self._state_key(bucket), *self._born()], [interval_us]))
 
     def ping(self) -> None:
         with self._errors("ping"):
@@ -540,9 +550,9 @@ class RedisStore:
         """The bucket's raw state record, or None; for tests, ``status`` and debugging."""
         with self._errors("read_state"):
             raw: dict[Any, Any] = self._client.hgetall(self._state_key(bucket))
-        if not raw:
-            return None
         f = {_text(k): int(v) for k, v in raw.items()}
+        if "e" not in f:  # no record, or only a reset's
+            return None
         try:
             return BucketState(
                 epoch=f["e"],
@@ -571,15 +581,21 @@ class RedisStore:
     def _mark_key(self, bucket: str, task_id: str, retries: int) -> str:
         return keys.mark_key(self._prefix, keys.validate_bucket(bucket), task_id, retries)
 
+    def _born(self) -> list[str]:
+        """The birth marker's key, or none on a Cluster (known once the client is made)."""
+        self._ensure_client()
+        return self._born_keys
+
     def _task_keys(self, bucket: str, task_id: str, retries: int) -> list[str]:
         return [
             self._state_key(bucket),
             self._mark_key(bucket, task_id, retries),
             self.ledger_key(bucket),
+            *self._born(),
         ]
 
     def _control_keys(self, bucket: str) -> list[str]:
-        return [self._state_key(bucket), self.ledger_key(bucket)]
+        return [self._state_key(bucket), self.ledger_key(bucket), *self._born()]
 
     def _now_arg(self) -> str:
         return "" if self._now_us is None else str(int(self._now_us()))

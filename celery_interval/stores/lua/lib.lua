@@ -4,6 +4,9 @@
 -- Redis formats plain Lua numbers with 14 significant digits and would round µs values.
 -- State hash fields: e=epoch o=offset_us p=paused_at_real_us (absent: not paused)
 -- t=tat_us n=ticket c=current_slot_us l=last_start_us i=interval_override_us (absent: none).
+-- A reset bucket's hash holds only r=<reset time>, until its next state is made.
+-- The store's birth marker: the key <prefix>born (µs), set by the first script that makes a
+-- state and finds it missing; scripts on a Cluster get no such key (see born_us).
 -- Mark strings: lease "L|<holder>|<start_us>|<expires_real_us>", done "D|<expires_real_us>",
 -- granted "G|<epoch>|<ticket>|<slot_us>|<expires_real_us>".
 -- The ledger: a capped Stream per bucket (same hash tag); scripts append one entry per grant,
@@ -29,11 +32,11 @@ local function num(v)
   return tonumber(v)
 end
 
--- The state at key, or nil when the bucket has no record.
+-- The state at key, or nil and the time of the bucket's reset (nil if none) when it has none.
 local function load_state(key)
-  local r = redis.call('HMGET', key, 'e', 'o', 'p', 't', 'n', 'c', 'l', 'i')
+  local r = redis.call('HMGET', key, 'e', 'o', 'p', 't', 'n', 'c', 'l', 'i', 'r')
   if r[1] == false then
-    return nil
+    return nil, num(r[9])
   end
   return {
     e = num(r[1]), o = num(r[2]), p = num(r[3]), t = num(r[4]),
@@ -45,58 +48,49 @@ end
 local MAX_LEAD_US = 20000
 -- schedule.GRANTED_TTL_US: a granted slot is remembered this long after its delay.
 local GRANTED_TTL_US = 3600000000
+-- schedule.IDLE_GRACE_US: an idle state is kept this long after a new one would act the same.
+local IDLE_GRACE_US = 600000000
 
 -- schedule.clamp_lead: a claim's lead, kept within 0..MAX_LEAD_US.
 local function clamp_lead(lead)
   return math.min(math.max(0, lead), MAX_LEAD_US)
 end
 
--- schedule.new_state: a new epoch; the lost state may have admitted a start up to
--- MAX_LEAD_US ahead, so last_start = now + MAX_LEAD_US and tat one interval after it.
-local function new_state(now, interval)
-  local last = now + MAX_LEAD_US
+-- schedule.new_state: a new epoch whose last start was one interval ago, but never before
+-- born + MAX_LEAD_US (a state lost at born may have admitted a start that far ahead); tat is
+-- one interval after it.
+local function new_state(now, interval, born)
+  local last = math.max(now - interval, born + MAX_LEAD_US)
   return { e = now, o = 0, p = nil, t = last + interval, n = 0, c = 0, l = last, i = nil }
 end
 
--- load_state, else a new epoch; the second value says whether it is new (must be saved whole).
-local function load_or_new(key, now, interval)
-  local s = load_state(key)
-  if s == nil then
-    return new_state(now, interval), true
+-- schedule.new_state's born_us: the birth marker at born_key (set to now when missing, if
+-- set_missing), or the bucket's reset if later. A Cluster passes no born_key (a script may touch
+-- only keys of one hash slot): born = now, so a new bucket's first start waits one interval.
+local function born_us(born_key, reset, now, set_missing)
+  if born_key == nil then
+    return now
   end
-  return s, false
-end
-
--- Write the whole state (absent fields for nil p and i).
-local function save_state(key, s)
-  redis.call('HSET', key, 'e', fmt(s.e), 'o', fmt(s.o), 't', fmt(s.t), 'n', fmt(s.n),
-    'c', fmt(s.c), 'l', fmt(s.l))
-  if s.p ~= nil then
-    redis.call('HSET', key, 'p', fmt(s.p))
-  end
-  if s.i ~= nil then
-    redis.call('HSET', key, 'i', fmt(s.i))
-  end
-end
-
--- Write only the named fields of an existing state (a new one is saved whole).
-local function save_fields(key, s, is_new, ...)
-  if is_new then
-    save_state(key, s)
-    return
-  end
-  local args = {}
-  for _, f in ipairs({ ... }) do
-    if s[f] == nil then
-      redis.call('HDEL', key, f)
-    else
-      args[#args + 1] = f
-      args[#args + 1] = fmt(s[f])
+  local born = num(redis.call('GET', born_key))
+  if born == nil then
+    born = now
+    if set_missing then
+      redis.call('SET', born_key, fmt(now))
     end
   end
-  if #args > 0 then
-    redis.call('HSET', key, unpack(args))
+  if reset ~= nil then
+    return math.max(born, reset)
   end
+  return born
+end
+
+-- load_state, else a new epoch; the second value says whether it is new (must be saved whole).
+local function load_or_new(key, born_key, now, interval)
+  local s, reset = load_state(key)
+  if s == nil then
+    return new_state(now, interval, born_us(born_key, reset, now, true)), true
+  end
+  return s, false
 end
 
 -- schedule.virtual_now
@@ -114,6 +108,60 @@ local function effective_interval(s, interval)
     return s.i
   end
   return interval
+end
+
+-- schedule.expires_in_us: how long after a write at now the state may go; nil: keep it.
+local function expires_in(s, now, interval)
+  if s.p ~= nil or s.i ~= nil then
+    return nil
+  end
+  local v = virtual_now(s, now)
+  return math.max(s.t, s.l + effective_interval(s, interval), v) - v + IDLE_GRACE_US
+end
+
+-- After each write of a state: PEXPIRE (whole ms, rounded up) as expires_in says, or PERSIST.
+local function keep_until(key, s, now, interval)
+  local e = expires_in(s, now, interval)
+  if e == nil then
+    redis.call('PERSIST', key)
+  else
+    redis.call('PEXPIRE', key, fmt(math.floor((e + 999) / 1000)))
+  end
+end
+
+-- Write the whole state (absent fields for nil p and i), over a reset's r.
+local function save_state(key, s, now, interval)
+  redis.call('DEL', key)
+  redis.call('HSET', key, 'e', fmt(s.e), 'o', fmt(s.o), 't', fmt(s.t), 'n', fmt(s.n),
+    'c', fmt(s.c), 'l', fmt(s.l))
+  if s.p ~= nil then
+    redis.call('HSET', key, 'p', fmt(s.p))
+  end
+  if s.i ~= nil then
+    redis.call('HSET', key, 'i', fmt(s.i))
+  end
+  keep_until(key, s, now, interval)
+end
+
+-- Write only the named fields of an existing state (a new one is saved whole).
+local function save_fields(key, s, is_new, now, interval, ...)
+  if is_new then
+    save_state(key, s, now, interval)
+    return
+  end
+  local args = {}
+  for _, f in ipairs({ ... }) do
+    if s[f] == nil then
+      redis.call('HDEL', key, f)
+    else
+      args[#args + 1] = f
+      args[#args + 1] = fmt(s[f])
+    end
+  end
+  if #args > 0 then
+    redis.call('HSET', key, unpack(args))
+  end
+  keep_until(key, s, now, interval)
 end
 
 -- The mark at key as {kind='L', holder, start, exp}, {kind='D', exp} or

@@ -4,7 +4,8 @@
 
 -- grant_op: schedule.grant — the next ticket and slot max(v, tat, v + not_before), or the
 -- same ticket and slot again for a copy whose granted slot no later start has passed.
--- KEYS[1] state hash, KEYS[2] mark of (task_id, retries), KEYS[3] ledger stream
+-- KEYS[1] state hash, KEYS[2] mark of (task_id, retries), KEYS[3] ledger stream,
+-- KEYS[4] the birth marker (absent on a Cluster: lib.lua's born_us)
 -- ARGV[1] now_us override ('' = Redis TIME), ARGV[2] interval_us, ARGV[3] not_before_in_us,
 -- ARGV[4] task_id, ARGV[5] retries (both for the ledger), ARGV[6] ledger_max (0 = no ledger)
 -- Returns {outcome, epoch, ticket, slot_us, delay_us, paused(0|1)}; outcome 'OK' or
@@ -19,7 +20,7 @@ local function grant_op(keys, argv)
   local task = argv[4]
   local retries = tonumber(argv[5])
   local ledger_max = tonumber(argv[6])
-  local s, is_new = load_or_new(keys[1], now, interval)
+  local s, is_new = load_or_new(keys[1], keys[4], now, interval)
   local v = virtual_now(s, now)
   local paused = s.p ~= nil and 1 or 0
   local m = live(load_mark(keys[2]), now)
@@ -27,7 +28,7 @@ local function grant_op(keys, argv)
   local reuse = m ~= nil and m.kind == 'G' and m.e == s.e and m.slot >= s.c
   if (m ~= nil and m.kind == 'D') or reuse then
     if is_new then
-      save_state(keys[1], s)
+      save_state(keys[1], s, now, interval)
     end
     if reuse then
       outcome, ticket, slot, again = 'OK', m.ticket, m.slot, 1
@@ -40,7 +41,7 @@ local function grant_op(keys, argv)
     s.n = s.n + 1
     s.t = slot + effective_interval(s, interval)
     ticket = s.n
-    save_fields(keys[1], s, is_new, 't', 'n')
+    save_fields(keys[1], s, is_new, now, interval, 't', 'n')
     if m == nil or m.kind ~= 'L' then
       put_mark(keys[2], { kind = 'G', e = s.e, ticket = ticket, slot = slot,
         exp = now + delay + GRANTED_TTL_US }, now)
@@ -60,7 +61,7 @@ local function grant_op(keys, argv)
 end
 
 -- claim_op: schedule.claim — may the copy held by `holder` start now?
--- KEYS[1] state hash, KEYS[2] mark of (task_id, retries), KEYS[3] ledger stream
+-- KEYS as grant_op's
 -- ARGV[1] now_us override ('' = Redis TIME), ARGV[2] interval_us, ARGV[3] epoch,
 -- ARGV[4] slot_us, ARGV[5] holder, ARGV[6] lease_us, ARGV[7] lead_us (clamped to
 -- 0..MAX_LEAD_US), ARGV[8] task_id, ARGV[9] retries, ARGV[10] ticket (these three for the
@@ -97,9 +98,9 @@ local function claim_op(keys, argv)
     return { outcome, s.e, delay, now }
   end
 
-  local s, is_new = load_or_new(keys[1], now, interval)
+  local s, is_new = load_or_new(keys[1], keys[4], now, interval)
   if is_new then
-    save_state(keys[1], s)
+    save_state(keys[1], s, now, interval)
   end
   local raw = load_mark(keys[2])
   local m = live(raw, now)
@@ -141,7 +142,7 @@ local function claim_op(keys, argv)
   local start = math.max(v + math.min(math.max(0, handoff), lead, spacing), earliest)
   s.l = start
   s.c = slot
-  save_fields(keys[1], s, false, 'l', 'c')
+  save_fields(keys[1], s, false, now, interval, 'l', 'c')
   put_mark(keys[2], { kind = 'L', holder = holder, start = start, exp = now + lease }, now)
   if readmit then
     return reply(s, 'OK', start - v, 'start', now + start - v, 'late', start - slot,

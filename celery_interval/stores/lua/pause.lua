@@ -1,16 +1,16 @@
 -- pause.lua: schedule.pause — freeze virtual time (idempotent); an unknown bucket gets a
 -- paused new epoch.
--- KEYS[1] state hash, KEYS[2] ledger stream
+-- KEYS[1] state hash, KEYS[2] ledger stream, KEYS[3] the birth marker (absent on a Cluster)
 -- ARGV[1] now_us override ('' = Redis TIME), ARGV[2] interval_us, ARGV[3] ledger_max (0 = none)
 -- Returns the status array of lib.lua's status_reply.
 -- Ledger: op=pause now changed(0|1) interval (effective) paused.
 local now = clock_us(ARGV[1])
 local interval = tonumber(ARGV[2])
-local s, is_new = load_or_new(KEYS[1], now, interval)
+local s, is_new = load_or_new(KEYS[1], KEYS[3], now, interval)
 local changed = 0
 if s.p == nil then
   s.p = now
-  save_fields(KEYS[1], s, is_new, 'p')
+  save_fields(KEYS[1], s, is_new, now, interval, 'p')
   changed = 1
 end
 ledger_append(KEYS[2], tonumber(ARGV[3]), {

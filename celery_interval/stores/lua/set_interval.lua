@@ -1,5 +1,5 @@
 -- set_interval.lua: schedule.set_interval — override the interval; a longer one pushes tat.
--- KEYS[1] state hash, KEYS[2] ledger stream
+-- KEYS[1] state hash, KEYS[2] ledger stream, KEYS[3] the birth marker (absent on a Cluster)
 -- ARGV[1] now_us override ('' = Redis TIME), ARGV[2] interval_us, ARGV[3] new_interval_us,
 -- ARGV[4] ledger_max (0 = no ledger)
 -- Returns the status array of lib.lua's status_reply.
@@ -7,12 +7,12 @@
 local now = clock_us(ARGV[1])
 local interval = tonumber(ARGV[2])
 local new_interval = tonumber(ARGV[3])
-local s, is_new = load_or_new(KEYS[1], now, interval)
+local s, is_new = load_or_new(KEYS[1], KEYS[3], now, interval)
 local changed = (is_new or s.i ~= new_interval) and 1 or 0
 local old = effective_interval(s, interval)
 s.i = new_interval
 s.t = s.t + math.max(0, new_interval - old)
-save_fields(KEYS[1], s, is_new, 'i', 't')
+save_fields(KEYS[1], s, is_new, now, interval, 'i', 't')
 ledger_append(KEYS[2], tonumber(ARGV[4]), {
   'op', 'set_interval', 'now', now, 'changed', changed,
   'interval', effective_interval(s, interval), 'paused', s.p ~= nil and 1 or 0,

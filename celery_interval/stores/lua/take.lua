@@ -1,6 +1,6 @@
 -- take.lua: schedule.take — grant, then claim in the same step when the slot is due within the
 -- lead and the bucket runs: a task whose turn is now takes its ticket and start in one trip.
--- KEYS as grant.lua. ARGV[1..6] as grant.lua's, then ARGV[7] holder, ARGV[8] lease_us,
+-- KEYS as grant.lua's. ARGV[1..6] as grant.lua's, then ARGV[7] holder, ARGV[8] lease_us,
 -- ARGV[9] lead_us, ARGV[10] handoff_us (as claim.lua's).
 -- Returns grant.lua's reply, followed by claim.lua's when it claimed (10 values); grant's
 -- outcome is HELD (delay = the lease left, no ticket) while another holder's lease is live.
@@ -8,9 +8,9 @@
 local now = fmt(clock_us(ARGV[1]))
 local lease = live(load_mark(KEYS[2]), tonumber(now))
 if lease ~= nil and lease.kind == 'L' and lease.holder ~= ARGV[7] then
-  local s, is_new = load_or_new(KEYS[1], tonumber(now), tonumber(ARGV[2]))
+  local s, is_new = load_or_new(KEYS[1], KEYS[4], tonumber(now), tonumber(ARGV[2]))
   if is_new then
-    save_state(KEYS[1], s)
+    save_state(KEYS[1], s, tonumber(now), tonumber(ARGV[2]))
   end
   local left = lease.exp - tonumber(now)
   ledger_append(KEYS[3], tonumber(ARGV[6]), {

@@ -1,20 +1,20 @@
 -- unpause.lua: schedule.unpause — the pause's length joins the offset (idempotent);
 -- an unknown bucket gets a new epoch.
--- KEYS[1] state hash, KEYS[2] ledger stream
+-- KEYS[1] state hash, KEYS[2] ledger stream, KEYS[3] the birth marker (absent on a Cluster)
 -- ARGV[1] now_us override ('' = Redis TIME), ARGV[2] interval_us, ARGV[3] ledger_max (0 = none)
 -- Returns the status array of lib.lua's status_reply.
 -- Ledger: op=unpause now changed(0|1) interval (effective) paused.
 local now = clock_us(ARGV[1])
 local interval = tonumber(ARGV[2])
-local s, is_new = load_or_new(KEYS[1], now, interval)
+local s, is_new = load_or_new(KEYS[1], KEYS[3], now, interval)
 local changed = 0
 if is_new then
-  save_state(KEYS[1], s)
+  save_state(KEYS[1], s, now, interval)
   changed = 1
 elseif s.p ~= nil then
   s.o = s.o + now - s.p
   s.p = nil
-  save_fields(KEYS[1], s, false, 'o', 'p')
+  save_fields(KEYS[1], s, false, now, interval, 'o', 'p')
   changed = 1
 end
 ledger_append(KEYS[2], tonumber(ARGV[3]), {
