@@ -20,6 +20,9 @@ DEFAULTS: dict[str, Any] = {
     "interval_key_prefix": "ci:",
     "interval_max_held": 400,
     "interval_max_ahead_s": 300.0,
+    "interval_hold_ahead_s": 2.0,
+    "interval_max_held_total": 4000,
+    "interval_overflow": True,
     "interval_ledger_max": 100_000,
     "interval_lease_s": 30.0,
     "interval_lead_s": 0.012,
@@ -41,6 +44,9 @@ class Settings:
     key_prefix: str
     max_held: int
     max_ahead_s: float
+    hold_ahead_s: float
+    max_held_total: int
+    overflow: bool
     ledger_max: int
     lease_us: int
     lead_us: int
@@ -121,6 +127,18 @@ def _load(conf: Any) -> Settings:
     max_held = _get(conf, "interval_max_held")
     if isinstance(max_held, bool) or not isinstance(max_held, int) or max_held < 1:
         raise ConfigurationError(f"interval_max_held={max_held!r}: expected an integer >= 1")
+    max_held_total = _get(conf, "interval_max_held_total")
+    if (
+        isinstance(max_held_total, bool)
+        or not isinstance(max_held_total, int)
+        or max_held_total < 1
+    ):
+        raise ConfigurationError(
+            f"interval_max_held_total={max_held_total!r}: expected an integer >= 1"
+        )
+    overflow = _get(conf, "interval_overflow")
+    if not isinstance(overflow, bool):
+        raise ConfigurationError(f"interval_overflow={overflow!r}: expected True or False")
     broker_timeout = conf.get("interval_broker_timeout_s")
     return Settings(
         store_url=_store_url(conf),
@@ -128,6 +146,9 @@ def _load(conf: Any) -> Settings:
         key_prefix=str(_get(conf, "interval_key_prefix")),
         max_held=max_held,
         max_ahead_s=_seconds(conf, "interval_max_ahead_s"),
+        hold_ahead_s=_seconds(conf, "interval_hold_ahead_s"),
+        max_held_total=max_held_total,
+        overflow=overflow,
         ledger_max=ledger_max,
         lease_us=round(_seconds(conf, "interval_lease_s") * US_PER_S),
         lead_us=_lead_us(conf, "interval_lead_s"),

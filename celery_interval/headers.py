@@ -13,6 +13,7 @@ __all__ = [
     "INTERNAL_HEADERS",
     "MARK_HEADER",
     "NESTING_HEADER",
+    "PARKED_HEADER",
     "SEND_HEADER",
     "SEND_ONCE",
     "SPIN_HEADER",
@@ -31,6 +32,8 @@ NESTING_HEADER = "replaced_task_nesting"
 #: the id sent again are dropped as duplicates (the Spark fan-out's re-runs).
 SEND_HEADER = "interval_send"
 SEND_ONCE = "once"
+#: On a parked copy in an overflow queue: the queue the task was sent to.
+PARKED_HEADER = "interval_parked"
 #: The start deadline on the worker host's monotonic clock (ns).
 START_HEADER = "interval_start_ns"
 #: How long the pool process spins before the deadline (ns).
@@ -53,6 +56,7 @@ INTERNAL_HEADERS = (
     TICKET_HEADER,
     CLAIM_HEADER,
     MARK_HEADER,
+    PARKED_HEADER,
 )
 
 

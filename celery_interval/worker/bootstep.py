@@ -10,8 +10,10 @@ from celery.worker.state import reserved_requests
 
 from celery_interval.config import settings_of
 from celery_interval.stores import mask_url, store_for_settings
+from celery_interval.stores.overflow import overflow_index_for
 from celery_interval.worker import started
 from celery_interval.worker.delivery import consumed_queue, stamp_consumed_queues
+from celery_interval.worker.parking import ConsumerBroker
 from celery_interval.worker.service import IntervalService
 from celery_interval.worker.timeouts import warn_broker_timeouts
 
@@ -25,15 +27,17 @@ def service_for(c: Any) -> IntervalService:
     service: IntervalService | None = getattr(c, "interval_service", None)
     if service is None:
         settings = settings_of(c.app)
+        store = store_for_settings(settings)
         service = IntervalService(
             settings=settings,
-            store=store_for_settings(settings),
+            store=store,
             timer=c.timer,
             hostname=c.hostname,
             pool_slots=lambda: free_processes(c.pool),
             stop_queue=lambda queue: _stop_queue(c, queue),
             resume_queue=lambda queue: _resume_queue(c, queue),
             qos=lambda: c.qos,
+            overflow_index=overflow_index_for(store, settings.key_prefix),
         )
         c.interval_service = service
     return service
@@ -154,6 +158,8 @@ class IntervalStep(bootsteps.StartStopStep):
         settings = service.settings
         stamp_consumed_queues(c.task_consumer.channel)
         paced = _pace_other_tasks(c, set(settings.queues_us))
+        if service.overflow is not None:
+            service.overflow.start(ConsumerBroker(c))
         if not self.announced:  # once per worker, not per reconnect
             self.announced = True
             queues = ", ".join(f"{q}={us / 1e6:g}s" for q, us in sorted(settings.queues_us.items()))

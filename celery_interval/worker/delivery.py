@@ -6,10 +6,18 @@ import functools
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["QUEUE_KEY", "consumed_queue", "stamp_consumed_queues"]
+__all__ = [
+    "QUEUE_KEY",
+    "UNPARKED_KEY",
+    "consumed_queue",
+    "stamp_consumed_queues",
+    "taken_back",
+]
 
 #: The ``delivery_info`` key naming the queue a message came from (set at every delivery).
 QUEUE_KEY = "interval_queue"
+#: The ``delivery_info`` key set on a parked task taken back from its overflow queue.
+UNPARKED_KEY = "interval_unparked"
 
 
 def stamp_consumed_queues(channel: Any) -> None:
@@ -46,3 +54,9 @@ def consumed_queue(message: Any) -> str | None:
     info = getattr(message, "delivery_info", None) or {}
     queue = info.get(QUEUE_KEY)
     return queue if isinstance(queue, str) else None
+
+
+def taken_back(message: Any) -> bool:
+    """Whether ``message`` was taken back from an overflow queue (never parked again)."""
+    info = getattr(message, "delivery_info", None) or {}
+    return bool(info.get(UNPARKED_KEY))

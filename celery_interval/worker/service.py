@@ -23,7 +23,9 @@ from celery_interval.headers import (
 )
 from celery_interval.schedule import Claim, Grant, Outcome
 from celery_interval.stores.base import ClaimArgs, DoneMark, Store
+from celery_interval.stores.overflow import OverflowIndex
 from celery_interval.worker.clock import StoreClock
+from celery_interval.worker.overflow import Overflow
 from celery_interval.worker.started import lead_for, spin_ns_for
 
 __all__ = ["Held", "IntervalService"]
@@ -66,6 +68,8 @@ class Held:
     entry: Any = None
     state: str = "new"
     ticketed: bool = False
+    #: Taken back from its bucket's overflow queue: its turn, never parked again.
+    unparked: bool = False
     received_ns: int = field(default_factory=time.monotonic_ns)
 
     @property
@@ -129,6 +133,7 @@ class IntervalService:
         stop_queue: Callable[[str], None],
         resume_queue: Callable[[str], None],
         qos: Callable[[], Any],
+        overflow_index: OverflowIndex | None = None,
     ) -> None:
         self.settings = settings
         self.store = store
@@ -160,13 +165,28 @@ class IntervalService:
         self.clock = StoreClock()
         self._epochs: dict[str, int] = {}
         self._backoff_s = 0.05
+        self._held_n = 0
+        self.overflow: Overflow | None = None
+        if overflow_index is not None and settings.overflow:
+            self.overflow = Overflow(
+                settings,
+                overflow_index,
+                timer,
+                held_count=lambda bucket: len(self.held.get(bucket, ())),
+                held_total=lambda: self._held_n,
+                hold=self.receive,
+                qos=qos,
+            )
 
     # -- receipt ---------------------------------------------------------------------------
 
     def receive(self, held: Held) -> None:
         """Take a new message: raise prefetch for it, queue it for a ticket (an ETA or countdown
-        task once it is due), apply the hold caps."""
+        task once it is due), apply the hold caps; or park it, when this worker cannot hold it."""
+        if self.overflow is not None and self.overflow.parks(held):
+            return
         self.held[held.bucket].append(held)
+        self._held_n += 1
         self._qos().increment_eventually()
         eligible_in_us = held.not_before_in_us - self.settings.lead_us
         if eligible_in_us > 0:
@@ -496,7 +516,10 @@ class IntervalService:
         self._unticket(held)
         with contextlib.suppress(ValueError):  # already forgotten
             self.held.get(held.bucket, []).remove(held)
+            self._held_n -= 1
             self._qos().decrement_eventually()
+            if self.overflow is not None:
+                self.overflow.left(held.queue, held.bucket)
         self._apply_caps(held.queue)
 
     def _unticket(self, held: Held) -> None:
@@ -510,6 +533,11 @@ class IntervalService:
         Half leaves a buffer for the broker's resume latency (a Redis broker's BRPOP: up to 1 s).
         """
         if not queue:
+            return
+        if self.overflow is not None and self.overflow.active:
+            if queue in self.flow.stopped:  # stopped while parking was out
+                self.flow.stopped.discard(queue)
+                self._resume_queue(queue)
             return
         now_ns = time.monotonic_ns()
         count, ahead_s = 0, 0.0
@@ -671,6 +699,9 @@ class IntervalService:
         self._queued.clear()
         self._ticketed.clear()
         self.held.clear()
+        self._held_n = 0
+        if self.overflow is not None:
+            self.overflow.stop()
         self.paused.clear()
         self._pause_polls.clear()
         self.flow.stopped.clear()

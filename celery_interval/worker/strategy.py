@@ -18,7 +18,7 @@ from celery_interval.errors import ConfigurationError
 from celery_interval.headers import MARK_HEADER, START_HEADER, drop_internal_headers
 from celery_interval.task import placement_of
 from celery_interval.worker.bootstep import service_for
-from celery_interval.worker.delivery import consumed_queue
+from celery_interval.worker.delivery import consumed_queue, taken_back
 from celery_interval.worker.service import Held
 
 __all__ = ["interval_strategy"]
@@ -134,6 +134,7 @@ def interval_strategy(task: Any, app: Any, consumer: Any, **_: Any) -> Any:
                 rank=_rank((req.delivery_info or {}).get("priority"), lower_first),
                 acks_late=acks_late,
                 release=release_with_callbacks,
+                unparked=taken_back(message),
             )
         )
 

@@ -1,0 +1,326 @@
+"""Parking: tasks a worker cannot hold wait in a per-bucket broker queue, and come back in order."""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from celery_interval.config import Settings
+from celery_interval.errors import StoreUnavailable
+from celery_interval.stores.overflow import OverflowIndex
+
+__all__ = ["Overflow", "OverflowBroker", "overflow_queue_name"]
+
+logger = logging.getLogger("celery_interval.worker")
+
+#: How often a worker looks for buckets with parked tasks that nobody refills (seconds).
+POLL_S = 0.25
+#: How often a worker lists again the buckets it parked into (a store that lost its state
+#: loses the index; the parked tasks are in the broker and must stay findable).
+RELIST_S = 5.0
+#: The most parked tasks one refill takes back in one event-loop turn.
+REFILL_BATCH = 64
+#: Tasks to park go in batches of at most this many (one confirm wait, two store calls) ...
+PARK_BATCH = 128
+#: ... gathered for at most this long (seconds).
+PARK_GATHER_S = 0.005
+#: The longest overflow queue name (AMQP allows 255 bytes).
+MAX_NAME_BYTES = 200
+
+
+def overflow_queue_name(queue: str, bucket: str) -> str:
+    """The broker queue where ``bucket``'s tasks from ``queue`` wait: readable, and unique."""
+    name = (
+        f"ci-overflow:{bucket}"
+        if bucket.split(":", 1)[0] == queue
+        else (f"ci-overflow:{queue}:{bucket}")
+    )
+    if len(name.encode()) <= MAX_NAME_BYTES:
+        return name
+    digest = hashlib.sha1(name.encode()).hexdigest()[:16]
+    return name.encode()[: MAX_NAME_BYTES - 17].decode(errors="ignore") + "~" + digest
+
+
+class OverflowBroker(Protocol):
+    """The broker side of parking, on the worker's own connection (see ``worker.parking``)."""
+
+    def publish(self, copies: list[tuple[str, Any, str]]) -> None:
+        """Publish each ``(overflow queue, message, origin queue)`` copy, durably: return only
+        once the broker has them (raise if it may not)."""
+        ...
+
+    def get(self, name: str) -> Any:
+        """The head message of overflow queue ``name``, unacknowledged, or None if empty."""
+        ...
+
+    def deliver(self, message: Any, queue: str) -> None:
+        """Hand ``message`` to the worker's task handler as if consumed from ``queue``."""
+        ...
+
+    def consumes(self, queue: str) -> bool:
+        """Whether this worker consumes ``queue`` now."""
+        ...
+
+
+@dataclass
+class _Known:
+    """A bucket this worker parked into or refilled from (FIFO: its arrivals park too)."""
+
+    queue: str
+    interval_us: int
+
+
+class Overflow:
+    """Decides which received tasks park, parks them in batches, and refills buckets as their
+    held tasks leave; the slot cycle itself stays in ``IntervalService``."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        index: OverflowIndex,
+        timer: Any,
+        held_count: Callable[[str], int],
+        held_total: Callable[[], int],
+        hold: Callable[[Any], None],
+        qos: Callable[[], Any],
+    ) -> None:
+        self.settings = settings
+        self.index = index
+        self.timer = timer
+        self.broker: OverflowBroker | None = None
+        self._held_count = held_count
+        self._held_total = held_total
+        self._hold = hold
+        self._qos = qos
+        self.known: dict[tuple[str, str], _Known] = {}
+        self._pending: list[Any] = []
+        self._flush_entry: Any = None
+        self._refill_wanted: set[tuple[str, str]] = set()
+        self._refill_entry: Any = None
+        self._poll_entry: Any = None
+        self._relisted_s = 0.0
+        self._busy = False
+        self.down_since: float | None = None
+        self.parked = 0
+        self.refilled = 0
+
+    @property
+    def active(self) -> bool:
+        """Whether tasks can park now (a broker side attached, the last park went through)."""
+        return self.broker is not None and self.down_since is None
+
+    # -- the decision -------------------------------------------------------------------------
+
+    def cap(self, interval_us: int) -> int:
+        """How many of one bucket's tasks a worker holds: about ``hold_ahead_s`` of its pace
+        (at least 2, at most ``max_held``)."""
+        ahead = math.ceil(self.settings.hold_ahead_s * 1e6 / max(1, interval_us))
+        return max(2, min(self.settings.max_held, ahead))
+
+    def parks(self, held: Any) -> bool:
+        """Park ``held`` (True) when its bucket already has parked tasks (they go first), its
+        bucket holds ``cap`` here, or this worker holds ``max_held_total``."""
+        if self.broker is None or held.unparked or not held.queue or self.down_since is not None:
+            return False
+        key = (held.queue, held.bucket)
+        if not (
+            key in self.known
+            or self._held_count(held.bucket) >= self.cap(held.interval_us)
+            or self._held_total() >= self.settings.max_held_total
+        ):
+            return False
+        self.known.setdefault(key, _Known(held.queue, held.interval_us))
+        self._pending.append(held)
+        self._qos().increment_eventually()  # unacked until parked: the prefetch makes room
+        if len(self._pending) >= PARK_BATCH:
+            self._flush_soon(0.0)
+        elif self._flush_entry is None:
+            self._flush_soon(PARK_GATHER_S)
+        return True
+
+    def _flush_soon(self, delay_s: float) -> None:
+        if self._flush_entry is not None:
+            self._flush_entry.cancel()
+        self._flush_entry = self.timer.call_after(delay_s, self.flush, priority=6)
+
+    # -- parking ------------------------------------------------------------------------------
+
+    def flush(self) -> None:
+        """Park the pending tasks: list their buckets, publish their copies, then ack them (a
+        worker killed in between leaves a copy and the original: the store's dedupe drops one).
+        """
+        self._flush_entry = None
+        if self._busy or not self._pending or self.broker is None:
+            return
+        batch, self._pending = self._pending[:PARK_BATCH], self._pending[PARK_BATCH:]
+        members = sorted({(h.queue, h.bucket) for h in batch})
+        self._busy = True
+        try:
+            self.index.park(members)  # listed before published: no copy escapes the index
+            self.broker.publish(
+                [
+                    (overflow_queue_name(h.queue, h.bucket), h.request.message, h.queue)
+                    for h in batch
+                ]
+            )
+            self.index.park(members)  # a refill that found the queue empty meanwhile keeps it
+        except Exception as exc:
+            self._fail(exc, batch)
+            return
+        finally:
+            self._busy = False
+        for held in batch:
+            held.request.message.ack()
+            self._qos().decrement_eventually()
+        self.parked += len(batch)
+        self._on_ok()
+        for queue, bucket in members:
+            self.want_refill(queue, bucket)
+        if self._pending:
+            self._flush_soon(0.0)
+
+    def _fail(self, exc: Exception, batch: list[Any]) -> None:
+        """The store or the broker refused: hold the batch here (the cap then stops fetching)."""
+        if self.down_since is None:
+            self.down_since = time.monotonic()
+            logger.error(
+                "interval: cannot park %d task(s) (%s): holding them, fetching stops at the cap",
+                len(batch),
+                exc,
+            )
+        for held in batch + self._pending:
+            held.unparked = True
+            self._qos().decrement_eventually()
+            self._hold(held)
+        self._pending = []
+
+    def _on_ok(self) -> None:
+        if self.down_since is not None:
+            logger.warning(
+                "interval: parking works again after %.1fs", time.monotonic() - self.down_since
+            )
+            self.down_since = None
+
+    # -- refilling ----------------------------------------------------------------------------
+
+    def left(self, queue: str | None, bucket: str) -> None:
+        """A held task of ``bucket`` left this worker: refill it from its parked tasks soon."""
+        if queue is not None and (queue, bucket) in self.known:
+            self.want_refill(queue, bucket)
+
+    def want_refill(self, queue: str, bucket: str) -> None:
+        self._refill_wanted.add((queue, bucket))
+        if self._refill_entry is None:
+            self._refill_entry = self.timer.call_after(0.0, self._refill_all, priority=6)
+
+    def _refill_all(self) -> None:
+        self._refill_entry = None
+        wanted, self._refill_wanted = self._refill_wanted, set()
+        for queue, bucket in sorted(wanted):
+            self.refill(queue, bucket, None)
+
+    def refill(self, queue: str, bucket: str, changes: int | None) -> int:
+        """Take back up to the bucket's free room from its overflow queue, in order: each copy
+        goes to the task handler; an empty queue unlists the bucket (unless parked into since
+        ``changes`` was read). Returns how many came back."""
+        if self.broker is None or self._busy or not self.broker.consumes(queue):
+            return 0
+        interval_us = self._interval_us(queue, bucket)
+        room = min(
+            self.cap(interval_us) - self._held_count(bucket),
+            self.settings.max_held_total - self._held_total(),
+            REFILL_BATCH,
+        )
+        if room <= 0:
+            return 0
+        name = overflow_queue_name(queue, bucket)
+        got = 0
+        self._busy = True
+        try:
+            if changes is None:
+                changes = self.index.changes(queue, bucket)
+            while got < room:
+                message = self.broker.get(name)
+                if message is None:
+                    if self.index.drop_if(queue, bucket, changes):
+                        self.known.pop((queue, bucket), None)
+                    break
+                got += 1
+                self.broker.deliver(message, queue)
+            if got:
+                self.known.setdefault((queue, bucket), _Known(queue, interval_us))
+                self.index.defer(queue, bucket, got * interval_us)
+        except StoreUnavailable as exc:
+            logger.warning("interval %s: refill waits for the store (%s)", bucket, exc)
+        finally:
+            self._busy = False
+        self.refilled += got
+        if got == room and self._held_count(bucket) < self.cap(interval_us):
+            self.want_refill(queue, bucket)  # more room: another turn, not this one
+        return got
+
+    def _interval_us(self, queue: str, bucket: str) -> int:
+        known = self.known.get((queue, bucket))
+        if known is not None:
+            return known.interval_us
+        try:
+            return self.settings.interval_us(bucket)
+        except Exception:
+            return self.settings.interval_us(queue)
+
+    # -- the poll -----------------------------------------------------------------------------
+
+    def start(self, broker: OverflowBroker) -> None:
+        """Begin (again, after a reconnect) with the consumer's broker side."""
+        self.broker = broker
+        if self._poll_entry is None:
+            self._poll_entry = self.timer.call_repeatedly(POLL_S, self.poll, priority=7)
+
+    def stop(self) -> None:
+        """The connection is gone: pending parks return to the broker with their originals."""
+        close = getattr(self.broker, "close", None)
+        if close is not None:
+            close()
+        self.broker = None
+        for _ in self._pending:
+            self._qos().decrement_eventually()
+        self._pending.clear()
+        for entry in (self._flush_entry, self._refill_entry, self._poll_entry):
+            if entry is not None:
+                entry.cancel()
+        self._flush_entry = self._refill_entry = self._poll_entry = None
+        self._refill_wanted.clear()
+
+    def poll(self) -> None:
+        """Refill due buckets nobody here holds (their worker left), oldest due first; list
+        again, now and then, the buckets this worker knows have parked tasks."""
+        if self.broker is None or self._busy:
+            return
+        room = self.settings.max_held_total - self._held_total()
+        try:
+            now_s = time.monotonic()
+            if self.known and now_s - self._relisted_s >= RELIST_S:
+                self._relisted_s = now_s
+                self.index.park(sorted(self.known))
+            due = self.index.due(min(256, max(1, room)))
+        except StoreUnavailable:
+            return
+        for parking in due:
+            if room <= 0:
+                break
+            room -= self.refill(parking.queue, parking.bucket, parking.changes)
+
+    def snapshot(self) -> dict[str, Any]:
+        """Figures for ``inspect interval_stats``."""
+        return {
+            "parked": self.parked,
+            "refilled": self.refilled,
+            "known": len(self.known),
+            "pending": len(self._pending),
+            "down": self.down_since is not None,
+        }

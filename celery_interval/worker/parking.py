@@ -1,0 +1,155 @@
+"""The broker side of parking: overflow queues on the worker's own connection."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import kombu
+
+from celery_interval.headers import PARKED_HEADER
+from celery_interval.worker.delivery import QUEUE_KEY, UNPARKED_KEY
+
+__all__ = ["ConsumerBroker"]
+
+logger = logging.getLogger("celery_interval.worker")
+
+_kombu: Any = kombu  # its entities are untyped
+
+#: An overflow queue nobody used (no get, no declare) this long is deleted by RabbitMQ.
+EXPIRES_MS = 7 * 24 * 3600 * 1000
+#: How long a worker waits for the broker to confirm parked copies (seconds).
+CONFIRM_TIMEOUT_S = 10.0
+
+
+def _queue(name: str) -> Any:
+    return _kombu.Queue(
+        name,
+        _kombu.Exchange(""),
+        routing_key=name,
+        durable=True,
+        auto_delete=False,
+        queue_arguments={"x-expires": EXPIRES_MS},
+    )
+
+
+class _Confirms:
+    """Publisher confirms of one AMQP channel: which of its publishes the broker has taken."""
+
+    def __init__(self, channel: Any) -> None:
+        from amqp import spec
+
+        self._methods = [spec.Basic.Ack, spec.Basic.Nack]
+        self.channel = channel
+        self.sent = 0
+        self._upto = 0
+        self._single: set[int] = set()
+        self._nacked = False
+        channel.confirm_select()
+        channel.events["basic_ack"].add(self._ack)
+        channel.events["basic_nack"].add(self._nack)
+
+    def _ack(self, tag: int, multiple: bool) -> None:
+        if multiple:
+            self._upto = max(self._upto, tag)
+        else:
+            self._single.add(tag)
+        while self._upto + 1 in self._single:
+            self._upto += 1
+            self._single.discard(self._upto)
+
+    def _nack(self, tag: int, multiple: bool) -> None:
+        self._nacked = True
+        self._ack(tag, multiple)
+
+    def wait(self) -> None:
+        """Return once every publish so far is confirmed; raise if one was refused."""
+        while self._upto < self.sent:
+            self.channel.wait(self._methods, timeout=CONFIRM_TIMEOUT_S)
+        if self._nacked:
+            self._nacked = False
+            raise RuntimeError("the broker refused a parked copy (basic.nack)")
+
+
+class ConsumerBroker:
+    """Parks on a channel of its own (with publisher confirms on AMQP); takes parked tasks
+    back on the task consumer's channel, so they are acked, rejected and redelivered as any
+    task message is (a worker that dies returns them to the head of their overflow queue)."""
+
+    def __init__(self, consumer: Any) -> None:
+        self._c = consumer
+        self._channel: Any = None
+        self._producer: Any = None
+        self._confirms: _Confirms | None = None
+        self._declared: set[str] = set()
+        self._declared_get: set[str] = set()
+
+    def _ready(self) -> Any:
+        if self._producer is None:
+            self._channel = self._c.connection.channel()
+            if hasattr(self._channel, "confirm_select") and hasattr(self._channel, "events"):
+                self._confirms = _Confirms(self._channel)
+            self._producer = _kombu.Producer(
+                self._channel, exchange=_kombu.Exchange(""), auto_declare=False
+            )
+        return self._producer
+
+    def publish(self, copies: list[tuple[str, Any, str]]) -> None:
+        producer = self._ready()
+        for name, message, origin in copies:
+            if name not in self._declared:
+                _queue(name).bind(self._channel).declare()
+                self._declared.add(name)
+            properties = message.properties or {}
+            priority = properties.get("priority")
+            if priority is None:
+                priority = (message.delivery_info or {}).get("priority")
+            producer.publish(
+                message.body,
+                routing_key=name,
+                headers={**(message.headers or {}), PARKED_HEADER: origin},
+                content_type=message.content_type,
+                content_encoding=message.content_encoding,
+                delivery_mode=2,
+                priority=priority,
+                correlation_id=properties.get("correlation_id"),
+                reply_to=properties.get("reply_to"),
+                retry=False,
+            )
+            if self._confirms is not None:
+                self._confirms.sent += 1
+        if self._confirms is not None:
+            self._confirms.wait()
+
+    def get(self, name: str) -> Any:
+        consumer = self._c.task_consumer
+        queue = _queue(name).bind(consumer.channel)
+        if name not in self._declared_get:  # a get from a queue that is not there closes it
+            queue.declare()
+            self._declared_get.add(name)
+        return queue.get(no_ack=False, accept=consumer.accept)
+
+    def deliver(self, message: Any, queue: str) -> None:
+        info = message.delivery_info
+        info[QUEUE_KEY] = queue
+        info[UNPARKED_KEY] = True
+        on_message = self._c.task_consumer.on_message
+        if on_message is None:  # pragma: no cover - the loop sets it before any timer runs
+            message.requeue()
+            return
+        on_message(message)
+
+    def consumes(self, queue: str) -> bool:
+        consumer = self._c.task_consumer
+        return consumer is not None and bool(consumer.consuming_from(queue))
+
+    def close(self) -> None:
+        """Drop the publishing channel (the connection it was on is gone or going)."""
+        channel, self._channel, self._producer, self._confirms = self._channel, None, None, None
+        self._declared.clear()
+        self._declared_get.clear()
+        if channel is not None:
+            try:
+                channel.close()
+            except Exception:  # the connection is already gone
+                logger.debug("interval: overflow channel already closed", exc_info=True)
