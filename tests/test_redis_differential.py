@@ -604,7 +604,7 @@ def test_a_lost_store_waits_but_an_expired_idle_bucket_starts_at_once(
     store = RedisStore(redis_client, now_us=lambda: now[0])
     first = store.grant("api", "t1", 0, 1_000)
     assert first.delay_us == ML + 1_000, "a new store: a lost state may have admitted a start"
-    assert redis_client.get("ci:born") == str(now[0]).encode()
+    assert redis_client.get(keys.born_key("ci:")) == str(now[0]).encode()
     now[0] += 10**9
     taken, claimed = store.take("mail", "t1", 0, 1_000, 0, "w1", 10**6)
     assert taken.delay_us == 0 and claimed is not None and claimed.outcome is Outcome.OK
@@ -626,8 +626,8 @@ def test_born_on_the_store_clock(redis_store: RedisStore, redis_client: redis.Re
     """On Redis TIME: a new store's first bucket waits, one made under an old marker does not;
     an idle state expires, a paused or overridden one is kept; a reset keeps the wait."""
     assert redis_store.grant("a", "t1", 0, 50_000).delay_us == ML + 50_000
-    born = int(redis_client.get("ci:born") or 0)
-    redis_client.set("ci:born", born - 10**9)
+    born = int(redis_client.get(keys.born_key("ci:")) or 0)
+    redis_client.set(keys.born_key("ci:"), born - 10**9)
     assert redis_store.grant("b", "t1", 0, 50_000).delay_us == 0
     assert redis_client.pttl("ci:{b}:s") > 0
     redis_store.pause("b", 50_000)
@@ -646,7 +646,7 @@ def test_born_on_the_store_clock(redis_store: RedisStore, redis_client: redis.Re
 def test_a_cluster_has_no_birth_marker(cluster_client: redis.RedisCluster[Any]) -> None:
     """A script on a Cluster reaches only its bucket's hash slot: every new bucket waits."""
     cluster_client.flushdb()
-    cluster_client.set("ci:born", 1)
+    cluster_client.set(keys.born_key("ci:"), 1)
     store = RedisStore(cluster_client)
     assert store.grant("api", "t1", 0, 1_000).delay_us == ML + 1_000
-    assert cluster_client.get("ci:born") == b"1"
+    assert cluster_client.get(keys.born_key("ci:")) == b"1"

@@ -26,6 +26,7 @@ from celery_interval.ledger import LedgerReader
 from celery_interval.schedule import Outcome
 from celery_interval.stores import mask_url, store_from_url
 from celery_interval.stores.base import DoneMark
+from celery_interval.stores.overflow import overflow_index_for
 from celery_interval.stores.redis import RedisStore
 
 INTERVAL_US = 20_000
@@ -38,7 +39,8 @@ STORE_PASSWORD = "ci-Pw-91c2"
 #: keys of interval_key_prefix ``ci:`` (all are ``<prefix>{<bucket>}…``), not those of ``ci:x:``.
 ACL_LINE = (
     "ACL SETUSER ci reset on >PASSWORD ~ci:{* +evalsha +script|load +ping +xrange"
-    " +hmget +hset +hdel +get +set +del +xadd +time"
+    " +hmget +hset +hdel +get +set +del +xadd +time +pexpire +persist"
+    " +zadd +hincrby +zrangebyscore +hget +zrem +zcard"
 )
 ACL_COMMANDS = tuple(word[1:] for word in ACL_LINE.split() if word.startswith("+"))
 #: What ``interval ledger export`` adds: it lists ledgers with SCAN and finds the newest entry.
@@ -76,6 +78,14 @@ def exercise(store: Any, bucket: str = "api") -> None:
     assert ops[:3] == ["grant:OK", "grant:OK", "claim:OK"] and ops[-1] == "set_interval"
     store.reset(bucket)
     assert not store.status(bucket, INTERVAL_US).exists
+    index = overflow_index_for(store, "ci:")
+    assert index is not None
+    index.park([(bucket, f"{bucket}:t")])
+    (parking,) = index.due(10)
+    assert index.changes(bucket, f"{bucket}:t") == parking.changes == 1
+    index.defer(bucket, f"{bucket}:t", 0)
+    assert index.size() == 1
+    assert index.drop_if(bucket, f"{bucket}:t", parking.changes)
 
 
 def set_acl_user(admin: redis.Redis[str], without: str = "", extra: str = "") -> None:

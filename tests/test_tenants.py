@@ -10,6 +10,9 @@ from typing import Any
 import pytest
 from pool import Pool
 from test_dropin import bucket_claims
+from test_faults import DYING_START_US, redis_visibility
+
+from celery_interval.embedded import RedisProc
 
 pytestmark = pytest.mark.slow
 
@@ -17,13 +20,16 @@ TENANT_INTERVAL_S = 0.02
 FLOOD = 1500
 
 
-def tenant_pool(make_pool: Any, broker: str, **conf: Any) -> Pool:
+def tenant_pool(
+    make_pool: Any, broker: str, conf: dict[str, Any] | None = None, **pool_kwargs: Any
+) -> Pool:
     pool: Pool = make_pool(
         TENANT_INTERVAL_S,
         broker=broker,
         env_extra={"CI_TEST_TENANT_INTERVAL": str(TENANT_INTERVAL_S)},
-        conf=conf,
+        conf=conf or {},
         loglevel="INFO",
+        **pool_kwargs,
     )
     pool.recorder.flushdb()
     return pool
@@ -102,3 +108,92 @@ def test_a_flood_never_blocks_other_tenants(make_pool: Any, broker: str) -> None
     utilization = (len(flood) - 1) * TENANT_INTERVAL_S / span_s
     print(f"FLOOD {len(flood)} starts over {span_s:.2f}s: utilization {utilization:.3f}")
     assert utilization >= 0.9
+
+
+def tenant_ledger(pool: Pool, key: str) -> list[dict[str, str]]:
+    from celery_interval.stores.keys import ledger_key
+
+    return [
+        {k.decode(): v.decode() for k, v in fields.items()}
+        for _id, fields in pool.recorder.xrange(ledger_key("ci:", f"{pool.queue}:{key}"))
+    ]
+
+
+def assert_ticket_order(pool: Pool, keys: set[str]) -> None:
+    """Within a key, the store admits starts in ticket order (per epoch)."""
+    for key in keys:
+        admitted = sorted(
+            (int(e["start"]), int(e["epoch"]), int(e["ticket"]))
+            for e in tenant_ledger(pool, key)
+            if e["op"] == "claim:OK" and "again" not in e and "readmit" not in e
+        )
+        order = [(epoch, ticket) for _, epoch, ticket in admitted]
+        assert order == sorted(order), f"{key}: starts out of ticket order"
+
+
+@pytest.mark.parametrize("broker", ["rabbitmq", "redis"])
+def test_a_worker_killed_mid_flood(make_pool: Any, broker: str) -> None:
+    """SIGKILL a worker while it holds, parks and takes back the flood: its held and taken-back
+    tasks return to their queues, its half-parked copies are dropped as duplicates; every task
+    runs once (but for one whose body began as the worker died: Celery's early ack), each key
+    on pace and in ticket order."""
+    conf: dict[str, Any] = {"interval_lease_s": 3.0}
+    if broker == "redis":
+        conf.update(redis_visibility(4.0))
+    pool = tenant_pool(make_pool, broker, conf)
+    doomed, _ = pool.start(2, concurrency=2)
+    calls = [("a", i) for i in range(600)] + [(f"t{k}", i) for k in range(10) for i in range(3)]
+    ids = send_tenants(pool, calls)
+    wait_for(pool, lambda got: len(got.get("a", [])) >= 100, timeout_s=30.0)
+    killed_us = pool.store_now_us()
+    pool.kill(doomed)
+    pool.start(1, concurrency=2)
+    by_key = wait_for(pool, lambda got: sum(len(v) for v in got.values()) >= len(ids), 90.0)
+    time.sleep(2.0)
+    by_key = starts_by_key(pool)
+    seen = [r["id"] for records in by_key.values() for r in records]
+    doubled = {i for i in seen if seen.count(i) > 1}
+    assert not doubled, [r for v in by_key.values() for r in v if r["id"] in doubled]
+    dying = {
+        e["task"]
+        for key in {k for k, _ in calls}
+        for e in tenant_ledger(pool, key)
+        if e["op"] == "claim:OK"
+        and e["holder"].startswith(f"{doomed.name}/")
+        and abs(int(e["start"]) - killed_us) <= DYING_START_US
+    }
+    missing = set(ids) - set(seen)
+    assert missing <= dying, f"{len(missing - dying)} lost: {sorted(missing - dying)[:5]}"
+    for key in by_key:
+        assert_key_paced(pool, key, TENANT_INTERVAL_S)
+    assert_ticket_order(pool, set(by_key))
+    print(f"KILLED MID-FLOOD [{broker}]: {len(seen)} ran once, {len(missing)} died as they began")
+
+
+def test_the_store_restarts_empty_mid_flood(make_pool: Any, redis_server: Any) -> None:
+    """The store loses everything, the overflow index too: the workers list the buckets they
+    parked into again, so the parked tasks are found; every task runs once, keys on pace."""
+    store = RedisProc()
+    try:
+        pool = tenant_pool(
+            make_pool, "rabbitmq", store=store.url, record_url=redis_server.url_for(5)
+        )
+        pool.start(2, concurrency=2)
+        calls = [("a", i) for i in range(500)] + [(f"t{k}", i) for k in range(10) for i in range(3)]
+        ids = send_tenants(pool, calls)
+        wait_for(pool, lambda got: len(got.get("a", [])) >= 60, timeout_s=30.0)
+        store.kill()
+        time.sleep(2.0)
+        store.restart()  # same port, empty
+        restarted_us = pool.store_now_us()
+        by_key = wait_for(pool, lambda got: sum(len(v) for v in got.values()) >= len(ids), 90.0)
+        time.sleep(2.0)
+        by_key = starts_by_key(pool)
+    finally:
+        store.stop()
+    seen = [r["id"] for records in by_key.values() for r in records]
+    assert sorted(seen) == sorted(ids), (
+        f"missing={len(set(ids) - set(seen))} doubled={len(seen) - len(set(seen))}"
+    )
+    after = [r for r in by_key["a"] if r["us"] > restarted_us]
+    assert len(after) > 100, "the flood goes on from its parked tasks"

@@ -39,8 +39,9 @@ def validate_bucket(bucket: str) -> str:
 
 def born_key(prefix: str) -> str:
     """The store's birth marker (µs), set when a script making a state finds it missing; it
-    belongs to no bucket, so scripts on a Redis Cluster (one hash slot each) never use it."""
-    return f"{prefix}born"
+    belongs to no bucket, so scripts on a Redis Cluster (one hash slot each) never use it.
+    Its tag ``{~born}`` keeps it inside the ``<prefix>{*`` key pattern of an ACL user."""
+    return f"{prefix}{{~born}}"
 
 
 def state_key(prefix: str, bucket: str) -> str:

@@ -244,15 +244,17 @@ class Overflow:
         try:
             if changes is None:
                 changes = self.index.changes(queue, bucket)
+            emptied = False
             while got < room:
                 message = self.broker.get(name)
                 if message is None:
-                    if self.index.drop_if(queue, bucket, changes):
+                    emptied = self.index.drop_if(queue, bucket, changes)
+                    if emptied:
                         self.known.pop((queue, bucket), None)
                     break
                 got += 1
                 self.broker.deliver(message, queue)
-            if got:
+            if got and not emptied:
                 self.known.setdefault((queue, bucket), _Known(queue, interval_us))
                 self.index.defer(queue, bucket, got * interval_us)
         except StoreUnavailable as exc:
@@ -303,6 +305,9 @@ class Overflow:
             return
         room = self.settings.max_held_total - self._held_total()
         try:
+            if self.down_since is not None:
+                self.index.size()  # parking stopped on an error: resume once the store answers
+                self._on_ok()
             now_s = time.monotonic()
             if self.known and now_s - self._relisted_s >= RELIST_S:
                 self._relisted_s = now_s

@@ -447,8 +447,8 @@ class IntervalService:
             if result.epoch != held.epoch and self._epochs.get(held.bucket) != result.epoch:
                 self._epochs[held.bucket] = result.epoch
                 logger.warning(
-                    "interval %s: the store lost its state (new epoch %d): held tasks re-ticket, "
-                    "the first start waits one interval",
+                    "interval %s: new epoch %d (the store lost the bucket's state, or it was "
+                    "reset, or it expired idle): held tasks re-ticket",
                     held.bucket,
                     result.epoch,
                 )

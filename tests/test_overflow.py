@@ -1,0 +1,289 @@
+"""Parking alone: which tasks park, in what order they come back, and what a failure does."""
+
+from __future__ import annotations
+
+from collections import defaultdict, deque
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+from celery import Celery
+
+from celery_interval.config import settings_of
+from celery_interval.errors import StoreUnavailable
+from celery_interval.stores.overflow import MemoryOverflowIndex
+from celery_interval.worker.overflow import Overflow, overflow_queue_name
+
+INTERVAL_S = 0.02
+HOLD_AHEAD_S = 0.1  # a cap of 5 tasks per bucket at 20 ms
+CAP = 5
+
+
+class Timer:
+    """Entries run when the test says so."""
+
+    def __init__(self) -> None:
+        self.entries: list[Any] = []
+
+    def call_after(self, delay_s: float, fn: Any, args: tuple[Any, ...] = (), **_: Any) -> Any:
+        entry = Entry(fn, args, self)
+        self.entries.append(entry)
+        return entry
+
+    def call_repeatedly(self, secs: float, fn: Any, **_: Any) -> Any:
+        return Entry(fn, (), None)
+
+    def run(self) -> None:
+        while self.entries:
+            entry = self.entries.pop(0)
+            entry.fn(*entry.args)
+
+
+@dataclass
+class Entry:
+    fn: Any
+    args: tuple[Any, ...]
+    timer: Timer | None
+
+    def cancel(self) -> None:
+        if self.timer is not None and self in self.timer.entries:
+            self.timer.entries.remove(self)
+
+
+@dataclass
+class Message:
+    task_id: str
+    bucket: str
+    log: list[tuple[str, str]]
+
+    def ack(self) -> None:
+        self.log.append(("ack", self.task_id))
+
+
+@dataclass
+class Request:
+    message: Message
+
+
+@dataclass
+class FakeHeld:
+    task_id: str
+    bucket: str
+    request: Request
+    queue: str = "api"
+    interval_us: int = round(INTERVAL_S * 1e6)
+    unparked: bool = False
+
+
+@dataclass
+class Broker:
+    """Overflow queues as deques; records publishes and acks in one log."""
+
+    log: list[tuple[str, str]] = field(default_factory=list)
+    queues: dict[str, deque[Message]] = field(default_factory=lambda: defaultdict(deque))
+    delivered: list[tuple[str, str]] = field(default_factory=list)
+    fail: bool = False
+    #: The worker's task handler: a message taken back is held there.
+    on_deliver: Any = None
+
+    def publish(self, copies: list[tuple[str, Any, str]]) -> None:
+        if self.fail:
+            raise ConnectionError("broker refused")
+        for name, message, _origin in copies:
+            self.queues[name].append(message)
+            self.log.append(("publish", message.task_id))
+
+    def get(self, name: str) -> Any:
+        return self.queues[name].popleft() if self.queues[name] else None
+
+    def deliver(self, message: Any, queue: str) -> None:
+        self.delivered.append((queue, message.task_id))
+        self.on_deliver(message)
+
+    def consumes(self, queue: str) -> bool:
+        return True
+
+
+class FlakyIndex(MemoryOverflowIndex):
+    down = False
+
+    def park(self, members: list[tuple[str, str]]) -> None:
+        if self.down:
+            raise StoreUnavailable("store down")
+        super().park(members)
+
+    def size(self) -> int:
+        if self.down:
+            raise StoreUnavailable("store down")
+        return super().size()
+
+
+class Qos:
+    def __init__(self) -> None:
+        self.value = 0
+
+    def increment_eventually(self) -> None:
+        self.value += 1
+
+    def decrement_eventually(self) -> None:
+        self.value -= 1
+
+
+@dataclass
+class Rig:
+    overflow: Overflow
+    broker: Broker
+    index: FlakyIndex
+    timer: Timer
+    counts: dict[str, int]
+    held: list[FakeHeld]
+    qos: Qos
+
+    def arrive(self, task_id: str, bucket: str = "api:a") -> FakeHeld:
+        """A message arrives: parked, or held here (counted in its bucket)."""
+        held = FakeHeld(task_id, bucket, Request(Message(task_id, bucket, self.broker.log)))
+        if not self.overflow.parks(held):
+            self.hold(held)
+        return held
+
+    def hold(self, held: FakeHeld) -> None:
+        self.held.append(held)
+        self.counts[held.bucket] += 1
+
+    def leave(self, bucket: str = "api:a") -> None:
+        self.counts[bucket] -= 1
+        self.overflow.left("api", bucket)
+
+
+@pytest.fixture
+def rig() -> Rig:
+    app = Celery("overflow", set_as_current=False)
+    app.conf.update(
+        interval_store_url="memory://",
+        interval_queues={"api": INTERVAL_S},
+        interval_hold_ahead_s=HOLD_AHEAD_S,
+        interval_max_held_total=12,
+    )
+    counts: dict[str, int] = defaultdict(int)
+    held: list[FakeHeld] = []
+    timer, broker, index, qos = Timer(), Broker(), FlakyIndex(), Qos()
+    rig = Rig(None, broker, index, timer, counts, held, qos)  # type: ignore[arg-type]
+    rig.overflow = Overflow(
+        settings_of(app),
+        index,
+        timer,
+        held_count=lambda bucket: counts[bucket],
+        held_total=lambda: sum(counts.values()),
+        hold=rig.hold,
+        qos=lambda: qos,
+    )
+    broker.on_deliver = lambda m: rig.hold(FakeHeld(m.task_id, m.bucket, Request(m), unparked=True))
+    rig.overflow.start(broker)
+    return rig
+
+
+def test_a_bucket_holds_its_cap_and_parks_the_rest_in_order(rig: Rig) -> None:
+    for i in range(CAP + 3):
+        rig.arrive(f"t{i}")
+    assert [h.task_id for h in rig.held] == [f"t{i}" for i in range(CAP)]
+    assert rig.qos.value == 3, "parked messages stay unacked until parked: prefetch makes room"
+    rig.timer.run()
+    name = overflow_queue_name("api", "api:a")
+    assert [m.task_id for m in rig.broker.queues[name]] == [f"t{i}" for i in range(CAP, CAP + 3)]
+    # Each copy is published before its original is acked (a kill in between leaves both).
+    for task_id in ("t5", "t6", "t7"):
+        assert rig.broker.log.index(("publish", task_id)) < rig.broker.log.index(("ack", task_id))
+    assert rig.qos.value == 0
+    assert [(p.queue, p.bucket) for p in rig.index.due(10)] == [("api", "api:a")]
+
+
+def test_arrivals_follow_parked_tasks_and_come_back_in_order(rig: Rig) -> None:
+    for i in range(CAP + 2):
+        rig.arrive(f"t{i}")
+    rig.timer.run()
+    rig.leave()
+    rig.leave()
+    rig.arrive("t7")  # room here, but the bucket has parked tasks: it goes behind them
+    rig.timer.run()
+    assert [m for _, m in rig.broker.delivered] == ["t5", "t6"]
+    name = overflow_queue_name("api", "api:a")
+    assert [m.task_id for m in rig.broker.queues[name]] == ["t7"]
+
+
+def test_an_empty_overflow_unlists_its_bucket(rig: Rig) -> None:
+    for i in range(CAP + 1):
+        rig.arrive(f"t{i}")
+    rig.timer.run()
+    for _ in range(3):
+        rig.leave()
+    rig.timer.run()
+    assert [m for _, m in rig.broker.delivered] == ["t5"]
+    assert rig.index.size() == 0 and not rig.overflow.known
+    rig.arrive("t6")
+    assert rig.held[-1].task_id == "t6", "an unlisted bucket with room holds again"
+
+
+def test_a_park_between_a_refills_read_and_its_empty_get_keeps_the_bucket_listed(
+    rig: Rig,
+) -> None:
+    rig.index.park([("api", "api:a")])
+    seen = rig.index.changes("api", "api:a")
+    rig.index.park([("api", "api:a")])  # another worker parks meanwhile
+    assert rig.overflow.refill("api", "api:a", seen) == 0
+    assert rig.index.size() == 1
+    assert rig.overflow.refill("api", "api:a", rig.index.changes("api", "api:a")) == 0
+    assert rig.index.size() == 0
+
+
+def test_taken_back_tasks_never_park_again(rig: Rig) -> None:
+    for i in range(CAP):
+        rig.arrive(f"t{i}")
+    message = Message("back", "api:a", rig.broker.log)
+    held = FakeHeld("back", "api:a", Request(message), unparked=True)
+    assert not rig.overflow.parks(held)
+
+
+def test_the_worker_wide_cap_parks_every_bucket(rig: Rig) -> None:
+    for bucket in ("api:a", "api:b", "api:c"):
+        for i in range(4):
+            rig.arrive(f"{bucket}-{i}", bucket)
+    assert sum(rig.counts.values()) == 12
+    rig.arrive("api:d-0", "api:d")
+    assert rig.counts["api:d"] == 0, "past max_held_total a new bucket parks too"
+
+
+def test_a_failed_park_holds_the_batch_and_parking_resumes_with_the_store(rig: Rig) -> None:
+    for i in range(CAP + 2):
+        rig.arrive(f"t{i}")
+    rig.index.down = True
+    rig.timer.run()
+    assert [h.task_id for h in rig.held][-2:] == ["t5", "t6"], "held here, not lost"
+    assert all(h.unparked for h in rig.held[-2:])
+    assert not rig.overflow.active
+    rig.arrive("t7")
+    assert rig.held[-1].task_id == "t7", "no parking while it fails: the cap stops fetching"
+    rig.overflow.poll()
+    assert not rig.overflow.active
+    rig.index.down = False
+    rig.overflow.poll()
+    assert rig.overflow.active
+    rig.arrive("t8")
+    assert rig.held[-1].task_id == "t7" and rig.overflow._pending, "parks again"
+
+
+def test_a_broker_that_refuses_holds_the_batch(rig: Rig) -> None:
+    rig.broker.fail = True
+    for i in range(CAP + 1):
+        rig.arrive(f"t{i}")
+    rig.timer.run()
+    assert [h.task_id for h in rig.held] == [f"t{i}" for i in range(CAP + 1)]
+    assert ("ack", "t5") not in rig.broker.log
+
+
+def test_overflow_queue_names_are_readable_and_bounded() -> None:
+    assert overflow_queue_name("api", "api:shop-1") == "ci-overflow:api:shop-1"
+    assert overflow_queue_name("api", "api") == "ci-overflow:api"
+    assert overflow_queue_name("api", "other") == "ci-overflow:api:other"
+    long_a = overflow_queue_name("api", "api:" + "x" * 300 + "a")
+    long_b = overflow_queue_name("api", "api:" + "x" * 300 + "b")
+    assert len(long_a.encode()) <= 200 and long_a != long_b
