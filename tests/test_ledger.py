@@ -179,6 +179,20 @@ def test_ledger_max_zero_writes_nothing(redis_client: redis.Redis[Any]) -> None:
     assert store.ledger("api") == []
 
 
+def test_an_idle_buckets_ledger_expires_a_week_after_its_last_entry(
+    redis_client: redis.Redis[Any],
+) -> None:
+    from celery_interval.stores.redis import LEDGER_TTL_MS
+
+    store = RedisStore(redis_client)
+    store.grant("api:shop-1", "t1", 0, 1_000_000)
+    ttl_ms = redis_client.pttl(store.ledger_key("api:shop-1"))
+    assert LEDGER_TTL_MS - 5_000 < ttl_ms <= LEDGER_TTL_MS
+    redis_client.pexpire(store.ledger_key("api:shop-1"), 1_000)
+    store.pause("api:shop-1", 1_000_000)  # every entry renews it
+    assert redis_client.pttl(store.ledger_key("api:shop-1")) > LEDGER_TTL_MS - 5_000
+
+
 def test_real_clock_entries(redis_client: redis.Redis[Any]) -> None:
     """Without an injected clock ``now`` is Redis TIME, in µs."""
     store = RedisStore(redis_client)

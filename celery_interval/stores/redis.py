@@ -86,6 +86,9 @@ DEFAULT_SOCKET_TIMEOUT_S = 5.0
 DEFAULT_HEALTH_CHECK_INTERVAL_S = 30
 #: About this many entries are kept in each bucket's ledger Stream (XADD MAXLEN ~).
 DEFAULT_LEDGER_MAX = 100_000
+#: A bucket's ledger expires this long after its last entry (lib.lua's LEDGER_TTL_MS): an idle
+#: tenant's audit goes a week after its last task; export it before (``interval ledger export``).
+LEDGER_TTL_MS = 7 * 24 * 3600 * 1000
 
 
 #: The scripts that run ops.lua's grant_op and claim_op.

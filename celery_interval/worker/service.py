@@ -43,6 +43,8 @@ HELD_RECHECK_S = 1.0
 #: Done marks go on the event loop's next turn (a take in this one carries them): a worker
 #: killed before its marks reach the store leaves copies that run again once the lease ends.
 DONE_FLUSH_S = 0.0
+#: Counters are kept for at most this many buckets that hold nothing here.
+MAX_STATS = 10_000
 
 
 @dataclass(eq=False)
@@ -518,14 +520,28 @@ class IntervalService:
             self.held.get(held.bucket, []).remove(held)
             self._held_n -= 1
             self._qos().decrement_eventually()
+            if not self.held[held.bucket]:
+                self._prune(held.bucket)
             if self.overflow is not None:
                 self.overflow.left(held.queue, held.bucket)
         self._apply_caps(held.queue)
+
+    def _prune(self, bucket: str) -> None:
+        """A bucket holds nothing here: drop its entries (many tenants come and go); keep its
+        counters while fewer than ``MAX_STATS`` buckets have them."""
+        self.held.pop(bucket, None)
+        if not self._queued.get(bucket, True):
+            del self._queued[bucket]
+        self.flow.latest_due_ns.pop(bucket, None)
+        if len(self.stats) > MAX_STATS:
+            self.stats.pop(bucket, None)
 
     def _unticket(self, held: Held) -> None:
         if held.ticketed:
             held.ticketed = False
             self._ticketed[held.bucket] -= 1
+            if not self._ticketed[held.bucket]:
+                del self._ticketed[held.bucket]
 
     def _apply_caps(self, queue: str | None) -> None:
         """Stop fetching at ``max_held`` tasks or a slot ``max_ahead_s`` away; resume at half.
@@ -777,4 +793,6 @@ class IntervalService:
             }
         out["_buckets_total"] = len(names)
         out["_queues_stopped"] = sorted(self.flow.stopped)
+        if self.overflow is not None:
+            out["_overflow"] = self.overflow.snapshot()
         return out

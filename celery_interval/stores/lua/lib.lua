@@ -208,6 +208,9 @@ end
 
 -- Append one entry to the ledger Stream at key, trimmed to about cap entries (XADD MAXLEN ~);
 -- cap <= 0 writes nothing. fields: name, value, ... (numbers are written with fmt()).
+-- redis.LEDGER_TTL_MS: a bucket's ledger goes this long after its last entry (idle tenants).
+local LEDGER_TTL_MS = 604800000
+
 local function ledger_append(key, cap, fields)
   if cap <= 0 then
     return
@@ -222,6 +225,7 @@ local function ledger_append(key, cap, fields)
     args[#args + 1] = value
   end
   redis.call(unpack(args))
+  redis.call('PEXPIRE', key, LEDGER_TTL_MS)
 end
 
 -- schedule.status as a flat array of integers:
