@@ -34,10 +34,12 @@ def recorder() -> redis.Redis:
     return _conn
 
 
-def record_start(task_id: str, i: int, retries: int, worker: str) -> None:
-    """Record one body start; the clock is read first, before any I/O."""
+def record_start(task_id: str, i: int, retries: int, worker: str, key: str = "") -> None:
+    """Record one body start (of a tenant ``key``'s task); the clock is read first."""
     mono_ns = time.monotonic_ns()
     entry = {"id": task_id, "i": i, "retries": retries, "worker": worker, "mono_ns": mono_ns}
+    if key:
+        entry["key"] = key
     recorder().rpush(STARTS_KEY, json.dumps(entry))
 
 

@@ -30,7 +30,7 @@ INTERVAL_S = interval_s()
 GATE_KEY = "bench:diy:gate"
 
 app = make_app(os.environ[ENV_BROKER], os.environ[ENV_STORE], QUEUE, INTERVAL_S, **conf())
-if os.environ.get(ENV_TASK) != "bench.interval":
+if os.environ.get(ENV_TASK) not in ("bench.interval", "bench.tenant"):
     # Every task consumed from an interval queue is paced: the other systems' queue is none.
     app.conf.interval_queues = {}
 _gate: redis.Redis | None = None
@@ -69,6 +69,20 @@ if os.environ.get(ENV_TASK) == "bench.interval":
     def interval_task(self: Any, i: int) -> int:
         """celery_interval: IntervalTask spaces the starts of its queue."""
         return _record(self, i)
+
+
+if os.environ.get(ENV_TASK) == "bench.tenant":
+
+    @app.task(
+        base=IntervalTask,
+        bind=True,
+        name="bench.tenant",
+        interval_bucket=lambda args, kwargs: args[0],
+    )
+    def tenant_task(self: Any, key: str, i: int) -> int:
+        """celery_interval with one bucket per key (``bench:<key>``), for bench/tenants.py."""
+        record_start(self.request.id, i, self.request.retries, self.request.hostname or "", key)
+        return i
 
 
 @app.task(bind=True, name="bench.rate_limited", rate_limit=os.environ.get(ENV_RATE_LIMIT) or None)

@@ -14,6 +14,7 @@ import click
 from celery_interval import control
 from celery_interval.config import settings_of
 from celery_interval.errors import IntervalError
+from celery_interval.worker.overflow import overflow_queue_name
 
 __all__ = ["interval", "main"]
 
@@ -121,7 +122,8 @@ def status(
     as_json: bool,
     timeout_s: float,
 ) -> None:
-    """Interval, paused, tickets, next slot, held per worker and broker depth of each bucket:
+    """Interval, paused, tickets, next slot, held per worker, broker depth and parked tasks
+    (in the bucket's overflow queue) of each bucket:
     the configured ones and those with state in the store (tenant buckets ``queue:key``)."""
     app = _app(ctx)
     unconfigured: list[str] = []
@@ -142,7 +144,10 @@ def status(
     per_worker = _held_per_worker(app, timeout_s, names) if names else {}
     configured = set(settings_of(app).buckets())
     depths = _queue_depths(app, [name for name in names if name in configured])
+    overflows = {name: overflow_queue_name(name.split(":", 1)[0], name) for name in names}
+    parked = _queue_depths(app, list(overflows.values()))
     for row in rows:
+        row["parked"] = parked.get(overflows[row["queue"]]) or 0
         row["held"] = {
             worker: stats.get(row["queue"], {}).get("held", 0)
             for worker, stats in per_worker.items()
@@ -164,7 +169,9 @@ def status(
     from rich.table import Table
 
     table = Table(title="interval buckets")
-    for col in ("bucket", "interval s", "paused", "tickets", "next slot in s", "held", "depth"):
+    columns = ("bucket", "interval s", "paused", "tickets", "next slot in s", "held", "depth",
+               "parked")  # fmt: skip
+    for col in columns:
         table.add_column(col)
     for row in rows:
         held = ", ".join(f"{w}={n}" for w, n in sorted(row["held"].items())) or "-"
@@ -176,6 +183,7 @@ def status(
             f"{row['next_slot_in_s']:.3f}",
             held,
             "?" if row["broker_depth"] is None else str(row["broker_depth"]),
+            str(row["parked"]),
         )
     console = Console()
     console.print(table)

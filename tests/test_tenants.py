@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import itertools
+import json
 import time
 from collections import defaultdict
 from typing import Any
 
 import pytest
-from pool import Pool
+from pool import Pool, celery_cli
 from test_dropin import bucket_claims
 from test_faults import DYING_START_US, redis_visibility
 
@@ -73,13 +74,16 @@ def assert_key_paced(pool: Pool, key: str, interval_s: float) -> None:
     assert not gaps or min(gaps) >= round(interval_s * 1e6), (key, sorted(gaps)[:5])
 
 
-@pytest.mark.parametrize("broker", ["rabbitmq", "redis"])
-def test_a_flood_never_blocks_other_tenants(make_pool: Any, broker: str) -> None:
+@pytest.mark.parametrize(
+    ("broker", "pool_type"),
+    [("rabbitmq", "prefork"), ("redis", "prefork"), ("rabbitmq", "threads")],
+)
+def test_a_flood_never_blocks_other_tenants(make_pool: Any, broker: str, pool_type: str) -> None:
     """One key sends a backlog far beyond what a worker holds; then 51 keys send a few tasks
     each. Every new key's first task starts within about a second of its send, each key keeps
     its own pace, the flood keeps exactly its interval, and every task runs once."""
     pool = tenant_pool(make_pool, broker)
-    pool.start(2, concurrency=2)
+    pool.start(2, concurrency=2, pool=pool_type)
     flood_ids = send_tenants(pool, [("a", i) for i in range(FLOOD)])
     others = [("b", i) for i in range(5)] + [(f"t{k}", i) for k in range(50) for i in range(2)]
     sent_us = pool.store_now_us()
@@ -92,6 +96,10 @@ def test_a_flood_never_blocks_other_tenants(make_pool: Any, broker: str) -> None
     worst = max(firsts_s.values())
     print(f"FIRST START of 51 new keys behind {FLOOD} of key a: worst {worst:.3f}s")
     assert worst <= 2.0, sorted(firsts_s.items(), key=lambda kv: -kv[1])[:5]
+    shown = celery_cli(pool, "interval", "status", "--match", f"{pool.queue}:a", "--json")
+    (flood_row,) = json.loads(shown.stdout)["queues"]
+    assert flood_row["parked"] > FLOOD // 2, flood_row
+    assert sum(n for n in flood_row["held"].values()) <= 2 * 100, "each worker holds its cap"
 
     by_key = wait_for(
         pool, lambda got: sum(len(v) for v in got.values()) >= FLOOD + len(others), 90.0
@@ -170,14 +178,13 @@ def test_a_worker_killed_mid_flood(make_pool: Any, broker: str) -> None:
     print(f"KILLED MID-FLOOD [{broker}]: {len(seen)} ran once, {len(missing)} died as they began")
 
 
-def test_the_store_restarts_empty_mid_flood(make_pool: Any, redis_server: Any) -> None:
+@pytest.mark.parametrize("broker", ["rabbitmq", "redis"])
+def test_the_store_restarts_empty_mid_flood(make_pool: Any, redis_server: Any, broker: str) -> None:
     """The store loses everything, the overflow index too: the workers list the buckets they
     parked into again, so the parked tasks are found; every task runs once, keys on pace."""
     store = RedisProc()
     try:
-        pool = tenant_pool(
-            make_pool, "rabbitmq", store=store.url, record_url=redis_server.url_for(5)
-        )
+        pool = tenant_pool(make_pool, broker, store=store.url, record_url=redis_server.url_for(5))
         pool.start(2, concurrency=2)
         calls = [("a", i) for i in range(500)] + [(f"t{k}", i) for k in range(10) for i in range(3)]
         ids = send_tenants(pool, calls)
@@ -197,3 +204,25 @@ def test_the_store_restarts_empty_mid_flood(make_pool: Any, redis_server: Any) -
     )
     after = [r for r in by_key["a"] if r["us"] > restarted_us]
     assert len(after) > 100, "the flood goes on from its parked tasks"
+
+
+def test_a_new_tenant_starts_at_once_then_keeps_its_interval(make_pool: Any) -> None:
+    """A key on a 2 s interval: its first task starts as soon as it is sent (the store is older
+    than one interval), its second one interval later."""
+    interval_s = 2.0
+    pool: Pool = make_pool(
+        interval_s, broker="rabbitmq", env_extra={"CI_TEST_TENANT_INTERVAL": str(interval_s)}
+    )
+    pool.recorder.flushdb()
+    pool.start(1, concurrency=2)
+    send_tenants(pool, [("warm", 0)])
+    wait_for(pool, lambda got: "warm" in got, timeout_s=30.0)
+    time.sleep(interval_s + 0.1)  # the store is now older than one interval
+    sent_us = pool.store_now_us()
+    send_tenants(pool, [("fresh", 0), ("fresh", 1)])
+    by_key = wait_for(pool, lambda got: len(got.get("fresh", [])) >= 2, timeout_s=30.0)
+    first = by_key["fresh"][0]
+    print(f"FIRST START of a new 2 s key: {(first['us'] - sent_us) / 1e6:.3f}s after its send")
+    assert first["us"] - sent_us < 0.5e6
+    claims = bucket_claims(pool, f"{pool.queue}:fresh")
+    assert claims[1][0] - claims[0][0] >= round(interval_s * 1e6)

@@ -209,9 +209,11 @@ class Overflow:
     # -- refilling ----------------------------------------------------------------------------
 
     def left(self, queue: str | None, bucket: str) -> None:
-        """A held task of ``bucket`` left this worker: refill it from its parked tasks soon."""
-        if queue is not None and (queue, bucket) in self.known:
-            self.want_refill(queue, bucket)
+        """A held task of ``bucket`` left this worker: once half its cap is gone, refill it from
+        its parked tasks (in one batch: one index read and one write per refill)."""
+        known = self.known.get((queue, bucket)) if queue is not None else None
+        if known is not None and self._held_count(bucket) <= self.cap(known.interval_us) // 2:
+            self.want_refill(known.queue, bucket)
 
     def want_refill(self, queue: str, bucket: str) -> None:
         self._refill_wanted.add((queue, bucket))
