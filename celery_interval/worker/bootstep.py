@@ -38,6 +38,7 @@ def service_for(c: Any) -> IntervalService:
             resume_queue=lambda queue: _resume_queue(c, queue),
             qos=lambda: c.qos,
             overflow_index=overflow_index_for(store, settings.key_prefix),
+            call_soon=c.call_soon,
         )
         c.interval_service = service
     return service

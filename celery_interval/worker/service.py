@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import threading
 import time
 from collections import Counter, defaultdict, deque
 from collections.abc import Callable
@@ -136,6 +137,7 @@ class IntervalService:
         resume_queue: Callable[[str], None],
         qos: Callable[[], Any],
         overflow_index: OverflowIndex | None = None,
+        call_soon: Callable[..., Any] | None = None,
     ) -> None:
         self.settings = settings
         self.store = store
@@ -168,6 +170,8 @@ class IntervalService:
         self._epochs: dict[str, int] = {}
         self._backoff_s = 0.05
         self._held_n = 0
+        self._call_soon = call_soon
+        self._loop_thread = threading.get_ident()
         self.overflow: Overflow | None = None
         if overflow_index is not None and settings.overflow:
             self.overflow = Overflow(
@@ -198,8 +202,17 @@ class IntervalService:
             self._enqueue(held)
         self._apply_caps(held.queue)
 
+    def from_pool(self, fn: Callable[..., Any], *args: Any) -> None:
+        """Run ``fn`` on the event loop's thread: at once there, else on the loop's next turn (a
+        threads pool reports ends and acks from its own threads; the timer is not thread-safe).
+        """
+        if self._call_soon is None or threading.get_ident() == self._loop_thread:
+            fn(*args)
+        else:
+            self._call_soon(fn, *args)
+
     def pool_freed(self) -> None:
-        """A pool process finished a task (may be called from a pool thread): fill soon."""
+        """A pool process finished a task (on the loop's thread: see ``from_pool``): fill soon."""
         self._in_pool -= 1
         if self._fill_entry is None:
             self._fill_entry = self.timer.call_after(0.0, self._fill_all, priority=6)

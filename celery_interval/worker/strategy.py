@@ -36,7 +36,7 @@ def interval_strategy(task: Any, app: Any, consumer: Any, **_: Any) -> Any:
         create_request_cls(
             symbol_by_name(task.Request), task, consumer.pool, hostname, eventer, app=app
         ),
-        service.pool_freed,
+        lambda: service.from_pool(service.pool_freed),
         service.pool_accepted,
     )
     acks_late = bool(getattr(task, "acks_late", False))
@@ -190,7 +190,7 @@ def _track_ack(req: Any, service: Any, bucket: str, task_id: str, retries: int) 
         if MARK_HEADER not in request_dict:
             service.mark_done(bucket, task_id, retries)
 
-    def ack(*args: Any, **kwargs: Any) -> None:
+    def ack_in_loop(args: Any, kwargs: Any) -> None:
         start_ns = request_dict.get(START_HEADER)
         wait_s = (start_ns - time.monotonic_ns()) / 1e9 if isinstance(start_ns, int) else 0.0
         if wait_s > 0:
@@ -198,13 +198,19 @@ def _track_ack(req: Any, service: Any, bucket: str, task_id: str, retries: int) 
         else:
             ack_now(*args, **kwargs)
 
-    def reject(log: Any, errors: Any, requeue: bool = False) -> None:
+    def reject_in_loop(log: Any, errors: Any, requeue: bool) -> None:
         if requeue:  # the lease ends before the broker can hand the message out again
             service.lease_ended(bucket, task_id, retries)
             on_reject(log, errors, requeue)
         else:
             on_reject(log, errors, requeue)
             service.mark_done(bucket, task_id, retries)
+
+    def ack(*args: Any, **kwargs: Any) -> None:
+        service.from_pool(ack_in_loop, args, kwargs)
+
+    def reject(log: Any, errors: Any, requeue: bool = False) -> None:
+        service.from_pool(reject_in_loop, log, errors, requeue)
 
     req._on_ack = ack
     req.on_reject = reject
