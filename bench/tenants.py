@@ -26,6 +26,7 @@ import json
 import os
 import statistics
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -177,8 +178,12 @@ def fill(run: Run, calls: Iterator[tuple[str, int]]) -> int:
 
 
 def queued(run: Run) -> int:
+    """Messages ready in the task queue (a Redis broker has no key for an empty one)."""
     with kombu.Connection(run.broker_url) as conn:
-        declared = conn.channel().queue_declare(QUEUE, passive=True)
+        try:
+            declared = conn.channel().queue_declare(QUEUE, passive=True)
+        except conn.channel_errors:
+            return 0
     return int(declared.message_count)
 
 
@@ -283,18 +288,27 @@ def memory(args: argparse.Namespace) -> dict[str, Any]:
             )
             note(f"  {json.dumps(samples[-1])}")
 
+        done = threading.Event()
+
+        def sample_every_10s() -> None:
+            while not done.wait(10.0):
+                sample()
+
+        sampler = threading.Thread(target=sample_every_10s, daemon=True)
         try:
             sample()
+            sampler.start()
             calls = ((f"k{i % args.keys}", i) for i in range(args.tasks))
             fill(run, calls)
             sent_s = time.monotonic() - began
             note(f"{args.tasks:,} tasks over {args.keys:,} keys sent in {sent_s:.0f}s")
             while time.monotonic() - began < args.seconds:
                 groups.check_alive()
-                sample()
-                time.sleep(10.0)
-            sample()
+                time.sleep(1.0)
         finally:
+            done.set()
+            sampler.join()
+            sample()
             groups.stop()
         groups.remove_logs()
     return {

@@ -287,3 +287,10 @@ def test_overflow_queue_names_are_readable_and_bounded() -> None:
     long_a = overflow_queue_name("api", "api:" + "x" * 300 + "a")
     long_b = overflow_queue_name("api", "api:" + "x" * 300 + "b")
     assert len(long_a.encode()) <= 200 and long_a != long_b
+
+
+def test_a_bucket_holds_about_hold_ahead_s_of_its_pace(rig: Rig) -> None:
+    assert rig.overflow.cap(20_000) == CAP
+    assert rig.overflow.cap(1_000) == round(HOLD_AHEAD_S * 1e6 / 1_000)
+    assert rig.overflow.cap(60_000_000) == 1, "a long interval holds one: the next comes back"
+    assert rig.overflow.cap(1) == 400, "interval_max_held caps it"

@@ -260,10 +260,11 @@ def test_inspect_countdown_override_and_timeout_warning(make_pool: Any) -> None:
     the rest queued; a countdown task takes its ticket when due and its slot is not before it;
     a per-call bucket override gets its own bucket; a too-long hold is warned about at start."""
     pool = make_pool(
-        INTERVAL_S, broker="redis", conf={"interval_broker_timeout_s": 60.0}, loglevel="INFO"
+        INTERVAL_S, broker="redis", conf={"interval_broker_timeout_s": 1.0}, loglevel="INFO"
     )
     worker = pool.start(1)[0]
-    assert "longer than the broker's redelivery timeout 60s" in worker.log()
+    # 40 held tasks at 50 ms: the last waits 2 s (interval_hold_ahead_s)
+    assert "may wait 2s, longer than the broker's redelivery timeout 1s" in worker.log()
     assert celery_cli(pool, "control", "pause_queue", pool.queue).returncode == 0
     sent_us = pool.store_now_us()
     ids = pool.send(3)

@@ -14,7 +14,7 @@ from celery_interval.config import Settings
 from celery_interval.errors import StoreUnavailable
 from celery_interval.stores.overflow import OverflowIndex
 
-__all__ = ["Overflow", "OverflowBroker", "overflow_queue_name"]
+__all__ = ["Overflow", "OverflowBroker", "hold_cap", "overflow_queue_name"]
 
 logger = logging.getLogger("celery_interval.worker")
 
@@ -44,6 +44,13 @@ def overflow_queue_name(queue: str, bucket: str) -> str:
         return name
     digest = hashlib.sha1(name.encode()).hexdigest()[:16]
     return name.encode()[: MAX_NAME_BYTES - 17].decode(errors="ignore") + "~" + digest
+
+
+def hold_cap(settings: Settings, interval_us: int) -> int:
+    """How many of one bucket's tasks a worker holds: about ``hold_ahead_s`` of its pace, at
+    least one, at most ``max_held`` (the next is taken back as the held one starts)."""
+    ahead = math.ceil(settings.hold_ahead_s * 1e6 / max(1, interval_us))
+    return max(1, min(settings.max_held, ahead))
 
 
 class OverflowBroker(Protocol):
@@ -117,10 +124,7 @@ class Overflow:
     # -- the decision -------------------------------------------------------------------------
 
     def cap(self, interval_us: int) -> int:
-        """How many of one bucket's tasks a worker holds: about ``hold_ahead_s`` of its pace
-        (at least 2, at most ``max_held``)."""
-        ahead = math.ceil(self.settings.hold_ahead_s * 1e6 / max(1, interval_us))
-        return max(2, min(self.settings.max_held, ahead))
+        return hold_cap(self.settings, interval_us)
 
     def parks(self, held: Any) -> bool:
         """Park ``held`` (True) when its bucket already has parked tasks (they go first), its

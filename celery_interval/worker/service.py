@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import contextlib
+import heapq
+import itertools
 import logging
 import os
 import threading
@@ -156,7 +158,9 @@ class IntervalService:
         self._leases: dict[tuple[str, str, int], str] = {}
         self._renew_entry: Any = None
         self._pause_polls: dict[str, Any] = {}
-        self._pool_waiting: list[Held] = []
+        #: Due tasks waiting for a pool process: a heap by (ticket, bucket, arrival).
+        self._pool_waiting: list[tuple[int, str, int, Held]] = []
+        self._waiting_seq = itertools.count()
         self._pool_poll: Any = None
         self._queued: dict[str, deque[Held]] = defaultdict(deque)
         self._ticketed: Counter[str] = Counter()
@@ -244,22 +248,27 @@ class IntervalService:
     def _fill(self, bucket: str) -> None:
         """Take tickets, oldest message first, while this bucket holds fewer unstarted tickets
         here than the pool has free processes: a ticket held with no process to start it is
-        passed by other workers' later tickets and must re-ticket to the tail."""
+        passed by other workers' later tickets and must re-ticket to the tail. None while due
+        tasks wait for a process (the pool is saturated: they are taken as processes free)."""
         queued = self._queued.get(bucket)
         if self._filling or not queued:
             return
         self._filling = True
+        took = False
         try:
-            while queued and self._ticketed[bucket] < self._pool_slots():
+            while queued and not self._pool_waiting and self._ticketed[bucket] < self._pool_slots():
                 held = queued.popleft()
                 if held.request.revoked():  # revoked or expired: no ticket, no slot
                     self._forget(held)
                     continue
                 held.ticketed = True
                 self._ticketed[bucket] += 1
+                took = True
                 self._grant(held)
         finally:
             self._filling = False
+        if took and queued and self._queued.get(bucket) is queued:
+            self._queued[bucket] = self._queued.pop(bucket)  # to the end: buckets take turns
         if queued and not self._ticketed[bucket] and self._starved_entry is None:
             # No process is free: ours finishing calls pool_freed; other tasks need a look.
             delay_s = POOL_POLL_S if self._in_pool <= 0 else STARVED_POLL_S
@@ -272,6 +281,12 @@ class IntervalService:
     def _fill_all(self) -> None:
         self._fill_entry = None
         for bucket in [b for b, q in self._queued.items() if q]:
+            if self._pool_waiting:
+                if self._starved_entry is None:
+                    self._starved_entry = self.timer.call_after(
+                        STARVED_POLL_S, self._starved_poll, priority=6
+                    )
+                return
             self._fill(bucket)
 
     # -- the slot cycle --------------------------------------------------------------------
@@ -413,7 +428,8 @@ class IntervalService:
         """Queue a due task behind those already waiting for a pool process; one poll for all
         of them (a task whose timer fires as the pool frees must not jump the queue)."""
         held.state = "waiting-pool"
-        self._pool_waiting.append(held)
+        entry = (held.ticket, held.bucket, next(self._waiting_seq), held)
+        heapq.heappush(self._pool_waiting, entry)
         self._ensure_pool_poll()
 
     def _ensure_pool_poll(self) -> None:
@@ -424,12 +440,8 @@ class IntervalService:
         """Claim waiting tasks lowest ticket first while pool processes are free: a worker
         that claimed in timer order would pass its own earlier tickets (they re-ticket)."""
         self._pool_poll = None
-        waiting = sorted(self._pool_waiting, key=lambda h: (h.ticket, h.bucket))
-        self._pool_waiting = []
-        for i, held in enumerate(waiting):
-            if self._pool_slots() <= 0:
-                self._pool_waiting = waiting[i:] + self._pool_waiting
-                break
+        while self._pool_waiting and self._pool_slots() > 0:
+            held = heapq.heappop(self._pool_waiting)[-1]
             if held.state != "waiting-pool":
                 continue
             held.state = "granted"

@@ -34,21 +34,29 @@ def broker_timeout_s(app: Any, settings: Settings) -> tuple[float, str] | None:
 
 
 def warn_broker_timeouts(app: Any, settings: Settings) -> None:
-    """Warn when a held task's wait (up to ``max_ahead_s`` and one interval more) can pass the
-    broker's redelivery timeout; the dedupe still prevents double runs, but slots are wasted."""
+    """Warn when a held task's wait can pass the broker's redelivery timeout: with parking, the
+    bucket's hold cap times its interval; without, ``max_ahead_s`` and one interval more. The
+    dedupe still prevents double runs, but slots are wasted."""
+    from celery_interval.worker.overflow import hold_cap
+
     found = broker_timeout_s(app, settings)
     if found is None:
         return
     timeout_s, setting = found
     for bucket, interval_us in settings.queues_us.items():
-        hold_s = settings.max_ahead_s + interval_us / 1e6
+        if settings.overflow:
+            hold_s = hold_cap(settings, interval_us) * interval_us / 1e6
+            lower = "interval_hold_ahead_s"
+        else:
+            hold_s = settings.max_ahead_s + interval_us / 1e6
+            lower = "interval_max_ahead_s"
         if hold_s >= timeout_s:
             logger.warning(
-                "interval %s: a held task may wait %.0fs (interval_max_ahead_s + interval), "
-                "longer than the broker's redelivery timeout %.0fs: "
-                "lower interval_max_ahead_s or raise %s",
+                "interval %s: a held task may wait %.0fs, longer than the broker's redelivery "
+                "timeout %.0fs: lower %s or raise %s",
                 bucket,
                 hold_s,
                 timeout_s,
+                lower,
                 setting,
             )
