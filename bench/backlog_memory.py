@@ -6,9 +6,9 @@ W workers x prefork 2 start on an empty IntervalTask queue (the idle sample), th
 goes into the Redis broker (one real Celery message, then copies of it with fresh task ids,
 args and delivery tags: sending 200,000 through Celery's producer takes minutes here). Every
 few seconds the bench samples the RSS of every worker process (mains and pool children), the
-messages still queued and those delivered but unacked (held or running). ``interval_max_held``
-(400 per worker and bucket by default) caps what a worker holds, so RSS and unacked stay flat
-while the queue barely moves.
+messages still queued and those delivered but unacked (held or running). A worker holds about
+``interval_hold_ahead_s`` of the bucket's pace and parks the rest in the bucket's overflow queue,
+so RSS and unacked stay flat while the workers take the whole backlog from the queue.
 """
 
 from __future__ import annotations

@@ -185,7 +185,8 @@ def status(
             "?" if row["broker_depth"] is None else str(row["broker_depth"]),
             str(row["parked"]),
         )
-    console = Console()
+    # Piped or captured output keeps whole bucket names (a terminal's width would cut them).
+    console = Console(width=None if sys.stdout.isatty() else 200)
     console.print(table)
     more = " (use --top/--match)" if len(rows) < total else ""
     if unconfigured:

@@ -8,10 +8,12 @@ __all__ = [
     "DEFAULT_PREFIX",
     "born_key",
     "bucket_of_ledger_key",
+    "bucket_of_state_key",
     "ledger_key",
     "ledger_key_pattern",
     "mark_key",
     "state_key",
+    "state_key_pattern",
     "validate_bucket",
     "validate_prefix",
 ]
@@ -59,16 +61,36 @@ def ledger_key(prefix: str, bucket: str) -> str:
     return f"{prefix}{{{bucket}}}:l"
 
 
+def _pattern(prefix: str, kind: str, match: str) -> str:
+    """A SCAN ``MATCH`` pattern for the ``kind`` keys under ``prefix`` (its glob characters
+    escaped) of the buckets whose names match the Redis glob ``match``."""
+    escaped = "".join("\\" + c if c in "*?[]\\" else c for c in prefix)
+    return f"{escaped}{{{match}}}:{kind}"
+
+
+def _bucket_of(prefix: str, key: str | bytes, kind: str) -> str | None:
+    text = key.decode("utf-8", "replace") if isinstance(key, bytes) else key
+    head, tail = f"{prefix}{{", f"}}:{kind}"
+    if not text.startswith(head) or not text.endswith(tail) or len(text) <= len(head + tail):
+        return None
+    return text[len(head) : -len(tail)]
+
+
 def ledger_key_pattern(prefix: str) -> str:
     """A SCAN ``MATCH`` pattern for every ledger key under ``prefix`` (glob characters escaped)."""
-    escaped = "".join("\\" + c if c in "*?[]\\" else c for c in prefix)
-    return f"{escaped}{{*}}:l"
+    return _pattern(prefix, "l", "*")
 
 
 def bucket_of_ledger_key(prefix: str, key: str | bytes) -> str | None:
     """The bucket whose ledger ``key`` is (the inverse of ``ledger_key``), else None."""
-    text = key.decode("utf-8", "replace") if isinstance(key, bytes) else key
-    head, tail = f"{prefix}{{", "}:l"
-    if not text.startswith(head) or not text.endswith(tail) or len(text) <= len(head + tail):
-        return None
-    return text[len(head) : -len(tail)]
+    return _bucket_of(prefix, key, "l")
+
+
+def state_key_pattern(prefix: str, match: str = "*") -> str:
+    """A SCAN ``MATCH`` pattern for the state hashes of the buckets matching ``match``."""
+    return _pattern(prefix, "s", match)
+
+
+def bucket_of_state_key(prefix: str, key: str | bytes) -> str | None:
+    """The bucket whose state hash ``key`` is (the inverse of ``state_key``), else None."""
+    return _bucket_of(prefix, key, "s")

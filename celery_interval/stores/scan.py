@@ -15,34 +15,12 @@ from celery_interval.stores.base import Store
 from celery_interval.stores.memory import MemoryStore
 from celery_interval.stores.redis import RedisStore, _status, script_source
 
-__all__ = [
-    "SCAN_COUNT",
-    "bucket_of_state_key",
-    "read_statuses",
-    "state_key_pattern",
-    "store_buckets",
-]
+__all__ = ["SCAN_COUNT", "read_statuses", "store_buckets"]
 
 #: Keys asked for per SCAN call.
 SCAN_COUNT = 1000
 #: Status scripts sent per pipeline (one round trip each).
 STATUS_BATCH = 1000
-
-
-def state_key_pattern(prefix: str, match: str = "*") -> str:
-    """A SCAN ``MATCH`` pattern for the state hashes under ``prefix`` (escaped) of the buckets
-    whose names match the Redis glob ``match``."""
-    escaped = "".join("\\" + c if c in "*?[]\\" else c for c in prefix)
-    return f"{escaped}{{{match}}}:s"
-
-
-def bucket_of_state_key(prefix: str, key: str | bytes) -> str | None:
-    """The bucket whose state hash ``key`` is (the inverse of ``keys.state_key``), else None."""
-    text = key.decode("utf-8", "replace") if isinstance(key, bytes) else key
-    head, tail = f"{prefix}{{", "}:s"
-    if not text.startswith(head) or not text.endswith(tail) or len(text) <= len(head + tail):
-        return None
-    return text[len(head) : -len(tail)]
 
 
 def store_buckets(store: Store, match: str = "*") -> list[str] | None:
@@ -55,9 +33,9 @@ def store_buckets(store: Store, match: str = "*") -> list[str] | None:
         with _errors(store, "scan"):
             for node in _primaries(client):
                 for key in node.scan_iter(
-                    match=state_key_pattern(prefix, match), count=SCAN_COUNT, _type="hash"
+                    match=keys.state_key_pattern(prefix, match), count=SCAN_COUNT, _type="hash"
                 ):
-                    bucket = bucket_of_state_key(prefix, key)
+                    bucket = keys.bucket_of_state_key(prefix, key)
                     if bucket is not None:
                         found.add(bucket)
         return sorted(found)
