@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from importlib.metadata import PackageNotFoundError
+from importlib.metadata import version as _version
+
 import celery_interval.worker.control as _control_commands  # noqa: F401  (registers commands)
 from celery_interval.control import pause, reset, set_interval, status, unpause
 from celery_interval.errors import (
@@ -14,6 +17,11 @@ from celery_interval.errors import (
 from celery_interval.install import install
 from celery_interval.intervals import parse_interval_us
 from celery_interval.task import IntervalTask
+
+try:
+    __version__ = _version("celery-interval")
+except PackageNotFoundError:  # run from a source tree that was never installed
+    __version__ = "0+unknown"
 
 __all__ = [
     "ConfigurationError",

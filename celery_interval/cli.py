@@ -320,6 +320,7 @@ def ledger_export(
 
 
 @click.group()
+@click.version_option(package_name="celery-interval", prog_name="celery-interval")
 def main() -> None:
     """celery-interval: one global start interval per Celery queue."""
 

@@ -162,3 +162,16 @@ def test_a_spark_error_names_what_failed_past_a_wrapper_of_several_failures() ->
     assert _spark_error(exc) == f"{read}  SQLSTATE: KD001"
     lone = RuntimeError("[ONLY_A_WRAPPER] nothing else")
     assert _spark_error(lone) == "[ONLY_A_WRAPPER] nothing else"
+
+
+def test_the_command_line_and_the_package_tell_their_version() -> None:
+    from importlib.metadata import version
+
+    import celery_interval
+    from celery_interval.cli import main
+
+    installed = version("celery-interval")
+    result = CliRunner().invoke(main, ["--version"])
+    assert result.exit_code == 0, result.output
+    assert result.output.strip() == f"celery-interval, version {installed}"
+    assert celery_interval.__version__ == installed

@@ -71,6 +71,11 @@ class MemoryStore(ModelStore):
         with self._locked(bucket, write=False) as txn:
             return txn.state
 
+    def buckets(self) -> list[str]:
+        """The buckets this store holds a state for (expired ones may still be listed)."""
+        with self._lock:
+            return list(self._states)
+
     def _store_born_us(self, now_us: int, write: bool) -> int:
         if self._born is None:
             if not write:

@@ -122,8 +122,8 @@ class RedisOverflowIndex:
         self._scripts: dict[str, Any] = {}
 
     def _call(self, op: str, source: str, args: list[Any]) -> Any:
-        with self._store._errors(f"overflow {op}"):
-            client = self._store._ensure_client()
+        with self._store.guard(f"overflow {op}"):
+            client = self._store.client()
             script = self._scripts.get(op)
             if script is None:
                 script = self._scripts[op] = client.register_script(source)
@@ -138,8 +138,8 @@ class RedisOverflowIndex:
         return [Parking(*_split(m), int(c)) for m, c in zip(reply[::2], reply[1::2], strict=True)]
 
     def changes(self, queue: str, bucket: str) -> int:
-        with self._store._errors("overflow changes"):
-            raw = self._store._ensure_client().hget(self._keys[1], member_of(queue, bucket))
+        with self._store.guard("overflow changes"):
+            raw = self._store.client().hget(self._keys[1], member_of(queue, bucket))
         return int(raw or 0)
 
     def defer(self, queue: str, bucket: str, in_us: int) -> None:
@@ -149,8 +149,8 @@ class RedisOverflowIndex:
         return bool(self._call("drop_if", _DROP_IF, [member_of(queue, bucket), changes]))
 
     def size(self) -> int:
-        with self._store._errors("overflow size"):
-            return int(self._store._ensure_client().zcard(self._keys[0]))
+        with self._store.guard("overflow size"):
+            return int(self._store.client().zcard(self._keys[0]))
 
 
 class MemoryOverflowIndex:

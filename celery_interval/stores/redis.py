@@ -7,6 +7,7 @@ import contextlib
 import functools
 import os
 from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager
 from importlib.resources import files
 from typing import TYPE_CHECKING, Any, TypeAlias, cast
 from urllib.parse import urlsplit, urlunsplit
@@ -51,7 +52,13 @@ if TYPE_CHECKING:
 
     RedisClient: TypeAlias = "redis.Redis | redis.RedisCluster"
 
-__all__ = ["DEFAULT_LEDGER_MAX", "SCRIPT_NAMES", "RedisStore", "script_source"]
+__all__ = [
+    "DEFAULT_LEDGER_MAX",
+    "SCRIPT_NAMES",
+    "RedisStore",
+    "script_source",
+    "status_from_reply",
+]
 
 #: A script call by the script's name: name, keys, arguments (the clock override first).
 Named: TypeAlias = "tuple[str, Sequence[str], Sequence[Any]]"
@@ -214,7 +221,7 @@ def _text(value: Any) -> str:
     return value.decode("utf-8") if isinstance(value, bytes) else str(value)
 
 
-def _status(reply: Sequence[Any]) -> Status:
+def status_from_reply(reply: Sequence[Any]) -> Status:
     """Decode lib.lua's ``status_reply`` array."""
     (exists, epoch, interval_us, overridden, paused, ticket, next_in, cur, last, v) = (
         int(x) for x in reply
@@ -318,6 +325,24 @@ class RedisStore:
     def _client(self) -> Any:
         """The redis-py client, made on first use when the store was given a factory."""
         return self._ensure_client()
+
+    def client(self) -> Any:
+        """The redis-py client (made on first use): for reads beside the scripts (bucket
+        listings, the overflow index); wrap its calls in ``guard``."""
+        return self._ensure_client()
+
+    @property
+    def prefix(self) -> str:
+        """The key prefix of every key of this store."""
+        return self._prefix
+
+    def guard(self, op: str) -> AbstractContextManager[None]:
+        """Raise redis-py's errors during ``op`` as ``StoreUnavailable`` or ``StoreError``."""
+        return self._errors(op)
+
+    def clock_arg(self) -> str:
+        """The scripts' first argument: '' (Redis TIME), or the injected clock's now."""
+        return self._now_arg()
 
     def _ensure_client(self) -> Any:
         if self._live is None and self._connect is not None:
@@ -489,17 +514,17 @@ class RedisStore:
         return bool(int(r))
 
     def pause(self, bucket: str, interval_us: int) -> Status:
-        return _status(
+        return status_from_reply(
             self._run("pause", self._control_keys(bucket), [interval_us, self._ledger_max])
         )
 
     def unpause(self, bucket: str, interval_us: int) -> Status:
-        return _status(
+        return status_from_reply(
             self._run("unpause", self._control_keys(bucket), [interval_us, self._ledger_max])
         )
 
     def set_interval(self, bucket: str, interval_us: int, new_interval_us: int) -> Status:
-        return _status(
+        return status_from_reply(
             self._run(
                 "set_interval",
                 self._control_keys(bucket),
@@ -512,7 +537,8 @@ class RedisStore:
         self._run("reset", [self._state_key(bucket), self.ledger_key(bucket)], [self._ledger_max])
 
     def status(self, bucket: str, interval_us: int) -> Status:
-        return _status(self._run("status", [self._state_key(bucket), *self._born()], [interval_us]))
+        reply = self._run("status", [self._state_key(bucket), *self._born()], [interval_us])
+        return status_from_reply(reply)
 
     def ping(self) -> None:
         with self._errors("ping"):

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from contextlib import AbstractContextManager
 from fnmatch import fnmatchcase
 from typing import Any
 
@@ -13,7 +12,7 @@ from celery_interval.schedule import Status
 from celery_interval.stores import keys
 from celery_interval.stores.base import Store
 from celery_interval.stores.memory import MemoryStore
-from celery_interval.stores.redis import RedisStore, _status, script_source
+from celery_interval.stores.redis import RedisStore, script_source, status_from_reply
 
 __all__ = ["SCAN_COUNT", "read_statuses", "store_buckets"]
 
@@ -28,9 +27,9 @@ def store_buckets(store: Store, match: str = "*") -> list[str] | None:
     when the store cannot list them (a file store). A Redis Cluster is scanned on every
     primary; read-only, never KEYS."""
     if isinstance(store, RedisStore):
-        client, prefix = _client_of(store), _prefix_of(store)
+        client, prefix = store.client(), store.prefix
         found: set[str] = set()
-        with _errors(store, "scan"):
+        with store.guard("scan"):
             for node in _primaries(client):
                 for key in node.scan_iter(
                     match=keys.state_key_pattern(prefix, match), count=SCAN_COUNT, _type="hash"
@@ -40,7 +39,7 @@ def store_buckets(store: Store, match: str = "*") -> list[str] | None:
                         found.add(bucket)
         return sorted(found)
     if isinstance(store, MemoryStore):
-        return sorted(b for b in list(store._states) if fnmatchcase(b, match))
+        return sorted(b for b in store.buckets() if fnmatchcase(b, match))
     return None
 
 
@@ -51,10 +50,10 @@ def read_statuses(
     script runs in pipelines of ``batch`` calls per node, not one round trip per bucket."""
     if not isinstance(store, RedisStore):
         return [store.status(bucket, interval_us) for bucket, interval_us in wanted]
-    client, prefix = _client_of(store), _prefix_of(store)
-    now_arg: str = store._now_arg()
+    client, prefix = store.client(), store.prefix
+    now_arg = store.clock_arg()
     replies: list[Any] = [None] * len(wanted)
-    with _errors(store, "status"):
+    with store.guard("status"):
         by_node: dict[int, tuple[Any, list[int]]] = {}
         for i, (bucket, _) in enumerate(wanted):
             node = _node_for(client, keys.state_key(prefix, keys.validate_bucket(bucket)))
@@ -70,22 +69,7 @@ def read_statuses(
                     script(keys=[key], args=[now_arg, interval_us], client=pipe)
                 for i, reply in zip(chunk, pipe.execute()):
                     replies[i] = reply
-    return [_status(reply) for reply in replies]
-
-
-# RedisStore offers no batch status nor its client; these read its internals.
-
-
-def _client_of(store: RedisStore) -> Any:
-    return store._client
-
-
-def _prefix_of(store: RedisStore) -> str:
-    return store._prefix
-
-
-def _errors(store: RedisStore, op: str) -> AbstractContextManager[None]:
-    return store._errors(op)
+    return [status_from_reply(reply) for reply in replies]
 
 
 def _primaries(client: Any) -> Iterator[Any]:
