@@ -103,6 +103,9 @@ class Broker:
     def consumes(self, queue: str) -> bool:
         return True
 
+    def close(self) -> None:
+        return None
+
 
 class FlakyIndex(MemoryOverflowIndex):
     down = False

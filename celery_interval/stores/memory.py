@@ -10,6 +10,7 @@ from contextlib import contextmanager
 
 from celery_interval.schedule import BucketState, Mark
 from celery_interval.stores._apply import BucketTxn, ModelStore
+from celery_interval.stores.overflow import MemoryOverflowIndex
 
 __all__ = ["MemoryStore"]
 
@@ -65,6 +66,8 @@ class MemoryStore(ModelStore):
         self._expiries: list[tuple[int, str]] = []  # a heap of (expires_real_us, bucket)
         self._reset_us: dict[str, int] = {}
         self._marks: dict[tuple[str, str, int], Mark] = {}
+        #: Which buckets have parked tasks (every worker of this process shares it).
+        self.overflow_index = MemoryOverflowIndex()
 
     def read_state(self, bucket: str) -> BucketState | None:
         """The bucket's state, or None (also once it expired); for tests and debugging."""

@@ -211,9 +211,5 @@ def overflow_index_for(store: Any, prefix: str) -> OverflowIndex | None:
     if isinstance(store, RedisStore):
         return RedisOverflowIndex(store, prefix)
     if isinstance(store, MemoryStore):
-        index = getattr(store, "overflow_index", None)
-        if index is None:
-            index = MemoryOverflowIndex()
-            store.overflow_index = index  # type: ignore[attr-defined]
-        return index
+        return store.overflow_index
     return None

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from celery_interval.config import Settings
-from celery_interval.errors import StoreUnavailable
+from celery_interval.errors import StoreUnavailable, UnknownBucket
 from celery_interval.stores.overflow import OverflowIndex
 
 __all__ = ["Overflow", "OverflowBroker", "hold_cap", "overflow_queue_name"]
@@ -35,11 +35,8 @@ MAX_NAME_BYTES = 200
 
 def overflow_queue_name(queue: str, bucket: str) -> str:
     """The broker queue where ``bucket``'s tasks from ``queue`` wait: readable, and unique."""
-    name = (
-        f"ci-overflow:{bucket}"
-        if bucket.split(":", 1)[0] == queue
-        else (f"ci-overflow:{queue}:{bucket}")
-    )
+    own = bucket.split(":", 1)[0] == queue
+    name = f"ci-overflow:{bucket}" if own else f"ci-overflow:{queue}:{bucket}"
     if len(name.encode()) <= MAX_NAME_BYTES:
         return name
     digest = hashlib.sha1(name.encode()).hexdigest()[:16]
@@ -71,6 +68,10 @@ class OverflowBroker(Protocol):
 
     def consumes(self, queue: str) -> bool:
         """Whether this worker consumes ``queue`` now."""
+        ...
+
+    def close(self) -> None:
+        """Let go of what it opened (the connection is gone or going)."""
         ...
 
 
@@ -159,7 +160,10 @@ class Overflow:
         worker killed in between leaves a copy and the original: the store's dedupe drops one).
         """
         self._flush_entry = None
-        if self._busy or not self._pending or self.broker is None:
+        if not self._pending or self.broker is None:
+            return
+        if self._busy:  # a refill is taking tasks back: park right after it
+            self._flush_soon(PARK_GATHER_S)
             return
         batch, self._pending = self._pending[:PARK_BATCH], self._pending[PARK_BATCH:]
         members = sorted({(h.queue, h.bucket) for h in batch})
@@ -278,7 +282,7 @@ class Overflow:
             return known.interval_us
         try:
             return self.settings.interval_us(bucket)
-        except Exception:
+        except UnknownBucket:  # a bucket named apart from its queue: the queue's pace
             return self.settings.interval_us(queue)
 
     # -- the poll -----------------------------------------------------------------------------
@@ -291,9 +295,8 @@ class Overflow:
 
     def stop(self) -> None:
         """The connection is gone: pending parks return to the broker with their originals."""
-        close = getattr(self.broker, "close", None)
-        if close is not None:
-            close()
+        if self.broker is not None:
+            self.broker.close()
         self.broker = None
         for _ in self._pending:
             self._qos().decrement_eventually()

@@ -12,6 +12,7 @@ import time
 from collections import Counter, defaultdict, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from fnmatch import fnmatchcase
 from typing import Any
 
 from celery_interval.config import Settings
@@ -269,9 +270,12 @@ class IntervalService:
             self._filling = False
         if took and queued and self._queued.get(bucket) is queued:
             self._queued[bucket] = self._queued.pop(bucket)  # to the end: buckets take turns
-        if queued and not self._ticketed[bucket] and self._starved_entry is None:
+        if queued and not self._ticketed[bucket]:
             # No process is free: ours finishing calls pool_freed; other tasks need a look.
-            delay_s = POOL_POLL_S if self._in_pool <= 0 else STARVED_POLL_S
+            self._ensure_starved_poll(POOL_POLL_S if self._in_pool <= 0 else STARVED_POLL_S)
+
+    def _ensure_starved_poll(self, delay_s: float) -> None:
+        if self._starved_entry is None:
             self._starved_entry = self.timer.call_after(delay_s, self._starved_poll, priority=6)
 
     def _starved_poll(self) -> None:
@@ -282,10 +286,7 @@ class IntervalService:
         self._fill_entry = None
         for bucket in [b for b, q in self._queued.items() if q]:
             if self._pool_waiting:
-                if self._starved_entry is None:
-                    self._starved_entry = self.timer.call_after(
-                        STARVED_POLL_S, self._starved_poll, priority=6
-                    )
+                self._ensure_starved_poll(STARVED_POLL_S)
                 return
             self._fill(bucket)
 
@@ -555,7 +556,7 @@ class IntervalService:
         """A bucket holds nothing here: drop its entries (many tenants come and go); keep its
         counters while fewer than ``MAX_STATS`` buckets have them."""
         self.held.pop(bucket, None)
-        if not self._queued.get(bucket, True):
+        if bucket in self._queued and not self._queued[bucket]:
             del self._queued[bucket]
         self.flow.latest_due_ns.pop(bucket, None)
         if len(self.stats) > MAX_STATS:
@@ -786,9 +787,6 @@ class IntervalService:
         the most held tasks, of those whose names match the glob ``match`` and are among
         ``buckets`` (when given), each listing its first ``tasks`` held tasks by ticket;
         ``_buckets_total`` counts the buckets that matched."""
-        import heapq
-        from fnmatch import fnmatchcase
-
         counts = Counter({b: len(v) for b, v in self.held.items()})
         names = set(self.stats) | set(counts)
         if match is not None:
