@@ -8,31 +8,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from celery_interval.defaults import SETTINGS
 from celery_interval.errors import ConfigurationError, UnknownBucket
 from celery_interval.intervals import US_PER_S, parse_interval_us
 from celery_interval.schedule import MAX_LEAD_US
 
 __all__ = ["DEFAULTS", "Settings", "settings_of"]
 
-DEFAULTS: dict[str, Any] = {
-    "interval_store_url": None,
-    "interval_queues": {},
-    "interval_key_prefix": "ci:",
-    "interval_max_held": 400,
-    "interval_max_ahead_s": 300.0,
-    "interval_hold_ahead_s": 2.0,
-    "interval_max_held_total": 4000,
-    "interval_overflow": True,
-    "interval_ledger_max": 100_000,
-    "interval_lease_s": 30.0,
-    "interval_lead_s": 0.012,
-    "interval_handoff_s": 0.008,
-    "interval_dedupe_ttl_s": 7200.0,
-    "interval_store_timeout_s": 2.0,
-    "interval_pause_poll_s": 5.0,
-    "interval_retry_max_s": 5.0,
-    "interval_broker_timeout_s": None,
-}
+#: Every setting's default, from the one table in ``defaults``.
+DEFAULTS: dict[str, Any] = {setting.key: setting.default for setting in SETTINGS}
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,140 @@
+"""Every default, once: the ``interval_*`` settings table (key, default, meaning) and the
+defaults of the stores' own constructors; ``config`` validates against it, the docs render it."""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+__all__ = [
+    "HEALTH_CHECK_INTERVAL_S",
+    "KEY_PREFIX",
+    "LEDGER_MAX",
+    "SETTINGS",
+    "STORE_TIMEOUT_S",
+    "Setting",
+    "default_of",
+]
+
+#: Prefix of every store key (``interval_key_prefix``).
+KEY_PREFIX = "ci:"
+#: Ledger entries kept per bucket (``interval_ledger_max``).
+LEDGER_MAX = 100_000
+#: Socket timeout of store calls, seconds (``interval_store_timeout_s``).
+STORE_TIMEOUT_S = 2.0
+#: How often redis-py checks an idle connection before using it, seconds.
+HEALTH_CHECK_INTERVAL_S = 30
+
+
+class Setting(NamedTuple):
+    """One ``app.conf`` setting: its key, its default and what it means (for the reference)."""
+
+    key: str
+    default: Any
+    meaning: str
+    #: How the default reads in the reference, where ``repr(default)`` would not say it.
+    shown: str = ""
+
+
+SETTINGS: tuple[Setting, ...] = (
+    Setting(
+        "interval_queues",
+        {},
+        "Bucket (queue) → interval: seconds (``0.5``) or a rate (``'10/s'``, ``'30/m'``, "
+        "``'100/h'``); above 0, at most one day.",
+    ),
+    Setting(
+        "interval_store_url",
+        None,
+        "Where the shared state lives: ``redis://``, ``rediss://``, ``unix:///path.sock``, "
+        "``redis+cluster://h1:7000,h2:7000`` (``rediss+cluster://``), ``file:///shared/dir`` or "
+        "``memory://``.",
+        shown="the broker, if Redis",
+    ),
+    Setting(
+        "interval_key_prefix",
+        KEY_PREFIX,
+        "Prefix of every store key; apps sharing a Redis need different ones.",
+    ),
+    Setting(
+        "interval_hold_ahead_s",
+        2.0,
+        "A worker holds about this long of a bucket's pace (at least one task); the rest park "
+        "in the bucket's overflow queue.",
+    ),
+    Setting(
+        "interval_max_held_total",
+        4000,
+        "Tasks a worker holds over all buckets; past it every arrival parks.",
+    ),
+    Setting(
+        "interval_max_held",
+        400,
+        "Most tasks a worker holds per bucket (without parking: it stops fetching the queue).",
+    ),
+    Setting(
+        "interval_max_ahead_s",
+        300.0,
+        "Without parking: a worker stops fetching when its latest held slot is this far away.",
+    ),
+    Setting(
+        "interval_overflow",
+        True,
+        "Park what a worker cannot hold; ``False`` stops fetching instead (parking needs a "
+        "Redis or memory store).",
+    ),
+    Setting(
+        "interval_lead_s",
+        0.012,
+        "A claim may come this early; the pool process waits for the exact start (at most 0.02).",
+    ),
+    Setting(
+        "interval_handoff_s",
+        0.008,
+        "A start is never sooner than this plus half the worker's best round trip to the store "
+        "(capped at 0.02 s and one interval) after its claim: time for the reply and to reach "
+        "a pool process.",
+    ),
+    Setting(
+        "interval_ledger_max",
+        LEDGER_MAX,
+        "Ledger entries kept per bucket (0 turns the ledger off).",
+    ),
+    Setting(
+        "interval_lease_s",
+        30.0,
+        "Lease of a claimed task until its ack; renewed while an ``acks_late`` task runs.",
+    ),
+    Setting(
+        "interval_dedupe_ttl_s",
+        7200.0,
+        "How long an acknowledged ``(task_id, retries)`` is remembered.",
+    ),
+    Setting(
+        "interval_store_timeout_s",
+        STORE_TIMEOUT_S,
+        "Socket timeout of store calls.",
+    ),
+    Setting(
+        "interval_pause_poll_s",
+        5.0,
+        "While holding paused tasks, how often to re-check the store (broadcasts act at once).",
+    ),
+    Setting(
+        "interval_retry_max_s",
+        5.0,
+        "Longest backoff between store retries during an outage.",
+    ),
+    Setting(
+        "interval_broker_timeout_s",
+        None,
+        "The broker's redelivery timeout, for the start-up warning about long holds.",
+        shown="from the broker",
+    ),
+)
+
+_BY_KEY = {setting.key: setting for setting in SETTINGS}
+
+
+def default_of(key: str) -> Any:
+    """The default of setting ``key`` (a ``KeyError`` names an unknown one)."""
+    return _BY_KEY[key].default
