@@ -12,9 +12,9 @@ from typing import Any
 import click
 
 from celery_interval import control
+from celery_interval.buckets import overflow_queue_name, queue_of
 from celery_interval.config import settings_of
 from celery_interval.errors import IntervalError
-from celery_interval.worker.overflow import overflow_queue_name
 
 __all__ = ["interval", "main"]
 
@@ -144,7 +144,7 @@ def status(
     per_worker = _held_per_worker(app, timeout_s, names) if names else {}
     configured = set(settings_of(app).buckets())
     depths = _queue_depths(app, [name for name in names if name in configured])
-    overflows = {name: overflow_queue_name(name.split(":", 1)[0], name) for name in names}
+    overflows = {name: overflow_queue_name(queue_of(name), name) for name in names}
     parked = _queue_depths(app, list(overflows.values()))
     for row in rows:
         row["parked"] = parked.get(overflows[row["queue"]]) or 0

@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from celery_interval.buckets import queue_of
 from celery_interval.defaults import SETTINGS
 from celery_interval.errors import ConfigurationError, UnknownBucket
 from celery_interval.intervals import US_PER_S, parse_interval_us
@@ -47,7 +48,7 @@ class Settings:
         known = {**self.queues_us, **self.extra_buckets_us}
         if bucket in known:
             return known[bucket]
-        base = bucket.split(":", 1)[0]
+        base = queue_of(bucket)
         if base in known:
             return known[base]
         raise UnknownBucket(

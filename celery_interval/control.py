@@ -2,18 +2,17 @@
 
 from __future__ import annotations
 
-import weakref
 from fnmatch import fnmatchcase
 from typing import Any
 
+from celery_interval.app_store import store_of
+from celery_interval.buckets import is_bucket_name, queue_of
 from celery_interval.config import settings_of
 from celery_interval.errors import UnknownBucket, short_repr
 from celery_interval.intervals import parse_interval_us
+from celery_interval.placement import is_paced
 from celery_interval.schedule import Status
-from celery_interval.stores import store_for_settings
-from celery_interval.stores.base import Store
 from celery_interval.stores.scan import read_statuses, store_buckets
-from celery_interval.task import MAX_BUCKET_CHARS
 
 __all__ = [
     "configured_interval_us",
@@ -23,34 +22,22 @@ __all__ = [
     "status",
     "status_dict",
     "statuses",
-    "store_for",
     "unpause",
 ]
-
-_stores: weakref.WeakKeyDictionary[Any, Store] = weakref.WeakKeyDictionary()
-
-
-def store_for(app: Any) -> Store:
-    """The app's store, opened once per process."""
-    store = _stores.get(app)
-    if store is None:
-        store = store_for_settings(settings_of(app))
-        _stores[app] = store
-    return store
 
 
 def configured_interval_us(app: Any, bucket: str) -> int:
     """The interval of a configured bucket (or ``queue:key`` of one); else ``UnknownBucket``
     naming it and the configured ones."""
     settings = settings_of(app)
-    if not isinstance(bucket, str) or not bucket or len(bucket) > MAX_BUCKET_CHARS:
+    if not is_bucket_name(bucket):
         task_buckets = _task_buckets(app)
     else:
         try:
             return settings.interval_us(bucket)
         except UnknownBucket:
             task_buckets = _task_buckets(app)
-            for name in (bucket, bucket.split(":", 1)[0]):
+            for name in (bucket, queue_of(bucket)):
                 if name in task_buckets:
                     return task_buckets[name]
     known = sorted({*settings.buckets(), *task_buckets})
@@ -61,12 +48,10 @@ def configured_interval_us(app: Any, bucket: str) -> int:
 
 def _task_buckets(app: Any) -> dict[str, int]:
     """Buckets named by IntervalTask options (``interval`` with a queue or static bucket)."""
-    from celery_interval.task import IntervalTask
-
     found: dict[str, int] = {}
     for task in list(app.tasks.values()):
         own = getattr(task, "interval", None)
-        if not isinstance(task, IntervalTask) or own is None:
+        if not is_paced(task) or own is None:
             continue
         spec = getattr(task, "interval_bucket", None)
         name = spec if isinstance(spec, str) else getattr(task, "queue", None)
@@ -78,7 +63,7 @@ def _task_buckets(app: Any) -> dict[str, int]:
 def pause(app: Any, queue: str, *, broadcast: bool = True) -> Status:
     """Pause ``queue`` cluster-wide: persisted in the store, broadcast to live workers."""
     interval_us = configured_interval_us(app, queue)
-    result = store_for(app).pause(queue, interval_us)
+    result = store_of(app).pause(queue, interval_us)
     if broadcast:
         app.control.broadcast("pause_queue", arguments={"queue": queue})
     return result
@@ -87,7 +72,7 @@ def pause(app: Any, queue: str, *, broadcast: bool = True) -> Status:
 def unpause(app: Any, queue: str, *, broadcast: bool = True) -> Status:
     """Resume ``queue``; granted slots shift by the pause length, live workers wake at once."""
     interval_us = configured_interval_us(app, queue)
-    result = store_for(app).unpause(queue, interval_us)
+    result = store_of(app).unpause(queue, interval_us)
     if broadcast:
         app.control.broadcast("unpause_queue", arguments={"queue": queue})
     return result
@@ -97,7 +82,7 @@ def set_interval(app: Any, queue: str, interval: object, *, broadcast: bool = Tr
     """Override ``queue``'s interval (seconds or a rate) for the whole pool."""
     new_interval_us = parse_interval_us(interval, name="interval")
     interval_us = configured_interval_us(app, queue)
-    result = store_for(app).set_interval(queue, interval_us, new_interval_us)
+    result = store_of(app).set_interval(queue, interval_us, new_interval_us)
     if broadcast:
         app.control.broadcast("set_interval", arguments={"queue": queue, "interval": str(interval)})
     return result
@@ -106,13 +91,13 @@ def set_interval(app: Any, queue: str, interval: object, *, broadcast: bool = Tr
 def reset(app: Any, queue: str) -> None:
     """Forget ``queue``'s state: a new epoch, its first start one interval from now."""
     configured_interval_us(app, queue)
-    store_for(app).reset(queue)
+    store_of(app).reset(queue)
 
 
 def status(app: Any, queue: str) -> Status:
     """Read ``queue``'s state from the store."""
     interval_us = configured_interval_us(app, queue)
-    return store_for(app).status(queue, interval_us)
+    return store_of(app).status(queue, interval_us)
 
 
 def statuses(app: Any, match: str = "*") -> tuple[list[tuple[str, Status]], list[str]]:
@@ -120,7 +105,7 @@ def statuses(app: Any, match: str = "*") -> tuple[list[tuple[str, Status]], list
     matches the glob ``match``, read in pipelined batches; and the stored buckets left out as no
     configured queue or bucket names them."""
     configured = [b for b in settings_of(app).buckets() if fnmatchcase(b, match)]
-    stored = store_buckets(store_for(app), match) or []
+    stored = store_buckets(store_of(app), match) or []
     wanted: list[tuple[str, int]] = []
     unknown: list[str] = []
     for bucket in sorted({*configured, *stored}):
@@ -128,7 +113,7 @@ def statuses(app: Any, match: str = "*") -> tuple[list[tuple[str, Status]], list
             wanted.append((bucket, configured_interval_us(app, bucket)))
         except UnknownBucket:
             unknown.append(bucket)
-    found = read_statuses(store_for(app), wanted)
+    found = read_statuses(store_of(app), wanted)
     return [(bucket, st) for (bucket, _), st in zip(wanted, found)], unknown
 
 

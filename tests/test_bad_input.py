@@ -479,7 +479,7 @@ def test_a_malformed_send_code_is_named(send: object, expected: str) -> None:
     """A message from a publisher that wrote its own ``interval_send`` (every publisher with
     celery_interval stamps a fresh one) fails with the header named."""
     from celery_interval.errors import ConfigurationError
-    from celery_interval.task import generation_of
+    from celery_interval.placement import generation_of
 
     with pytest.raises(ConfigurationError, match=expected):
         generation_of({"interval_send": send, "retries": 1})
@@ -487,7 +487,7 @@ def test_a_malformed_send_code_is_named(send: object, expected: str) -> None:
 
 def test_send_codes_keep_sends_apart_and_once_keeps_the_id() -> None:
     from celery_interval.headers import stamp_send
-    from celery_interval.task import generation_of
+    from celery_interval.placement import generation_of
 
     first, second, once = {"retries": 2}, {"retries": 2}, {"retries": 2, "interval_send": "once"}
     for headers in (first, second, once):

@@ -9,10 +9,11 @@ from typing import Any
 import pytest
 from celery import Celery
 
+from celery_interval.buckets import overflow_queue_name
 from celery_interval.config import settings_of
 from celery_interval.errors import StoreUnavailable
 from celery_interval.stores.overflow import MemoryOverflowIndex
-from celery_interval.worker.overflow import Overflow, overflow_queue_name
+from celery_interval.worker.overflow import Overflow
 
 INTERVAL_S = 0.02
 HOLD_AHEAD_S = 0.1  # a cap of 5 tasks per bucket at 20 ms

@@ -10,6 +10,7 @@ import pytest
 from celery import Celery
 
 from celery_interval import IntervalTask
+from celery_interval.app_store import store_of
 from celery_interval.headers import CLAIM_HEADER, MARK_HEADER, SPIN_HEADER, START_HEADER
 from celery_interval.stores.base import ClaimArgs
 from celery_interval.worker import started
@@ -86,7 +87,7 @@ def test_a_task_that_reached_its_process_after_its_start_claims_a_new_one() -> N
     def missed(self: Any) -> None:
         starts.append(time.monotonic_ns())
 
-    store = started.store_of(app)
+    store = store_of(app)
     grant, claim = store.take("b", "t3", 0, 50_000, 0, "w/3", 30_000_000)
     time.sleep(grant.delay_us / 1e6)  # a new bucket's first slot
     grant, claim = store.take("b", "t3", 0, 50_000, 0, "w/3", 30_000_000, lead_us=20_000)

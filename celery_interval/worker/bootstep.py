@@ -9,6 +9,7 @@ from celery import bootsteps
 from celery.worker.state import reserved_requests
 
 from celery_interval.config import settings_of
+from celery_interval.placement import is_paced
 from celery_interval.stores import mask_url, store_for_settings
 from celery_interval.stores.overflow import overflow_index_for
 from celery_interval.worker import started
@@ -91,14 +92,13 @@ def _pace_other_tasks(c: Any, interval_queues: set[str]) -> list[str]:
     """Every task consumed from an interval queue is paced, whatever its base class: a plain
     task's message from an interval queue goes through the interval strategy too (Celery's own
     ``celery.*`` tasks excepted: a chord's unlock must not wait for a slot)."""
-    from celery_interval.task import IntervalTask
     from celery_interval.worker.strategy import interval_strategy
 
     paced: list[str] = []
     if not interval_queues:
         return paced
     for name, task in c.app.tasks.items():
-        if isinstance(task, IntervalTask) or name.startswith("celery.") or name not in c.strategies:
+        if is_paced(task) or name.startswith("celery.") or name not in c.strategies:
             continue
         c.strategies[name] = _by_queue(
             name, c.strategies[name], interval_strategy(task, c.app, c), interval_queues
@@ -130,10 +130,8 @@ def _by_queue(name: str, default: Any, interval: Any, interval_queues: set[str])
 
 
 def _warn_rate_limits(app: Any) -> None:
-    from celery_interval.task import IntervalTask
-
     for name, task in sorted(app.tasks.items()):
-        if isinstance(task, IntervalTask) and task.rate_limit:
+        if is_paced(task) and task.rate_limit:
             logger.warning(
                 "interval: task %s sets rate_limit=%r, which an IntervalTask does not apply; its "
                 "starts follow its bucket's interval across the pool (set interval=%r instead)",

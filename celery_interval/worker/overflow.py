@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import math
 import time
@@ -10,11 +9,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from celery_interval.buckets import overflow_queue_name
 from celery_interval.config import Settings
 from celery_interval.errors import StoreUnavailable, UnknownBucket
 from celery_interval.stores.overflow import OverflowIndex
 
-__all__ = ["Overflow", "OverflowBroker", "hold_cap", "overflow_queue_name"]
+__all__ = ["Overflow", "OverflowBroker", "hold_cap"]
 
 logger = logging.getLogger("celery_interval.worker")
 
@@ -29,18 +29,6 @@ REFILL_BATCH = 64
 PARK_BATCH = 128
 #: ... gathered for at most this long (seconds).
 PARK_GATHER_S = 0.005
-#: The longest overflow queue name (AMQP allows 255 bytes).
-MAX_NAME_BYTES = 200
-
-
-def overflow_queue_name(queue: str, bucket: str) -> str:
-    """The broker queue where ``bucket``'s tasks from ``queue`` wait: readable, and unique."""
-    own = bucket.split(":", 1)[0] == queue
-    name = f"ci-overflow:{bucket}" if own else f"ci-overflow:{queue}:{bucket}"
-    if len(name.encode()) <= MAX_NAME_BYTES:
-        return name
-    digest = hashlib.sha1(name.encode()).hexdigest()[:16]
-    return name.encode()[: MAX_NAME_BYTES - 17].decode(errors="ignore") + "~" + digest
 
 
 def hold_cap(settings: Settings, interval_us: int) -> int:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
-import os
 import threading
 import time
 from collections.abc import Callable
@@ -14,11 +13,13 @@ from typing import Any
 
 from celery.exceptions import Ignore
 
+from celery_interval.app_store import store_of
 from celery_interval.config import settings_of
 from celery_interval.errors import StoreUnavailable
 from celery_interval.headers import CLAIM_HEADER, MARK_HEADER, SPIN_HEADER, START_HEADER
+from celery_interval.placement import is_paced
 from celery_interval.schedule import MAX_LEAD_US, Outcome
-from celery_interval.stores import DoneMark, Store, store_for_settings
+from celery_interval.stores import DoneMark, Store
 from celery_interval.stores.base import ClaimArgs
 
 logger = logging.getLogger("celery_interval")
@@ -37,10 +38,6 @@ MIN_MISS_NS = 1_000_000
 #: A link slower than MAX_LEAD_US each way cannot reach any start in time: after this many
 #: admitted starts that were already past, the body runs at the last one.
 MAX_CLAIMS = 3
-
-#: One store client per (process, app): a forked pool process must not share its parent's.
-_stores: dict[tuple[int, int], Store] = {}
-_stores_lock = threading.Lock()
 
 
 def spin_ns_for(interval_us: int) -> int:
@@ -76,16 +73,6 @@ def wait_until(deadline_ns: int, spin_ns: int, on_spin: Callable[[], None] | Non
         on_spin()
     while time.monotonic_ns() < deadline_ns:
         pass
-
-
-def store_of(app: Any) -> Store:
-    """This process's store client for ``app`` (made on first use, without connecting)."""
-    key = (os.getpid(), id(app))
-    with _stores_lock:
-        store = _stores.get(key)
-        if store is None:
-            store = _stores[key] = store_for_settings(settings_of(app))
-        return store
 
 
 def warm(app: Any) -> None:
@@ -224,9 +211,7 @@ def _post(store: Store, mark: DoneMark, dedupe_ttl_us: int) -> None:
 def before_plain_body(task: Any = None, **_: Any) -> None:
     """``task_prerun``: a plain task released from an interval queue waits for its start too
     (an IntervalTask does so in ``__call__``, closer to its body)."""
-    from celery_interval.task import IntervalTask
-
-    if task is None or isinstance(task, IntervalTask):
+    if task is None or is_paced(task):
         return
     request = task.request
     if request.get(START_HEADER) is not None:

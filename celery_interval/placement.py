@@ -1,0 +1,153 @@
+"""Which tasks are paced, and where one message's start is scheduled: bucket, interval, store id."""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, NamedTuple
+
+from celery_interval.buckets import check_bucket
+from celery_interval.errors import ConfigurationError, UnknownBucket, short_repr
+from celery_interval.headers import BUCKET_HEADER, NESTING_HEADER, SEND_HEADER, SEND_ONCE
+from celery_interval.intervals import parse_interval_us
+
+__all__ = [
+    "PACED_STRATEGY",
+    "Placement",
+    "bucket_of",
+    "generation_of",
+    "interval_of",
+    "is_paced",
+    "mark_id_of",
+    "placement_of",
+    "retries_of",
+]
+
+#: The task strategy that defers a task to its slot: IntervalTask's, by name.
+PACED_STRATEGY = "celery_interval.worker.strategy:interval_strategy"
+#: A send's code sits above this many bits of the store's ``retries`` (32 more: below 2**53).
+SEND_SHIFT = 20
+
+
+def is_paced(task: Any) -> bool:
+    """Whether ``task`` is an IntervalTask (its class names the interval strategy)."""
+    return getattr(task, "Strategy", None) == PACED_STRATEGY
+
+
+def bucket_of(
+    task: Any,
+    headers: Mapping[str, Any],
+    args: Sequence[Any],
+    kwargs: Mapping[str, Any],
+    queue: str | None,
+) -> str:
+    """The bucket of one message: header override, task option (a name, or a key inside the
+    queue's bucket), else the queue the message was consumed from."""
+    override = headers.get(BUCKET_HEADER)
+    if override is not None:
+        return check_bucket(override, f"message header {BUCKET_HEADER}=")
+    base = queue or getattr(task, "queue", None) or task.app.conf.task_default_queue
+    spec = getattr(task, "interval_bucket", None)
+    if spec is not None:
+        # Read statically: a function stored on the task class would otherwise bind as a method.
+        spec = inspect.getattr_static(task, "interval_bucket", None)
+    if isinstance(spec, (staticmethod, classmethod)):
+        spec = spec.__get__(None, type(task))
+    if spec is None:
+        return str(base)
+    if isinstance(spec, str):
+        return spec
+    try:
+        key = spec(args, kwargs)
+    except Exception as exc:
+        raise ConfigurationError(f"{task.name}.interval_bucket raised {short_repr(exc)}") from exc
+    if key is None or key == "":
+        raise ConfigurationError(
+            f"{task.name}.interval_bucket returned {key!r}: expected a key such as a tenant id"
+        )
+    return check_bucket(f"{base}:{key}", f"{task.name}.interval_bucket gave bucket ")
+
+
+def interval_of(task: Any, bucket: str, configured: Callable[[str], int]) -> int:
+    """The task's own ``interval`` option, else the configured interval of its bucket (µs)."""
+    own = getattr(task, "interval", None)
+    if own is None:
+        return configured(bucket)
+    return parse_interval_us(own, name=f"{task.name}.interval")
+
+
+def retries_of(headers: Mapping[str, Any]) -> int:
+    """The message's retry count: an integer >= 0, else an error."""
+    retries = headers.get("retries")
+    if retries is None:
+        return 0
+    if isinstance(retries, bool) or not isinstance(retries, int) or retries < 0:
+        raise ConfigurationError(
+            f"message header retries={short_repr(retries)}: expected an integer >= 0"
+        )
+    return retries
+
+
+def generation_of(headers: Mapping[str, Any]) -> int:
+    """The store's ``retries`` of a message (its dedupe key with the task id): the retry count,
+    with the send's code above its lowest ``SEND_SHIFT`` bits, so that a task id sent again is
+    a new message while a redelivered copy of one send is dropped."""
+    retries = retries_of(headers)
+    send = headers.get(SEND_HEADER)
+    if send is None or send == SEND_ONCE:
+        return retries
+    if not isinstance(send, str) or len(send) != 8 or not _is_hex(send):
+        raise ConfigurationError(
+            f"message header {SEND_HEADER}={short_repr(send)}: expected 8 hex digits"
+        )
+    if retries >= 1 << SEND_SHIFT:
+        raise ConfigurationError(f"message header retries={retries}: at most {(1 << 20) - 1}")
+    return (int(send, 16) << SEND_SHIFT) | retries
+
+
+def _is_hex(text: str) -> bool:
+    return all(c in "0123456789abcdefABCDEF" for c in text)
+
+
+def mark_id_of(task_id: str, headers: Mapping[str, Any]) -> str:
+    """The message's id in the store: ``task.replace`` sends a new message under the same task
+    id (with ``replaced_task_nesting`` one higher), which must not pass for a copy of the first.
+    """
+    nesting = headers.get(NESTING_HEADER)
+    if not nesting:
+        return task_id
+    if isinstance(nesting, bool) or not isinstance(nesting, int) or nesting < 0:
+        raise ConfigurationError(
+            f"message header {NESTING_HEADER}={short_repr(nesting)}: expected an integer >= 0"
+        )
+    return f"{task_id}~{nesting}"
+
+
+class Placement(NamedTuple):
+    """Where one message's start is scheduled, and its id in the store."""
+
+    bucket: str
+    interval_us: int
+    task_id: str
+    retries: int
+
+
+def placement_of(
+    task: Any,
+    headers: Mapping[str, Any],
+    args: Sequence[Any],
+    kwargs: Mapping[str, Any],
+    queue: str | None,
+    configured: Callable[[str], int],
+) -> Placement:
+    """Bucket, interval, store id and retry count of one message (``headers`` holds its ``id``);
+    ``ConfigurationError`` names the header, task option or bucket at fault."""
+    bucket = bucket_of(task, headers, args, kwargs, queue)
+    try:
+        interval_us = interval_of(task, bucket, configured)
+    except UnknownBucket as exc:
+        if headers.get(BUCKET_HEADER) is None:
+            raise
+        raise UnknownBucket(f"message header {BUCKET_HEADER}={short_repr(bucket)}: {exc}") from None
+    task_id = mark_id_of(headers["id"], headers)
+    return Placement(bucket, interval_us, task_id, generation_of(headers))
