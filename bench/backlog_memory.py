@@ -35,7 +35,7 @@ from harness import (
 from recording import QUEUE, STARTS_KEY
 from systems import build
 
-from celery_interval.demo_app import make_app
+from celery_interval.demo.app import make_app
 
 UNACKED_KEY = "unacked"  # kombu's Redis transport: delivered, not yet acked
 TEMPLATE_QUEUE = "bench-template"

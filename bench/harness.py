@@ -43,8 +43,8 @@ from recording import (
     STARTS_KEY,
 )
 
-from celery_interval.embedded import RedisProc
-from celery_interval.report import RunFigures, figures_from
+from celery_interval.demo.embedded import RedisProc
+from celery_interval.demo.report import RunFigures, figures_from
 from celery_interval.stores.keys import ledger_key
 
 BENCH_DIR = Path(__file__).resolve().parent

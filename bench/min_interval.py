@@ -6,7 +6,7 @@ Each candidate is the compare workload for celery_interval alone (W workers x pr
 backlog of max(200, seconds / interval) tasks up front, body starts on CLOCK_MONOTONIC). A
 candidate passes with every task started exactly once, no body-start gap below 0.9 x interval
 and utilization (achieved / target rate) >= 0.95. Also shown: body gaps below the OS floor
-(interval - max(10 %, 3 ms), as in ``celery_interval.report``) and the claims in the bucket's
+(interval - max(10 %, 3 ms), as in ``celery_interval.demo.report``) and the claims in the bucket's
 ledger (store clock), which no OS wake-up delay touches. Every candidate runs, longest first (on a
 shared machine pass and fail need not be monotone in the interval).
 """

@@ -110,7 +110,7 @@ def main(argv: list[str] | None = None) -> None:
     server = None
     url = args.url
     if url is None:
-        from celery_interval.embedded import RedisProc
+        from celery_interval.demo.embedded import RedisProc
 
         server = RedisProc()
         url = server.url

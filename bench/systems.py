@@ -8,7 +8,7 @@ from collections.abc import Callable
 from harness import Servers, System, worker_env
 from recording import ENV_BROKER, ENV_CONF, ENV_RATE_LIMIT, ENV_TASK, QUEUE
 
-from celery_interval.demo_app import make_app
+from celery_interval.demo.app import make_app
 
 #: In the order the bench reports them.
 COMPARED = (

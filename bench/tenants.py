@@ -49,8 +49,8 @@ from recording import (
     STARTS_KEY,
 )
 
-from celery_interval.demo_app import make_app
-from celery_interval.embedded import RedisProc
+from celery_interval.demo.app import make_app
+from celery_interval.demo.embedded import RedisProc
 from celery_interval.stores.keys import ledger_key
 
 RABBITMQ_URL = "amqp://guest:guest@127.0.0.1:5672//"

@@ -24,7 +24,7 @@ from recording import (
 )
 
 from celery_interval import IntervalTask
-from celery_interval.demo_app import make_app
+from celery_interval.demo.app import make_app
 
 INTERVAL_S = interval_s()
 GATE_KEY = "bench:diy:gate"

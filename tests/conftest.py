@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 import redis
-from redisproc import RedisProc
 
+from celery_interval.demo.embedded import RedisProc
 from celery_interval.stores.redis import RedisStore
 
 # ---------------------------------------------------------------------------------------

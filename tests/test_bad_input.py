@@ -17,7 +17,7 @@ from test_pool import assert_exactly_once, body_floor_us
 
 import celery_interval
 from celery_interval.config import settings_of
-from celery_interval.embedded import RedisProc
+from celery_interval.demo.embedded import RedisProc
 from celery_interval.errors import ConfigurationError, UnknownBucket
 from celery_interval.stores.keys import state_key
 from celery_interval.task import IntervalTask

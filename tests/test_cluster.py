@@ -13,10 +13,10 @@ from typing import Any
 import pytest
 import redis
 from pool import Pool, run_once
-from redisproc import RedisProc
 from test_pool import assert_exactly_once, assert_ticket_order
 from test_security import exercise
 
+from celery_interval.demo.embedded import RedisProc
 from celery_interval.errors import ConfigurationError, StoreUnavailable
 from celery_interval.schedule import Outcome
 from celery_interval.stores import mask_url, store_from_url

@@ -19,7 +19,8 @@ import pytest
 from celery import chain, chord, group
 from celery.exceptions import TimeLimitExceeded
 from pool import Pool
-from redisproc import RedisProc
+
+from celery_interval.demo.embedded import RedisProc
 
 pytestmark = pytest.mark.slow
 

@@ -13,9 +13,10 @@ import compatapp
 import pytest
 from celery import chain, group
 from pool import Pool, gaps_us
-from redisproc import RedisProc
 from test_compat import compat_pool, starts
 from test_pool import assert_body_gaps, assert_exactly_once, claim_times_us, utilization
+
+from celery_interval.demo.embedded import RedisProc
 
 pytestmark = pytest.mark.slow
 

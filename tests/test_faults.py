@@ -19,7 +19,7 @@ from latency import LatencyProxy
 from pool import Pool, Worker
 from test_pool import assert_body_gaps, assert_exactly_once, body_floor_us, claim_times_us
 
-from celery_interval.embedded import RedisProc
+from celery_interval.demo.embedded import RedisProc
 from celery_interval.stores.keys import ledger_key, mark_key
 
 pytestmark = pytest.mark.slow

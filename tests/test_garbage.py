@@ -10,7 +10,7 @@ from celery.contrib.testing.worker import start_worker
 from celery.worker.request import Request
 
 from celery_interval import IntervalTask
-from celery_interval.demo_app import make_app
+from celery_interval.demo.app import make_app
 
 QUEUE = "gc"
 TASKS = 20

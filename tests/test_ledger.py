@@ -8,9 +8,9 @@ from typing import Any
 import pytest
 import redis
 from fakeclock import Clock
-from redisproc import RedisProc
 
 from celery_interval import schedule
+from celery_interval.demo.embedded import RedisProc
 from celery_interval.errors import ConfigurationError
 from celery_interval.schedule import Claim, Grant, Outcome
 from celery_interval.stores import store_from_url

@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 import redis
 from redis.connection import Connection
-from redisproc import RedisProc
 
+from celery_interval.demo.embedded import RedisProc
 from celery_interval.errors import ConfigurationError
 from celery_interval.stores import store_from_url
 from celery_interval.stores.base import DoneMark

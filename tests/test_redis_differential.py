@@ -22,9 +22,9 @@ from hypothesis.stateful import (
     rule,
     run_state_machine_as_test,
 )
-from redisproc import RedisProc
 
 from celery_interval import schedule
+from celery_interval.demo.embedded import RedisProc
 from celery_interval.errors import ConfigurationError, StoreUnavailable
 from celery_interval.schedule import Done, Lease, Outcome
 from celery_interval.stores import keys, mask_url

@@ -16,11 +16,11 @@ import redis
 from brokers import skip_or_fail
 from celery import Celery
 from pool import Pool, celery_cli, run_once
-from redisproc import RedisProc, find_redis_server
 from test_pool import assert_exactly_once
 from tlscerts import TlsFiles, make_tls_files
 
 from celery_interval import control
+from celery_interval.demo.embedded import RedisProc, find_redis_server
 from celery_interval.errors import ConfigurationError, StoreError, StoreUnavailable
 from celery_interval.ledger import LedgerReader
 from celery_interval.schedule import Outcome

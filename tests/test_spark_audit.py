@@ -14,7 +14,7 @@ from click.testing import CliRunner
 from spark_fixtures import require_spark, spark  # noqa: F401
 
 from celery_interval.cli import main as cli_main
-from celery_interval.report import percentile
+from celery_interval.demo.report import percentile
 
 S = 1_000_000  # µs per second
 T0 = 1_800_000_000_000_000

@@ -30,9 +30,9 @@ def test_task_ids_are_deterministic() -> None:
 
 
 def test_app_from_an_import_path_or_a_broker_url() -> None:
-    from celery_interval.demo_app import app as demo
+    from celery_interval.demo.app import app as demo
 
-    assert _app_for(_AppSpec("celery_interval.demo_app:app", None, ())) is demo
+    assert _app_for(_AppSpec("celery_interval.demo.app:app", None, ())) is demo
     bare = _app_for(_AppSpec(None, "memory://", (("task_serializer", "json"),)))
     assert bare.conf.broker_url == "memory://" and bare.conf.task_serializer == "json"
     assert _app_for(_AppSpec(None, "memory://", (("task_serializer", "json"),))) is bare

@@ -156,8 +156,8 @@ def test_posting_to_a_hung_redis_returns_at_once_and_lands_later() -> None:
     import signal
 
     import redis
-    from redisproc import RedisProc
 
+    from celery_interval.demo.embedded import RedisProc
     from celery_interval.stores.redis import RedisStore
 
     def post(task: str) -> None:

@@ -13,7 +13,7 @@ from pool import Pool, celery_cli
 from test_dropin import bucket_claims
 from test_faults import DYING_START_US, redis_visibility
 
-from celery_interval.embedded import RedisProc
+from celery_interval.demo.embedded import RedisProc
 
 pytestmark = pytest.mark.slow
 

@@ -11,7 +11,8 @@ import redis
 from celery import Celery
 from celery.signals import task_failure, task_prerun, worker_process_init
 
-from celery_interval import IntervalTask, demo_app
+from celery_interval import IntervalTask
+from celery_interval.demo import app as demo_app
 
 
 def make_app(broker: str, store: str, queue: str, interval_s: float, **conf: Any) -> Celery:

@@ -131,7 +131,7 @@ def main() -> int:
     if missing:
         print(f"missing {', '.join(missing)}: pip install -e '.[dev,celery-suite]'")
         return 2
-    from celery_interval.embedded import RedisProc
+    from celery_interval.demo.embedded import RedisProc
 
     root = source_tree()
     (root / "conftest.py").write_text(ROOT_CONFTEST)

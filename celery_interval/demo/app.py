@@ -1,4 +1,4 @@
-"""The demo's worker app (``celery -A celery_interval.demo_app worker``), configured by env."""
+"""The demo's worker app (``celery -A celery_interval.demo.app worker``), configured by env."""
 
 from __future__ import annotations
 
@@ -69,17 +69,6 @@ def _warm_up(**_: Any) -> None:
 @app.task(base=IntervalTask, bind=True, name="demo.call_api", shared=False)
 def call_api(self: Any, i: int) -> int:
     """The demo's rate-sensitive call: records when it really started."""
-    return _record_call(self, i)
-
-
-@app.task(
-    bind=True,
-    shared=False,
-    name="demo.rate_limited",
-    rate_limit=os.environ.get("CELERY_INTERVAL_DEMO_RATE_LIMIT") or None,
-)
-def rate_limited(self: Any, i: int) -> int:
-    """The same call limited by Celery's own per-worker ``rate_limit`` (for comparisons)."""
     return _record_call(self, i)
 
 

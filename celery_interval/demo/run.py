@@ -15,9 +15,11 @@ from typing import Any, cast
 
 import redis
 
-from celery_interval.embedded import RedisProc
-from celery_interval.report import RunFigures, figures_from
+from celery_interval.defaults import KEY_PREFIX
+from celery_interval.demo.embedded import RedisProc
+from celery_interval.demo.report import RunFigures, figures_from
 from celery_interval.stores.base import Store
+from celery_interval.stores.keys import ledger_key, state_key
 
 __all__ = ["DemoOptions", "run_demo"]
 
@@ -34,10 +36,6 @@ class DemoOptions:
     store: str | None = None
     as_json: bool = False
     timeout_s: float = 120.0
-    #: The task to run: the demo's IntervalTask, or (for comparisons) a plain task with
-    #: Celery's own ``rate_limit`` set to ``rate_limit``.
-    task: str = "demo.call_api"
-    rate_limit: str = ""
 
 
 @contextlib.contextmanager
@@ -60,25 +58,22 @@ def _env(broker: str, store: str, interval_s: float) -> dict[str, str]:
 
 
 def _celery(*args: str) -> list[str]:
-    return [sys.executable, "-m", "celery", "-A", "celery_interval.demo_app", *args]
+    return [sys.executable, "-m", "celery", "-A", "celery_interval.demo.app", *args]
 
 
 def run_demo(options: DemoOptions, out: Any = None) -> tuple[int, RunFigures]:
     """Run the demo; returns (exit code, figures). Exit 0 only for exactly-once and no violation."""
-    from celery_interval import demo_app
+    from celery_interval.demo import app as demo_app
 
     out = out or sys.stdout
     with _servers(options) as (broker, store):
         env = _env(broker, store, options.interval_s)
-        env["CELERY_INTERVAL_DEMO_RATE_LIMIT"] = options.rate_limit
         os.environ.update(env)
         app = demo_app.make_app(broker, store, demo_app.QUEUE, options.interval_s)
         conn = redis.Redis.from_url(store)
-        from celery_interval.stores.keys import ledger_key, state_key
-
-        for key in (demo_app.RECORD_KEY, ledger_key("ci:", demo_app.QUEUE)):
+        for key in (demo_app.RECORD_KEY, ledger_key(KEY_PREFIX, demo_app.QUEUE)):
             conn.delete(key)
-        conn.delete(state_key("ci:", demo_app.QUEUE))
+        conn.delete(state_key(KEY_PREFIX, demo_app.QUEUE))
         procs = [
             subprocess.Popen(
                 _celery(
@@ -107,12 +102,12 @@ def run_demo(options: DemoOptions, out: Any = None) -> tuple[int, RunFigures]:
             calls_before = _script_calls(conn)
             with app.producer_or_acquire() as producer:
                 for i in range(options.tasks):
-                    app.send_task(options.task, args=(i,), producer=producer)
+                    app.send_task(demo_app.call_api.name, args=(i,), producer=producer)
             view = _LiveView(options, conn, out, store)
             _drive(options, env, conn, view)
             figures = figures_from(
                 conn.lrange(demo_app.RECORD_KEY, 0, -1),
-                cast(Any, conn.xrange(ledger_key("ci:", demo_app.QUEUE))),
+                cast(Any, conn.xrange(ledger_key(KEY_PREFIX, demo_app.QUEUE))),
                 tasks=options.tasks,
                 interval_s=options.interval_s,
                 workers=options.workers,
@@ -158,7 +153,7 @@ def _store_now_us(conn: redis.Redis) -> int:
 
 def _drive(options: DemoOptions, env: dict[str, str], conn: redis.Redis, view: _LiveView) -> None:
     """Pause after a third of the tasks started, unpause ``pause_s`` later, wait for the rest."""
-    from celery_interval import demo_app
+    from celery_interval.demo import app as demo_app
 
     deadline = time.monotonic() + options.timeout_s
     phase = "running"
@@ -182,7 +177,7 @@ def _drive(options: DemoOptions, env: dict[str, str], conn: redis.Redis, view: _
 
 def _control(env: dict[str, str], command: str) -> None:
     """The real remote control command line, as an operator would type it."""
-    from celery_interval import demo_app
+    from celery_interval.demo import app as demo_app
 
     subprocess.run(
         _celery("control", command, demo_app.QUEUE, "--timeout", "1"),
@@ -219,7 +214,7 @@ class _LiveView:
 
     def next_slot_s(self) -> float:
         """Seconds from now to the next free slot of the demo queue, from the store."""
-        from celery_interval import demo_app
+        from celery_interval.demo import app as demo_app
         from celery_interval.stores import store_from_url
 
         if self.store is None:
@@ -234,7 +229,7 @@ class _LiveView:
             return
         from rich.table import Table
 
-        from celery_interval import demo_app
+        from celery_interval.demo import app as demo_app
 
         records = [json.loads(r) for r in self.conn.lrange(demo_app.RECORD_KEY, 0, -1)]
         per_worker = Counter(r["worker"] for r in records)
