@@ -148,7 +148,7 @@ class _JavaError:
 def test_a_spark_error_names_what_failed_past_a_wrapper_of_several_failures() -> None:
     """Spark wraps concurrent stage failures in one error whose own line names nothing: the
     audit's message comes from its cause (here the file that failed to parse)."""
-    from celery_interval.cli import _spark_error
+    from celery_interval.cli.tool import _spark_error
 
     read = "[FAILED_READ_FILE.NO_HINT] Encountered error while reading file file:///x/l.jsonl."
     wrapper = _JavaError(

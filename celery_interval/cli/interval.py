@@ -1,0 +1,145 @@
+"""``celery -A proj interval …``: status, pause, unpause, set, reset and ledger export."""
+
+from __future__ import annotations
+
+import click
+
+from celery_interval import control
+from celery_interval.cli.common import app_of, fail_on_interval_errors
+from celery_interval.cli.status import status
+from celery_interval.config import settings_of
+
+__all__ = ["interval"]
+
+
+@click.group(name="interval")
+def interval() -> None:
+    """Inspect and control interval queues (works with no worker running)."""
+
+
+interval.add_command(status)
+
+
+@interval.command()
+@click.argument("queue")
+@click.pass_context
+@fail_on_interval_errors
+def pause(ctx: click.Context, queue: str) -> None:
+    """Pause QUEUE for the whole pool (kept in the store)."""
+    control.pause(app_of(ctx), queue)
+    click.echo(f"paused {queue}")
+
+
+@interval.command()
+@click.argument("queue")
+@click.pass_context
+@fail_on_interval_errors
+def unpause(ctx: click.Context, queue: str) -> None:
+    """Resume QUEUE; held tasks keep their order and spacing."""
+    control.unpause(app_of(ctx), queue)
+    click.echo(f"unpaused {queue}")
+
+
+@interval.command(name="set", context_settings={"ignore_unknown_options": True})
+@click.argument("queue")
+@click.argument("interval_value", metavar="INTERVAL")
+@click.pass_context
+@fail_on_interval_errors
+def set_(ctx: click.Context, queue: str, interval_value: str) -> None:
+    """Set QUEUE's interval: seconds (0.5) or a rate (10/s, 30/m, 100/h)."""
+    result = control.set_interval(app_of(ctx), queue, interval_value)
+    click.echo(f"{queue}: interval {result.interval_us / 1e6:g}s")
+
+
+@interval.command()
+@click.argument("queue")
+@click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
+@click.pass_context
+@fail_on_interval_errors
+def reset(ctx: click.Context, queue: str, yes: bool) -> None:
+    """Forget QUEUE's state (pause, override, tickets): a new epoch starts."""
+    app = app_of(ctx)
+    control.configured_interval_us(app, queue)  # an unknown queue fails before the question
+    if not yes:
+        click.confirm(f"reset {queue}? held tasks will be re-ticketed", abort=True)
+    control.reset(app, queue)
+    click.echo(f"reset {queue}")
+
+
+@interval.group(name="ledger")
+def ledger_group() -> None:
+    """Each bucket's ledger: every grant, claim outcome and control action."""
+
+
+@ledger_group.command(name="export")
+@click.option(
+    "--out",
+    required=True,
+    help="A file (JSON lines), a directory (existing or ending in /) of part files, or - for "
+    "stdout.",
+)
+@click.option(
+    "--bucket",
+    "buckets",
+    multiple=True,
+    help="Only this bucket (repeatable). Default: every bucket with a ledger (found by SCAN).",
+)
+@click.option(
+    "--since",
+    default=None,
+    help="Only entries from then on, on the store's clock: 90s, 30m, 2h, 1d ago; an ISO 8601 "
+    "time (naive = UTC); or Unix seconds.",
+)
+@click.option(
+    "--part-entries",
+    default=1_000_000,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="Entries per part file (directory output).",
+)
+@click.option(
+    "--chunk",
+    default=5_000,
+    show_default=True,
+    type=click.IntRange(1, 100_000),
+    help="Entries per XRANGE round trip.",
+)
+@click.pass_context
+@fail_on_interval_errors
+def ledger_export(
+    ctx: click.Context,
+    out: str,
+    buckets: tuple[str, ...],
+    since: str | None,
+    part_entries: int,
+    chunk: int,
+) -> None:
+    """Write ledgers as JSON lines (one object per entry, with its bucket and stream id)."""
+    from celery_interval import ledger
+
+    app = app_of(ctx)
+    if settings_of(app).ledger_max == 0:
+        click.echo(
+            "note: interval_ledger_max=0, the ledger is off; exporting what is left", err=True
+        )
+    reader = ledger.reader_for_app(app)
+    try:
+        since_us = None if since is None else ledger.parse_since_us(since, reader.now_us())
+        result = ledger.export(
+            reader,
+            out,
+            buckets=list(buckets),
+            since_us=since_us,
+            chunk=chunk,
+            part_entries=part_entries,
+        )
+    finally:
+        reader.close()
+    for bucket, count in result.per_bucket.items():
+        if count == 0:
+            click.echo(f"note: no ledger entries for bucket {bucket!r}", err=True)
+    where = "stdout" if out == "-" else out
+    click.echo(
+        f"exported {result.entries} entries of {len(result.per_bucket)} buckets to {where}",
+        err=out == "-",
+    )

@@ -1,0 +1,166 @@
+"""``celery -A proj interval status``: each bucket's state, held tasks, depth and parked tasks."""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+import click
+
+from celery_interval import control
+from celery_interval.buckets import overflow_queue_name, queue_of
+from celery_interval.cli.common import app_of, fail_on_interval_errors
+from celery_interval.config import settings_of
+
+__all__ = ["status"]
+
+
+def _queue_depths(app: Any, queues: list[str]) -> dict[str, int | None]:
+    """Each queue's broker depth (None where the broker does not answer), on one connection."""
+    depths: dict[str, int | None] = dict.fromkeys(queues)
+    if not queues:
+        return depths
+    try:
+        with app.connection_for_read() as conn:
+            for queue in queues:
+                try:
+                    channel = conn.channel()  # a failed passive declare closes its channel
+                    try:
+                        reply = channel.queue_declare(queue, passive=True)
+                        depths[queue] = int(reply.message_count)
+                    finally:
+                        channel.close()
+                except Exception:
+                    depths[queue] = None
+    except Exception:
+        pass
+    return depths
+
+
+def _held_per_worker(app: Any, timeout_s: float, buckets: list[str]) -> dict[str, dict[str, Any]]:
+    """Each worker's ``interval_stats`` of ``buckets`` (held counts only, no task lists)."""
+    try:
+        replies = app.control.inspect(timeout=timeout_s)._request(
+            "interval_stats", top=0, tasks=0, buckets=buckets
+        )
+        return replies or {}
+    except Exception:
+        return {}
+
+
+#: ``--sort`` keys: the most backed-up (latest next slot) or most ticketed first, or by name.
+_SORTS: dict[str, Any] = {
+    "next": lambda row: (-row["next_slot_in_s"], row["queue"]),
+    "ticket": lambda row: (-row["tickets"], row["queue"]),
+    "name": lambda row: row["queue"],
+}
+
+
+@click.command()
+@click.argument("queue", required=False)
+@click.option(
+    "--match",
+    default="*",
+    show_default=True,
+    metavar="GLOB",
+    help="Only buckets whose names match, e.g. 'api:shop-*'.",
+)
+@click.option(
+    "--top",
+    default=20,
+    show_default=True,
+    type=click.IntRange(min=0),
+    help="Show this many buckets (0 = all).",
+)
+@click.option(
+    "--sort",
+    "sort_by",
+    default="next",
+    show_default=True,
+    type=click.Choice(sorted(_SORTS)),
+    help="next: latest next slot (most backed up) first; ticket: most tickets first; name.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+@click.option("--timeout", "timeout_s", default=1.0, show_default=True, help="Inspect timeout.")
+@click.pass_context
+@fail_on_interval_errors
+def status(
+    ctx: click.Context,
+    queue: str | None,
+    match: str,
+    top: int,
+    sort_by: str,
+    as_json: bool,
+    timeout_s: float,
+) -> None:
+    """Interval, paused, tickets, next slot, held per worker, broker depth and parked tasks
+    (in the bucket's overflow queue) of each bucket:
+    the configured ones and those with state in the store (tenant buckets ``queue:key``)."""
+    app = app_of(ctx)
+    unconfigured: list[str] = []
+    if queue:
+        found = [(queue, control.status(app, queue))]
+    else:
+        found, unconfigured = control.statuses(app, match)
+    rows = []
+    for bucket, result in found:
+        row = control.status_dict(result)
+        row["queue"] = bucket
+        rows.append(row)
+    rows.sort(key=_SORTS[sort_by])
+    total = len(rows)
+    if top:
+        rows = rows[:top]
+    names = [row["queue"] for row in rows]
+    per_worker = _held_per_worker(app, timeout_s, names) if names else {}
+    configured = set(settings_of(app).buckets())
+    depths = _queue_depths(app, [name for name in names if name in configured])
+    overflows = {name: overflow_queue_name(queue_of(name), name) for name in names}
+    parked = _queue_depths(app, list(overflows.values()))
+    for row in rows:
+        row["parked"] = parked.get(overflows[row["queue"]]) or 0
+        row["held"] = {
+            worker: stats.get(row["queue"], {}).get("held", 0)
+            for worker, stats in per_worker.items()
+        }
+        row["broker_depth"] = depths.get(row["queue"])
+    if as_json:
+        click.echo(
+            json.dumps(
+                {
+                    "queues": rows,
+                    "total": total,
+                    "shown": len(rows),
+                    "unconfigured": len(unconfigured),
+                }
+            )
+        )
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title="interval buckets")
+    columns = ("bucket", "interval s", "paused", "tickets", "next slot in s", "held", "depth",
+               "parked")  # fmt: skip
+    for col in columns:
+        table.add_column(col)
+    for row in rows:
+        held = ", ".join(f"{w}={n}" for w, n in sorted(row["held"].items())) or "-"
+        table.add_row(
+            row["queue"],
+            f"{row['interval_s']:g}" + (" (set)" if row["overridden"] else ""),
+            "yes" if row["paused"] else "no",
+            str(row["tickets"]),
+            f"{row['next_slot_in_s']:.3f}",
+            held,
+            "?" if row["broker_depth"] is None else str(row["broker_depth"]),
+            str(row["parked"]),
+        )
+    # Piped or captured output keeps whole bucket names (a terminal's width would cut them).
+    console = Console(width=None if sys.stdout.isatty() else 200)
+    console.print(table)
+    more = " (use --top/--match)" if len(rows) < total else ""
+    if unconfigured:
+        more += f"; {len(unconfigured)} stored buckets have no configured interval"
+    console.print(f"showing {len(rows)} of {total} buckets{more}", highlight=False)
