@@ -29,9 +29,9 @@ def packed(commands: Sequence[tuple[Any, ...]]) -> list[bytes]:
 
 class ScriptLine:
     """The worker's path to the store: one round trip per batch of calls, without redis-py's
-    per-command retry wrapper and reply callbacks (about half of its CPU cost of a script
-    call). The first thread to call keeps one connection of the client's pool for itself
-    (redis-py's checkout and return cost about 20 µs per call); other threads, and a forked
+    per-command retry wrapper and reply callbacks (much of its CPU cost of a script call).
+    The first thread to call keeps one connection of the client's pool for itself (a pool
+    checkout and return per call costs a good part of the call); other threads, and a forked
     child, take one from the pool per batch. ``close`` (or the line's collection) returns it."""
 
     def __init__(self, client: Any) -> None:

@@ -25,8 +25,8 @@ from celery_interval.stores.base import ClaimArgs
 logger = logging.getLogger("celery_interval")
 
 #: The pool process spins (rather than sleeps) the last stretch before a start, at most this
-#: long and a fifth of the interval: a halted idle vCPU can wake a sleeper late (p50 lateness
-#: 0.04 ms spinning, 0.17 ms not). A longer spin is preempted on a busy host.
+#: long and a fifth of the interval: a halted idle vCPU can wake a sleeper late, a running
+#: process is on time. A longer spin is preempted on a busy host.
 MAX_SPIN_NS = 500_000
 #: A body that reaches its pool process more than this after its start (and a tenth of the
 #: interval, but never less than MIN_MISS_NS: below that, lateness is the OS's scheduling
