@@ -145,7 +145,7 @@ def measure(ledger: Path, out: Path) -> dict[str, Any]:
 def to_parquet(ledger: Path, out: Path) -> None:
     from pyspark.sql import SparkSession
 
-    from celery_interval.spark.audit import LEDGER_SCHEMA
+    from celery_interval.spark.entries import LEDGER_SCHEMA
 
     spark = (
         SparkSession.builder.master("local[2]").config("spark.ui.enabled", "false").getOrCreate()

@@ -142,7 +142,7 @@ def by_bucket(rows: list[Any]) -> dict[str, dict[str, Any]]:
 
 
 def test_known_answers(spark: Any, ledgers: list[str]) -> None:  # noqa: F811
-    from celery_interval.spark import audit
+    from celery_interval.spark import audit, checks, entries
 
     raw = audit.read_ledgers(spark, ledgers)
     frames = audit.audit(raw, {"mail": 2 * S})
@@ -184,11 +184,11 @@ def test_known_answers(spark: Any, ledgers: list[str]) -> None:  # noqa: F811
     assert (idle["starts"], idle["violations"], idle["ok"], idle["pauses"]) == (0, 0, True, 1)
     assert idle["paused_s"] == 0.0, "no span of starts, no paused time inside it"
 
-    hist = audit.gap_histogram(frames.cube.where("bucket = 'mail'")).orderBy("bin").collect()
+    hist = checks.gap_histogram(frames.cube.where("bucket = 'mail'")).orderBy("bin").collect()
     edges = [(r["lo_s"], r["hi_s"], r["gaps"]) for r in hist if r["gaps"]]
     # 1.999999 s, 2.0 s and 3.0 s in tenths of the 2 s interval: split at the interval exactly
     assert edges == [(1.8, 2.0, 1), (2.0, 2.2, 1), (3.0, 3.2, 1)]
-    assert len(hist) == audit.HIST_BINS and hist[-1]["lo_s"] == 8.0, "the last: 4 intervals+"
+    assert len(hist) == entries.HIST_BINS and hist[-1]["lo_s"] == 8.0, "the last: 4 intervals+"
 
     violating = frames.entries.where("violation").orderBy("bucket").collect()
     assert [(r["bucket"], r["task"], r["prev_task"], r["gap_us"]) for r in violating] == [
@@ -204,12 +204,12 @@ def test_repeats_are_dropped_alike_by_normalize_and_by_the_audit(
 ) -> None:
     """The overlapping export's 10 repeated entries: ``normalize`` drops them in a pass of its
     own (``dedupe``), the audit in its one window pass; the starts are the same either way."""
-    from celery_interval.spark import audit
+    from celery_interval.spark import audit, entries
 
     raw = audit.read_ledgers(spark, ledgers)
-    assert audit.keyed(raw).count() - audit.normalize(raw).count() == 10
+    assert entries.keyed(raw).count() - entries.normalize(raw).count() == 10
     fields = ("bucket", "task", "start_us", "prev_task", "gap_us", "violation")
-    apart = audit.starts_of(audit.normalize(raw)).select(*fields).collect()
+    apart = entries.starts_of(entries.normalize(raw)).select(*fields).collect()
     fused = audit.audit(raw).entries.where("is_start")
     in_one_pass = fused.withColumnRenamed("start_key", "start_us").select(*fields).collect()
     assert Counter(map(tuple, apart)) == Counter(map(tuple, in_one_pass)) and len(apart) > 10

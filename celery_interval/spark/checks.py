@@ -1,0 +1,192 @@
+"""The audit's checks over the cube: per-bucket gaps, violations, utilization, lateness, workers."""
+
+from __future__ import annotations
+
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
+from pyspark.sql.types import LongType
+
+from celery_interval.spark.cube import KLL_K
+from celery_interval.spark.entries import HIST_BINS, HIST_PER_INTERVAL, SOURCES
+
+__all__ = ["gap_histogram", "lateness_series", "summary", "worker_shares"]
+
+
+def _seconds(us: Column) -> Column:
+    return us.cast("double") / 1e6
+
+
+def worker_shares(cube: DataFrame) -> DataFrame:
+    """(bucket, workers): each worker's starts and share of its bucket's starts, as an array
+    of (worker, starts, share), the busiest first."""
+    per = (
+        cube.where(F.col("worker").isNotNull())
+        .groupBy("bucket", "worker")
+        .agg(F.sum("starts").alias("starts"))
+    )
+    listed = per.groupBy("bucket").agg(
+        F.sort_array(F.collect_list(F.struct("starts", "worker")), asc=False).alias("w")
+    )
+    total = F.aggregate("w", F.lit(0).cast(LongType()), lambda acc, x: acc + x["starts"])
+    return listed.select(
+        "bucket",
+        F.transform(
+            "w", lambda x: F.struct(x["worker"], x["starts"], (x["starts"] / total).alias("share"))
+        ).alias("workers"),
+    )
+
+
+def _quantile(sketch: Column, q: float, present: Column) -> Column:
+    return F.when(present, F.kll_sketch_get_quantile_bigint(sketch, F.lit(q)))
+
+
+def summary(cube: DataFrame) -> DataFrame:
+    """One row per bucket with entries: every figure of the audit (``*_s`` in seconds)."""
+    sums = ("entries", "grants", "regrants", "waits", "held", "paused_claims", "retickets",
+            "dedupe_drops", "reclaims", "readmits", "starts", "gaps", "unknown_gaps",
+            "violations", "required_us", "duplicate_starts")  # fmt: skip
+    folded = cube.groupBy("bucket").agg(
+        *[F.coalesce(F.sum(n), F.lit(0)).alias(n) for n in sums],
+        F.first("duplicate_tasks", ignorenulls=True).alias("duplicate_tasks"),
+        F.min("first_entry_us").alias("first_entry_us"),
+        F.max("last_entry_us").alias("last_entry_us"),
+        F.min("first_start_us").alias("first_start_us"),
+        F.max("last_start_us").alias("last_start_us"),
+        F.min("min_gap_us").alias("min_gap_us"),
+        F.max("late_max_us").alias("late_max_us"),
+        F.kll_merge_agg_bigint("late_sketch", KLL_K).alias("late_sketch"),
+        F.kll_merge_agg_bigint("gap_sketch", KLL_K).alias("gap_sketch"),
+        F.max_by("interval_us", "last_start_us").alias("interval_us"),
+        F.max_by("interval_source", "last_start_us").alias("interval_source"),
+        F.collect_list(
+            F.when(
+                F.col("pause_to_us").isNotNull(),
+                F.struct(
+                    F.col("pause_from_us").alias("start_us"), F.col("pause_to_us").alias("end_us")
+                ),
+            )
+        ).alias("closed"),
+        F.max("event_code").alias("event_code"),
+    )
+    # A pause still open at the end of the ledger: a window without an end.
+    still_open = F.when(
+        F.col("event_code") % 2 == 1,
+        F.array(
+            F.struct(
+                F.floor(F.col("event_code") / 2).alias("start_us"),
+                F.lit(None).cast(LongType()).alias("end_us"),
+            )
+        ),
+    ).otherwise(F.array().cast("array<struct<start_us:bigint,end_us:bigint>>"))
+    windows = F.array_sort(F.concat(F.col("closed"), still_open))
+    first, last = F.col("first_start_us"), F.col("last_start_us")
+    starts_n = F.col("starts")
+    overlap = F.aggregate(
+        windows,
+        F.lit(0).cast(LongType()),
+        lambda acc, w: (
+            acc
+            + F.greatest(
+                F.lit(0).cast(LongType()),
+                F.least(F.coalesce(w["end_us"], last), last) - F.greatest(w["start_us"], first),
+            )
+        ),
+    )
+    paused_us = F.when(starts_n < 2, F.lit(0).cast(LongType())).otherwise(overlap)  # no span
+    span_us = last - first
+    active_us = span_us - F.coalesce(paused_us, F.lit(0))
+    interval_us = F.col("interval_us")
+    violations = (
+        F.when(starts_n < 2, F.lit(0))
+        .when(F.col("unknown_gaps") > 0, F.lit(None))
+        .otherwise(F.col("violations"))
+    )
+    has_gaps, has_starts = F.col("gaps") > 0, starts_n > 0
+    joined = folded.join(worker_shares(cube), "bucket", "left")
+    return joined.select(
+        "bucket",
+        "entries",
+        starts_n.alias("starts"),
+        _seconds(span_us).alias("span_s"),
+        _seconds(interval_us).alias("interval_s"),
+        F.element_at(F.array(*[F.lit(x) for x in SOURCES]), F.col("interval_source") + 1).alias(
+            "interval_source"
+        ),
+        (F.lit(1e6) / interval_us).alias("configured_rate_per_s"),
+        F.when(active_us > 0, (starts_n - 1) * F.lit(1e6) / active_us).alias("rate_per_s"),
+        F.when(active_us > 0, F.col("required_us") / active_us).alias("utilization"),
+        _seconds(F.col("min_gap_us")).alias("min_gap_s"),
+        _seconds(_quantile(F.col("gap_sketch"), 0.01, has_gaps)).alias("p1_gap_s"),
+        _seconds(_quantile(F.col("gap_sketch"), 0.5, has_gaps)).alias("p50_gap_s"),
+        violations.alias("violations"),
+        _seconds(_quantile(F.col("late_sketch"), 0.5, has_starts)).alias("late_p50_s"),
+        _seconds(_quantile(F.col("late_sketch"), 0.95, has_starts)).alias("late_p95_s"),
+        _seconds(_quantile(F.col("late_sketch"), 0.99, has_starts)).alias("late_p99_s"),
+        _seconds(F.col("late_max_us")).alias("late_max_s"),
+        "grants",
+        "retickets",
+        "waits",
+        "held",
+        "paused_claims",
+        "dedupe_drops",
+        "regrants",
+        "reclaims",
+        "readmits",
+        "duplicate_starts",
+        F.coalesce(F.col("duplicate_tasks"), F.array().cast("array<string>")).alias(
+            "duplicate_tasks"
+        ),
+        F.size(windows).alias("pauses"),
+        _seconds(paused_us).alias("paused_s"),
+        windows.alias("pause_windows"),
+        F.coalesce(
+            F.col("workers"),
+            F.array().cast("array<struct<worker:string,starts:bigint,share:double>>"),
+        ).alias("workers"),
+        "first_entry_us",
+        "last_entry_us",
+        "first_start_us",
+        F.coalesce((violations == 0) & (F.col("duplicate_starts") == 0), F.lit(False)).alias("ok"),
+    )
+
+
+def gap_histogram(cube: DataFrame) -> DataFrame:
+    """(bucket, bin, lo_s, hi_s, gaps, interval_s): gaps in tenths of the interval each start
+    had to clear (shown at the bucket's last interval); the last bin holds 4 intervals and
+    more. A bin is wholly below the interval or not."""
+    per_bin = (
+        cube.where(F.col("hbin").isNotNull())
+        .groupBy("bucket", F.col("hbin").alias("bin"))
+        .agg(F.sum("binned").alias("gaps"))
+    )
+    last = cube.groupBy("bucket").agg(F.max_by("interval_us", "last_start_us").alias("iv"))
+    bins = last.where(F.col("iv").isNotNull()).select(
+        "bucket", "iv", F.explode(F.sequence(F.lit(0), F.lit(HIST_BINS - 1))).alias("bin")
+    )
+    width = F.col("iv") / HIST_PER_INTERVAL / 1e6
+    return bins.join(per_bin, ["bucket", "bin"], "left").select(
+        "bucket",
+        "bin",
+        (F.col("bin") * width).alias("lo_s"),
+        ((F.col("bin") + 1) * width).alias("hi_s"),
+        F.coalesce(F.col("gaps"), F.lit(0)).cast(LongType()).alias("gaps"),
+        _seconds(F.col("iv")).alias("interval_s"),
+    )
+
+
+def lateness_series(cube: DataFrame, points: int = 300) -> DataFrame:
+    """(bucket, t_s, late_mean_s, late_max_s, starts): lateness over time in at most
+    ``points`` time bins per bucket, ``t_s`` from the bucket's first start."""
+    per_second = cube.where(F.col("tbin").isNotNull())
+    span = per_second.groupBy("bucket").agg(
+        F.max("tbin").alias("last_tbin"), F.min("first_start_us").alias("t0")
+    )
+    binned = per_second.join(span, "bucket").withColumn(
+        "pbin", F.floor(F.col("tbin") * points / (F.col("last_tbin") + 1))
+    )
+    return binned.groupBy("bucket", "pbin").agg(
+        _seconds(F.min("first_start_us") - F.min("t0")).alias("t_s"),
+        _seconds(F.sum("late_sum_us") / F.sum("lates")).alias("late_mean_s"),
+        _seconds(F.max("late_max_us")).alias("late_max_s"),
+        F.sum("starts").alias("starts"),
+    )

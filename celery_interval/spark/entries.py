@@ -1,0 +1,243 @@
+"""The ledger's entries for the audit: typed, keyed by bucket, deduplicated, annotated per start."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from pyspark.sql import Column, DataFrame, Window
+from pyspark.sql import functions as F
+from pyspark.sql.types import LongType, StringType, StructField, StructType
+
+__all__ = [
+    "AUDIT_FIELDS",
+    "HIST_BINS",
+    "HIST_PER_INTERVAL",
+    "KINDS",
+    "LEDGER_SCHEMA",
+    "SOURCES",
+    "TBIN_US",
+    "annotate",
+    "dedupe",
+    "flag",
+    "keyed",
+    "kind_of",
+    "normalize",
+    "on_timeline",
+    "starts_of",
+    "typed_columns",
+    "worker_of",
+]
+
+_TEXT = ("bucket", "id", "op", "task", "holder")
+_NUMBERS = ("now", "r", "ticket", "slot", "delay", "epoch", "paused", "start", "late", "again")
+_NUMBERS_TOO = ("changed", "interval", "readmit")
+#: Every field an exported entry may carry (``ledger.entry_record``), typed.
+LEDGER_SCHEMA = StructType(
+    [StructField(n, StringType()) for n in _TEXT]
+    + [StructField(n, LongType()) for n in (*_NUMBERS, *_NUMBERS_TOO)]
+)
+#: The fields the audit reads.
+AUDIT_FIELDS = (
+    "bucket", "id", "op", "now", "task", "r", "holder", "start", "late", "again",
+    "changed", "interval", "readmit",
+)  # fmt: skip
+#: Lateness over time is kept per second of store time, per bucket and worker.
+TBIN_US = 1_000_000
+#: The gap histogram: bins of a tenth of the interval, the last one for 4 intervals and more.
+HIST_PER_INTERVAL = 10
+HIST_BINS = 4 * HIST_PER_INTERVAL + 1
+_CONTROLS = ("pause", "unpause", "set_interval")
+#: Besides starts, the entries the running windows read: intervals set, pauses opened, closed.
+_TIMELINE_OPS = (*_CONTROLS, "reset")
+#: The fields only a start's later steps read.
+_START_FIELDS = ("task", "r", "holder", "late", "readmit")
+#: Where a start's interval came from; entries carry the index (numbers aggregate faster).
+SOURCES = ("--interval-of", "ledger", "control")
+
+
+def flag(name: str) -> Column:
+    """Whether the 0/1 field ``name`` is set (absent: not set)."""
+    return F.coalesce(F.col(name), F.lit(0)) == 1
+
+
+def typed_columns(df: DataFrame, names: Sequence[str]) -> DataFrame:
+    """Exactly the columns ``names`` of ``df``, typed as in ``LEDGER_SCHEMA`` (absent: null)."""
+    types = {f.name: f.dataType for f in LEDGER_SCHEMA.fields}
+    present = set(df.columns)
+    return df.select(
+        *[
+            (F.col(name) if name in present else F.lit(None)).cast(types[name]).alias(name)
+            for name in names
+        ]
+    )
+
+
+def _by_time() -> Any:
+    return Window.partitionBy("bucket").orderBy("start_key", "id")
+
+
+def keyed(raw: DataFrame) -> DataFrame:
+    """The audited fields, typed, plus ``is_start``, ``kind`` and ``start_key`` (the admitted
+    start of a start, else ``now``), shuffled by bucket; entries without bucket, op or now are
+    dropped. A *start* is a ``claim:OK`` entry (a holder's re-claim of its own lease,
+    ``again=1``, is not). Only what a later step reads crosses the shuffle: ``op`` of the timeline's
+    entries, the start fields of starts. Overlapping exports' repeats of an entry (bucket, id)
+    are still there."""
+    valid = F.col("bucket").isNotNull() & F.col("op").isNotNull() & F.col("now").isNotNull()
+    # An entry without an id (a hand-made ledger) is never taken for another one.
+    unique_id = F.concat(F.lit("row-"), F.monotonically_increasing_id().cast("string"))
+    is_start = (F.col("op") == "claim:OK") & ~flag("again")
+    is_control = F.col("op").isin(*_TIMELINE_OPS)
+    return (
+        typed_columns(raw, AUDIT_FIELDS)
+        .where(valid)
+        .select(
+            "bucket",
+            "now",
+            F.coalesce(F.col("id"), unique_id).alias("id"),
+            F.when(is_start | is_control, F.col("op")).alias("op"),
+            *[F.when(is_start, F.col(n)).alias(n) for n in _START_FIELDS],
+            F.when(is_start | is_control, F.col("interval")).alias("interval"),
+            F.when(is_control, F.col("changed")).alias("changed"),
+            is_start.alias("is_start"),
+            kind_of().alias("kind"),
+            F.when(is_start, F.coalesce(F.col("start"), F.col("now")))
+            .otherwise(F.col("now"))
+            .alias("start_key"),
+        )
+        .repartition("bucket")
+    )
+
+
+def on_timeline() -> Column:
+    """Whether an entry (of ``keyed``) is a start or a control action: what the running
+    windows read (``keyed`` keeps ``op`` for those only)."""
+    return F.col("op").isNotNull()
+
+
+def _is_repeat() -> Column:
+    """Whether an entry repeats the one before it in time: both copies of an entry (bucket,
+    id) that overlapping exports hold share (start_key, id), so they are adjacent."""
+    return F.coalesce(F.lag("id").over(_by_time()) == F.col("id"), F.lit(False))
+
+
+def dedupe(entries: DataFrame) -> DataFrame:
+    """``entries`` (of ``keyed``) without the repeats of an entry (bucket, id) that
+    overlapping exports both hold."""
+    return entries.withColumn("repeat", _is_repeat()).where(~F.col("repeat")).drop("repeat")
+
+
+def normalize(raw: DataFrame) -> DataFrame:
+    """Every valid entry of ``raw`` once, typed, with ``is_start`` and ``start_key``."""
+    return dedupe(keyed(raw))
+
+
+def worker_of(holder: Column) -> Column:
+    """The worker of a claim's holder (``<hostname>/<12 hex digits>``, one per delivery)."""
+    return F.regexp_replace(holder, r"/[0-9a-f]{12}$", "")
+
+
+def annotate(ledger: DataFrame, intervals_us: Mapping[str, int] | None = None) -> DataFrame:
+    """Every entry of a ``normalize``-d ledger (or of ``keyed``: repeats of an entry are
+    dropped in the same pass, see ``dedupe``) with, for starts: interval_us and its
+    interval_source, prev_start_us, prev_task, gap_us, violation (gap_us < interval_us;
+    null for a bucket's first start or an unknown interval), worker, tbin (second since the
+    bucket's first start) and hbin (histogram bin); for the close of a pause: pause_from_us and
+    pause_to_us; for a pause or a close: event_code (now x 2, + 1 for a pause).
+
+    Gaps are measured between the starts the claims admitted (``start``, store real µs), not
+    between the claims (``now``): a claim may come up to ``lead`` before the start it admits,
+    and the interval governs starts. The interval a gap must clear is the later start's: from
+    ``intervals_us`` (``--interval-of``) when given, else the ``interval`` the claim entry
+    records, else the one the latest control entry (pause, unpause, set_interval) recorded
+    before it."""
+    w = _by_time()
+    before = w.rowsBetween(Window.unboundedPreceding, -1)
+    upto = w.rowsBetween(Window.unboundedPreceding, Window.currentRow)
+    start, is_start = F.col("start_key"), F.col("is_start")
+    op = F.col("op")
+    is_open = (op == "pause") & flag("changed")
+    is_close = ((op == "unpause") & flag("changed")) | (op == "reset")
+    control = op.isin(*_CONTROLS) & F.col("interval").isNotNull()
+    # One window pass: a repeat (the copy of the row before it, see ``dedupe``) leaves every
+    # running value of the rows after it as it was, so it is dropped after the pass.
+    running = ledger.select(
+        "*",
+        _is_repeat().alias("_repeat"),
+        F.last(F.when(control, F.col("interval")), ignorenulls=True).over(upto).alias("c_iv"),
+        F.last(F.when(is_start, start), ignorenulls=True).over(before).alias("prev_start_us"),
+        F.last(F.when(is_start, F.col("task")), ignorenulls=True).over(before).alias("prev_task"),
+        F.first(F.when(is_start, start), ignorenulls=True).over(upto).alias("t0"),
+        F.last(F.when(is_open | is_close, F.struct(is_open.alias("open"), F.col("now"))), True)
+        .over(before)
+        .alias("last_event"),
+    )
+    if intervals_us:
+        pairs = [F.lit(x) for bucket, us in sorted(intervals_us.items()) for x in (bucket, us)]
+        override = F.create_map(*pairs)[F.col("bucket")].cast(LongType())
+    else:
+        override = F.lit(None).cast(LongType())
+    interval_us = F.when(is_start, F.coalesce(override, F.col("interval"), F.col("c_iv")))
+    gap_us = F.when(is_start, start - F.col("prev_start_us"))
+    hbin = F.when(  # (least() skips nulls: a first start would land in the last bin)
+        gap_us.isNotNull() & interval_us.isNotNull(),
+        F.least(F.floor(gap_us * HIST_PER_INTERVAL / interval_us), F.lit(HIST_BINS - 1)),
+    )
+    last_event = F.col("last_event")
+    shaped = running.where(~F.col("_repeat")).select(
+        *ledger.columns,
+        F.when(is_start, F.col("prev_start_us")).alias("prev_start_us"),
+        F.when(is_start, F.col("prev_task")).alias("prev_task"),
+        interval_us.alias("interval_us"),
+        F.when(is_start & override.isNotNull(), SOURCES.index("--interval-of"))
+        .when(is_start & F.col("interval").isNotNull(), SOURCES.index("ledger"))
+        .when(is_start & F.col("c_iv").isNotNull(), SOURCES.index("control"))
+        .alias("interval_source"),
+        gap_us.alias("gap_us"),
+        (gap_us < interval_us).alias("violation"),
+        F.when(is_start, worker_of(F.col("holder"))).alias("worker"),
+        F.when(is_start, F.floor((start - F.col("t0")) / TBIN_US)).alias("tbin"),
+        hbin.cast("int").alias("hbin"),
+        F.when(is_close & last_event["open"], last_event["now"]).alias("pause_from_us"),
+        F.when(is_close & last_event["open"], F.col("now")).alias("pause_to_us"),
+        # the last pause or close wins: now x 2 + 1 for a pause (max() of it is the latest)
+        F.when(is_open | is_close, F.col("now") * 2 + is_open.cast("long")).alias("event_code"),
+    )
+    return shaped
+
+
+def starts_of(ledger: DataFrame, intervals_us: Mapping[str, int] | None = None) -> DataFrame:
+    """The starts of a ``normalize``-d ledger with their ``annotate`` columns (a drill-down:
+    which start broke the interval, after which one)."""
+    return (
+        annotate(ledger, intervals_us)
+        .where("is_start")
+        .withColumnRenamed("start_key", "start_us")
+        .withColumnRenamed("late", "late_us")
+    )
+
+
+#: The outcomes an entry is counted under (at most one each), by ``kind`` (their index).
+KINDS = ("grants", "regrants", "waits", "held", "paused_claims", "retickets", "dedupe_drops",
+         "reclaims")  # fmt: skip
+
+
+def kind_of() -> Column:
+    """The index in ``KINDS`` of the outcome an entry counts under (null: none). A number,
+    so that the aggregations over it stay hash-based."""
+    op, again = F.col("op"), flag("again")
+    kinds = {
+        "grants": (op == "grant:OK") & ~again,
+        "regrants": (op == "grant:OK") & again,
+        "waits": op == "claim:WAIT",
+        "held": op.isin("grant:HELD", "claim:HELD"),
+        "paused_claims": op == "claim:PAUSED",
+        "retickets": op == "claim:RETICKET",
+        "dedupe_drops": op.isin("grant:DUPLICATE", "claim:DUPLICATE"),
+        "reclaims": (op == "claim:OK") & again,
+    }
+    chosen = F.lit(None).cast("int")
+    for n, name in reversed(list(enumerate(KINDS))):
+        chosen = F.when(kinds[name], F.lit(n)).otherwise(chosen)
+    return chosen
