@@ -97,13 +97,13 @@ def build_session(master: str = "local[*]", conf: Mapping[str, str] | None = Non
     # falls back to sorting every entry above 128 groups per task).
     builder = builder.config("spark.sql.objectHashAggregate.sortBased.fallbackThreshold", "1000000")
     # Building the plan is thousands of calls into the JVM; recording the Python call site of
-    # each expression for error messages made 13,400 of them, not 5,400 (4.0 s, not 3.3 s).
+    # each expression for error messages would add many more of them.
     builder = builder.config("spark.python.sql.dataFrameDebugging.enabled", "false")
-    # One plan, made once: re-planning at each stage saved nothing here and cost about 3 s
-    # of 50 (the shuffle's 16 partitions are already few; bench/audit.py).
+    # One plan, made once: the shuffle's partitions are already few, so re-planning at each
+    # stage has nothing to gain and only takes time.
     builder = builder.config("spark.sql.adaptive.enabled", "false")
     # A batch job: the throughput collector, not G1, whose background threads and write
-    # barriers took a fifth of the main stage's task time on two cores (bench/audit.py).
+    # barriers compete with the tasks for the few cores.
     for side in ("driver", "executor"):
         builder = builder.config(f"spark.{side}.extraJavaOptions", JVM_OPTIONS)
     for key, value in (conf or {}).items():

@@ -83,7 +83,8 @@ def sketch_cells(entries: DataFrame) -> DataFrame:
     """``annotate``-d entries folded per (bucket, hbin) into the sketches of its starts'
     lateness and gaps and the count of its gaps (``binned``): the gap histogram, and one to
     a few sketches per bucket to merge (worker, tbin and pause_to_us null). The histogram
-    is a key here, not 41 counts in every cell of the cube, which cost a fifth of its time."""
+    is a key here, not ``HIST_BINS`` counts in every cell of the cube, each evaluated for every
+    start."""
     is_start = F.col("is_start")
     return entries.groupBy("bucket", "hbin").agg(
         F.kll_sketch_agg_bigint(F.when(is_start, F.col("late")), KLL_K).alias("late_sketch"),
