@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 
@@ -35,3 +36,14 @@ autodoc_typehints = "signature"
 
 html_theme = "alabaster"
 html_title = f"celery_interval {release}"
+
+
+def _escape_lone_stars(_app: object, _ctx: object, lines: list[str]) -> None:
+    """Click help texts are plain text: a glob such as ``'api:shop-*'`` must not open an
+    emphasis in the rendered reference (``**Required**``, sphinx-click's own markup, stays)."""
+    lines[:] = [re.sub(r"(?<![*\\])\*(?!\*)", r"\\*", line) for line in lines]
+
+
+def setup(app: object) -> None:
+    app.connect("sphinx-click-process-options", _escape_lone_stars)  # type: ignore[attr-defined]
+    app.connect("sphinx-click-process-arguments", _escape_lone_stars)  # type: ignore[attr-defined]
