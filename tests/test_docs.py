@@ -7,7 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+#: The repository: the nearest folder above this file with a pyproject.toml (tests may move).
+ROOT = next(p for p in Path(__file__).resolve().parents if (p / "pyproject.toml").exists())
 DOCS = ROOT / "docs"
 TESTS = ROOT / "tests"
 
