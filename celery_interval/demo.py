@@ -15,6 +15,7 @@ from typing import Any, cast
 
 import redis
 
+from celery_interval.defaults import KEY_PREFIX
 from celery_interval.embedded import RedisProc
 from celery_interval.report import RunFigures, figures_from
 from celery_interval.stores.base import Store
@@ -76,9 +77,9 @@ def run_demo(options: DemoOptions, out: Any = None) -> tuple[int, RunFigures]:
         conn = redis.Redis.from_url(store)
         from celery_interval.stores.keys import ledger_key, state_key
 
-        for key in (demo_app.RECORD_KEY, ledger_key("ci:", demo_app.QUEUE)):
+        for key in (demo_app.RECORD_KEY, ledger_key(KEY_PREFIX, demo_app.QUEUE)):
             conn.delete(key)
-        conn.delete(state_key("ci:", demo_app.QUEUE))
+        conn.delete(state_key(KEY_PREFIX, demo_app.QUEUE))
         procs = [
             subprocess.Popen(
                 _celery(
@@ -112,7 +113,7 @@ def run_demo(options: DemoOptions, out: Any = None) -> tuple[int, RunFigures]:
             _drive(options, env, conn, view)
             figures = figures_from(
                 conn.lrange(demo_app.RECORD_KEY, 0, -1),
-                cast(Any, conn.xrange(ledger_key("ci:", demo_app.QUEUE))),
+                cast(Any, conn.xrange(ledger_key(KEY_PREFIX, demo_app.QUEUE))),
                 tasks=options.tasks,
                 interval_s=options.interval_s,
                 workers=options.workers,

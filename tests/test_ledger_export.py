@@ -13,6 +13,7 @@ import redis
 from click.testing import CliRunner
 from fakeclock import Clock
 
+from celery_interval.defaults import KEY_PREFIX
 from celery_interval.errors import ConfigurationError
 from celery_interval.ledger import LedgerReader, entry_record, export, parse_since_us
 from celery_interval.stores import keys
@@ -58,7 +59,7 @@ def test_buckets_found_by_scan_under_the_prefix(
 ) -> None:
     prefix = "a*[b]?:"  # glob characters must match literally
     mine = RedisStore(redis_client, key_prefix=prefix, now_us=Clock(T_US))
-    other = RedisStore(redis_client, key_prefix="ci:", now_us=Clock(T_US))
+    other = RedisStore(redis_client, key_prefix=KEY_PREFIX, now_us=Clock(T_US))
     for bucket in ("api", "tenant:42", "x}y"):
         run_ops(mine, bucket, 1)
     run_ops(other, "api", 2)

@@ -10,6 +10,7 @@ import redis
 from redis.connection import Connection
 from redisproc import RedisProc
 
+from celery_interval.defaults import KEY_PREFIX
 from celery_interval.errors import ConfigurationError
 from celery_interval.stores import store_from_url
 from celery_interval.stores.base import DoneMark
@@ -41,7 +42,7 @@ def test_both_lines_write_utf8_keys(redis_server: RedisProc) -> None:
         assert store.read_mark("café", "t2", 0) is not None, "redis-py finds the posted mark"
     finally:
         store.close()
-    keys = [k for k in raw.keys("*") if k != born_key("ci:").encode()]
+    keys = [k for k in raw.keys("*") if k != born_key(KEY_PREFIX).encode()]
     assert sum(b"t2" in k for k in keys) == 1, keys
     assert all("café".encode() in k for k in keys), keys
 

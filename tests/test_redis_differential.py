@@ -25,6 +25,7 @@ from hypothesis.stateful import (
 from redisproc import RedisProc
 
 from celery_interval import schedule
+from celery_interval.defaults import KEY_PREFIX
 from celery_interval.errors import ConfigurationError, StoreUnavailable
 from celery_interval.schedule import Done, Lease, Outcome
 from celery_interval.stores import keys, mask_url
@@ -94,7 +95,7 @@ class Differential(RuleBasedStateMachine):
         expires_us = self.model._expires_real_us
         expired = [b for b in BUCKETS if expires_us.get(b, self.now_us + 1) <= self.now_us]
         for bucket in expired:
-            self.client.delete(keys.state_key("ci:", bucket))
+            self.client.delete(keys.state_key(KEY_PREFIX, bucket))
             assert self.model.read_state(bucket) is None
 
     def _compared(self, bucket: str, op: str, *args: Any, **kwargs: Any) -> tuple[Any, Any]:
@@ -104,7 +105,7 @@ class Differential(RuleBasedStateMachine):
         started_s = time.monotonic()
         result = getattr(self.model, op)(*args, **kwargs), getattr(self.redis, op)(*args, **kwargs)
         after = self.model.read_state(bucket)
-        pttl_ms = self.client.pttl(keys.state_key("ci:", bucket))
+        pttl_ms = self.client.pttl(keys.state_key(KEY_PREFIX, bucket))
         elapsed_ms = (time.monotonic() - started_s) * 1000
         expires_us = self.model._expires_real_us.get(bucket)
         if after is not None and after != before:
@@ -314,12 +315,12 @@ class Differential(RuleBasedStateMachine):
 
     @invariant()
     def same_records(self) -> None:
-        born = self.client.get(keys.born_key("ci:"))
+        born = self.client.get(keys.born_key(KEY_PREFIX))
         assert (None if born is None else int(born)) == (None if self.cluster else self.model._born)
         for bucket in BUCKETS:
             state = self.model.read_state(bucket)
             assert self.redis.read_state(bucket) == state
-            key = keys.state_key("ci:", bucket)
+            key = keys.state_key(KEY_PREFIX, bucket)
             reset = self.client.hget(key, "r")
             assert (None if reset is None else int(reset)) == self.model._reset_us.get(bucket)
             pttl_ms = self.client.pttl(key)
@@ -604,7 +605,7 @@ def test_a_lost_store_waits_but_an_expired_idle_bucket_starts_at_once(
     store = RedisStore(redis_client, now_us=lambda: now[0])
     first = store.grant("api", "t1", 0, 1_000)
     assert first.delay_us == ML + 1_000, "a new store: a lost state may have admitted a start"
-    assert redis_client.get(keys.born_key("ci:")) == str(now[0]).encode()
+    assert redis_client.get(keys.born_key(KEY_PREFIX)) == str(now[0]).encode()
     now[0] += 10**9
     taken, claimed = store.take("mail", "t1", 0, 1_000, 0, "w1", 10**6)
     assert taken.delay_us == 0 and claimed is not None and claimed.outcome is Outcome.OK
@@ -626,8 +627,8 @@ def test_born_on_the_store_clock(redis_store: RedisStore, redis_client: redis.Re
     """On Redis TIME: a new store's first bucket waits, one made under an old marker does not;
     an idle state expires, a paused or overridden one is kept; a reset keeps the wait."""
     assert redis_store.grant("a", "t1", 0, 50_000).delay_us == ML + 50_000
-    born = int(redis_client.get(keys.born_key("ci:")) or 0)
-    redis_client.set(keys.born_key("ci:"), born - 10**9)
+    born = int(redis_client.get(keys.born_key(KEY_PREFIX)) or 0)
+    redis_client.set(keys.born_key(KEY_PREFIX), born - 10**9)
     assert redis_store.grant("b", "t1", 0, 50_000).delay_us == 0
     assert redis_client.pttl("ci:{b}:s") > 0
     redis_store.pause("b", 50_000)
@@ -646,7 +647,7 @@ def test_born_on_the_store_clock(redis_store: RedisStore, redis_client: redis.Re
 def test_a_cluster_has_no_birth_marker(cluster_client: redis.RedisCluster[Any]) -> None:
     """A script on a Cluster reaches only its bucket's hash slot: every new bucket waits."""
     cluster_client.flushdb()
-    cluster_client.set(keys.born_key("ci:"), 1)
+    cluster_client.set(keys.born_key(KEY_PREFIX), 1)
     store = RedisStore(cluster_client)
     assert store.grant("api", "t1", 0, 1_000).delay_us == ML + 1_000
-    assert cluster_client.get(keys.born_key("ci:")) == b"1"
+    assert cluster_client.get(keys.born_key(KEY_PREFIX)) == b"1"

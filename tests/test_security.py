@@ -21,6 +21,7 @@ from test_pool import assert_exactly_once
 from tlscerts import TlsFiles, make_tls_files
 
 from celery_interval import control
+from celery_interval.defaults import KEY_PREFIX
 from celery_interval.errors import ConfigurationError, StoreError, StoreUnavailable
 from celery_interval.ledger import LedgerReader
 from celery_interval.schedule import Outcome
@@ -78,7 +79,7 @@ def exercise(store: Any, bucket: str = "api") -> None:
     assert ops[:3] == ["grant:OK", "grant:OK", "claim:OK"] and ops[-1] == "set_interval"
     store.reset(bucket)
     assert not store.status(bucket, INTERVAL_US).exists
-    index = overflow_index_for(store, "ci:")
+    index = overflow_index_for(store, KEY_PREFIX)
     assert index is not None
     index.park([(bucket, f"{bucket}:t")])
     (parking,) = index.due(10)

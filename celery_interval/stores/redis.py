@@ -30,6 +30,12 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from redis.retry import Retry
 
+from celery_interval.defaults import (
+    HEALTH_CHECK_INTERVAL_S,
+    KEY_PREFIX,
+    LEDGER_MAX,
+    STORE_TIMEOUT_S,
+)
 from celery_interval.errors import ConfigurationError, StoreError, StoreUnavailable
 from celery_interval.schedule import (
     BucketState,
@@ -53,7 +59,6 @@ if TYPE_CHECKING:
     RedisClient: TypeAlias = "redis.Redis | redis.RedisCluster"
 
 __all__ = [
-    "DEFAULT_LEDGER_MAX",
     "SCRIPT_NAMES",
     "RedisStore",
     "script_source",
@@ -89,10 +94,6 @@ _UNAVAILABLE: tuple[type[Exception], ...] = (
 #: URL query options that name a file (checked when the store is made, not at first use).
 _TLS_FILE_OPTIONS = ("ssl_ca_certs", "ssl_ca_path", "ssl_certfile", "ssl_keyfile")
 
-DEFAULT_SOCKET_TIMEOUT_S = 5.0
-DEFAULT_HEALTH_CHECK_INTERVAL_S = 30
-#: About this many entries are kept in each bucket's ledger Stream (XADD MAXLEN ~).
-DEFAULT_LEDGER_MAX = 100_000
 #: A bucket's ledger expires this long after its last entry (lib.lua's LEDGER_TTL_MS): an idle
 #: tenant's audit goes a week after its last task; export it before (``interval ledger export``).
 LEDGER_TTL_MS = 7 * 24 * 3600 * 1000
@@ -274,9 +275,9 @@ class RedisStore:
     def __init__(
         self,
         client: RedisClient | Callable[[], RedisClient],
-        key_prefix: str = keys.DEFAULT_PREFIX,
+        key_prefix: str = KEY_PREFIX,
         now_us: Callable[[], int] | None = None,
-        ledger_max: int = DEFAULT_LEDGER_MAX,
+        ledger_max: int = LEDGER_MAX,
         *,
         where: str | None = None,
     ) -> None:
@@ -356,11 +357,11 @@ class RedisStore:
     def from_url(
         cls,
         url: str,
-        key_prefix: str = keys.DEFAULT_PREFIX,
+        key_prefix: str = KEY_PREFIX,
         *,
-        socket_timeout_s: float = DEFAULT_SOCKET_TIMEOUT_S,
+        socket_timeout_s: float = STORE_TIMEOUT_S,
         now_us: Callable[[], int] | None = None,
-        ledger_max: int = DEFAULT_LEDGER_MAX,
+        ledger_max: int = LEDGER_MAX,
     ) -> RedisStore:
         """A store on a redis://, rediss://, unix://, redis+cluster:// or rediss+cluster:// URL.
 
@@ -389,7 +390,7 @@ class RedisStore:
             url,
             socket_timeout=socket_timeout_s,
             socket_connect_timeout=socket_timeout_s,
-            health_check_interval=DEFAULT_HEALTH_CHECK_INTERVAL_S,
+            health_check_interval=HEALTH_CHECK_INTERVAL_S,
             # One quick retry covers a pooled connection the server closed; longer outages
             # surface as StoreUnavailable and the caller holds its tasks and backs off.
             retry=Retry(ExponentialBackoff(cap=0.1, base=0.01), 1),
