@@ -321,7 +321,7 @@ def take(
     return state, mark, granted, claimed
 
 
-def done(mark: Mark | None, now_us: int, dedupe_ttl_us: int) -> Done:
+def done(now_us: int, dedupe_ttl_us: int) -> Done:
     """The message was acknowledged: every later copy of (task_id, retries) is a duplicate."""
     return Done(now_us + dedupe_ttl_us)
 

@@ -97,7 +97,7 @@ class Model:
 
     def op_done(self, task: str, retries: int, ttl_us: int) -> None:
         key = (task, retries)
-        self.marks[key] = schedule.done(self.marks.get(key), self.now_us, ttl_us)
+        self.marks[key] = schedule.done(self.now_us, ttl_us)
 
     def op_renew(self, task: str, retries: int, holder: str, lease_us: int) -> tuple[str, bool]:
         key = (task, retries)
@@ -686,7 +686,7 @@ def test_take_is_a_grant_then_a_claim_when_the_slot_is_due() -> None:
             assert taken == (*grant_only, None)
     paused = schedule.pause(state, now, 1_000, born_us=0)
     assert schedule.take(paused, None, now, 1_000, 0, "h", 10**6, 20_000, born_us=0)[3] is None
-    done = schedule.done(None, now, 10**6)
+    done = schedule.done(now, 10**6)
     taken = schedule.take(state, done, now, 1_000, 0, "h", 10**6, 20_000, born_us=0)
     assert taken[2].outcome is Outcome.DUPLICATE and taken[3] is None
 

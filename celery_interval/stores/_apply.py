@@ -168,11 +168,7 @@ class ModelStore(ABC):
         for bucket, group in by_bucket.items():
             with self._locked(bucket) as txn:
                 for m in group:
-                    txn.set_mark(
-                        m.task_id,
-                        m.retries,
-                        schedule.done(txn.mark(m.task_id, m.retries), txn.now_us, dedupe_ttl_us),
-                    )
+                    txn.set_mark(m.task_id, m.retries, schedule.done(txn.now_us, dedupe_ttl_us))
 
     #: A file store is shared by every process; MemoryStore says otherwise.
     posts_done = True
