@@ -12,8 +12,9 @@ from redisproc import RedisProc
 
 from celery_interval.defaults import KEY_PREFIX
 from celery_interval.errors import ConfigurationError
+from celery_interval.schedule import Pace
 from celery_interval.stores import store_from_url
-from celery_interval.stores.base import DoneMark
+from celery_interval.stores.base import TaskCopy
 from celery_interval.stores.keys import born_key
 from celery_interval.stores.line import packed
 from celery_interval.stores.redis import RedisStore
@@ -35,9 +36,9 @@ def test_both_lines_write_utf8_keys(redis_server: RedisProc) -> None:
     raw.flushdb()
     store = RedisStore(redis.Redis.from_url(redis_server.url))
     try:
-        store.grant("café", "t1", 0, 40_000)  # on the worker's line
+        store.grant(TaskCopy("café", "t1", 0), Pace(40_000))  # on the worker's line
         store.prepare_post()
-        store.post_done(DoneMark("café", "t2", 0), 60_000_000)  # on the posted line
+        store.post_done(TaskCopy("café", "t2", 0), 60_000_000)  # on the posted line
         store.prepare_post()  # reads the post's reply
         assert store.read_mark("café", "t2", 0) is not None, "redis-py finds the posted mark"
     finally:

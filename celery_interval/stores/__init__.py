@@ -12,9 +12,9 @@ from celery_interval.errors import ConfigurationError
 
 if TYPE_CHECKING:
     from celery_interval.config import Settings
-from celery_interval.stores.base import DoneMark, Store
+from celery_interval.stores.base import Store, TaskCopy
 
-__all__ = ["DoneMark", "Store", "mask_url", "store_for_settings", "store_from_url"]
+__all__ = ["Store", "TaskCopy", "mask_url", "store_for_settings", "store_from_url"]
 
 _QUERY_PASSWORD = re.compile(r"(?i)([?&]password=)[^&#]*")
 _SCHEMES = (

@@ -40,16 +40,19 @@ from celery_interval.errors import ConfigurationError, StoreError, StoreUnavaila
 from celery_interval.schedule import (
     BucketState,
     Claim,
+    ClaimTerms,
     Done,
     Grant,
     Granted,
     Lease,
     Mark,
     Outcome,
+    Pace,
+    Slot,
     Status,
 )
 from celery_interval.stores import CLUSTER_SCHEMES, keys, mask_url
-from celery_interval.stores.base import DoneMark
+from celery_interval.stores.base import DoneBatch, TaskCopy
 from celery_interval.stores.line import ScriptLine
 from celery_interval.stores.posted import PostedLine
 
@@ -399,92 +402,53 @@ class RedisStore:
 
     # -- the Store protocol -------------------------------------------------------------
 
-    def grant(
-        self,
-        bucket: str,
-        task_id: str,
-        retries: int,
-        interval_us: int,
-        not_before_in_us: int = 0,
-    ) -> Grant:
+    def grant(self, copy: TaskCopy, pace: Pace) -> Grant:
         r = self._run(
             "grant",
-            self._task_keys(bucket, task_id, retries),
-            [interval_us, not_before_in_us, task_id, retries, self._ledger_max],
+            self._task_keys(copy),
+            [pace.interval_us, pace.not_before_in_us, copy.task_id, copy.retries, self._ledger_max],
         )
         return _grant_of(r)
 
     def take(
-        self,
-        bucket: str,
-        task_id: str,
-        retries: int,
-        interval_us: int,
-        not_before_in_us: int,
-        holder: str,
-        lease_us: int,
-        lead_us: int = 0,
-        handoff_us: int = 0,
-        *,
-        done_first: Sequence[DoneMark] = (),
-        dedupe_ttl_us: int = 0,
+        self, copy: TaskCopy, pace: Pace, terms: ClaimTerms, *, done_first: DoneBatch | None = None
     ) -> tuple[Grant, Claim | None]:
         take: Named = (
             "take",
-            self._task_keys(bucket, task_id, retries),
-            [self._now_arg(), interval_us, not_before_in_us, task_id, retries, self._ledger_max,
-             holder, lease_us, lead_us, handoff_us],
+            self._task_keys(copy),
+            [self._now_arg(), pace.interval_us, pace.not_before_in_us, copy.task_id, copy.retries,
+             self._ledger_max, terms.holder, terms.lease_us, terms.lead_us, terms.handoff_us],
         )  # fmt: skip
-        r = self._send("take", [*self._done_calls(done_first, dedupe_ttl_us), take])[-1]
+        calls = [take]
+        if done_first is not None:
+            calls[:0] = self._done_calls(done_first.copies, done_first.dedupe_ttl_us)
+        r = self._send("take", calls)[-1]
         return _grant_of(r), (_claim_of(r[6:]) if len(r) > 6 else None)
 
     def claim(
-        self,
-        bucket: str,
-        task_id: str,
-        retries: int,
-        interval_us: int,
-        epoch: int,
-        slot_us: int,
-        holder: str,
-        lease_us: int,
-        lead_us: int = 0,
-        *,
-        ticket: int = 0,
-        handoff_us: int = 0,
+        self, copy: TaskCopy, interval_us: int, slot: Slot, terms: ClaimTerms, *, ticket: int = 0
     ) -> Claim:
         r = self._run(
             "claim",
-            self._task_keys(bucket, task_id, retries),
-            [
-                interval_us,
-                epoch,
-                slot_us,
-                holder,
-                lease_us,
-                lead_us,
-                task_id,
-                retries,
-                ticket,
-                self._ledger_max,
-                handoff_us,
-            ],
-        )
+            self._task_keys(copy),
+            [interval_us, slot.epoch, slot.slot_us, terms.holder, terms.lease_us, terms.lead_us,
+             copy.task_id, copy.retries, ticket, self._ledger_max, terms.handoff_us],
+        )  # fmt: skip
         return _claim_of(r)
 
-    def done(self, marks: Sequence[DoneMark], dedupe_ttl_us: int) -> None:
+    def done(self, copies: Sequence[TaskCopy], dedupe_ttl_us: int) -> None:
         """One done script per bucket (its marks share a hash slot), all in one round trip on
         a standalone Redis; on a Cluster one call after another (a batch usually holds one
         bucket)."""
-        if marks:
-            self._send("done", self._done_calls(marks, dedupe_ttl_us))
+        if copies:
+            self._send("done", self._done_calls(copies, dedupe_ttl_us))
 
-    def _done_calls(self, marks: Sequence[DoneMark], dedupe_ttl_us: int) -> list[Named]:
+    def _done_calls(self, copies: Sequence[TaskCopy], dedupe_ttl_us: int) -> list[Named]:
         now = self._now_arg()
         by_bucket: dict[str, list[str]] = {}
-        for m in marks:
-            by_bucket.setdefault(m.bucket, []).append(
-                self._mark_key(m.bucket, m.task_id, m.retries)
+        for c in copies:
+            by_bucket.setdefault(c.bucket, []).append(
+                self._mark_key(c.bucket, c.task_id, c.retries)
             )
         return [("done", mark_keys, [now, dedupe_ttl_us]) for mark_keys in by_bucket.values()]
 
@@ -500,14 +464,14 @@ class RedisStore:
             if self._posted is not None:
                 self._posted.prepare()
 
-    def post_done(self, mark: DoneMark, dedupe_ttl_us: int) -> None:
+    def post_done(self, copy: TaskCopy, dedupe_ttl_us: int) -> None:
         """The done script written on the prepared connection, its reply read at the next
         ``prepare_post``. On a Cluster nothing is sent (redis-py routes and waits there), and
         ``posts_done`` is False, so the worker marks the task at its ack instead."""
         with self._errors("done"):
             if self._posted is None:
                 return
-            ((_name, mark_keys, args),) = self._done_calls([mark], dedupe_ttl_us)
+            ((_name, mark_keys, args),) = self._done_calls([copy], dedupe_ttl_us)
             self._posted.post((self._scripts["done"], mark_keys, args))
 
     def renew(self, bucket: str, task_id: str, retries: int, holder: str, lease_us: int) -> bool:
@@ -616,11 +580,11 @@ class RedisStore:
         self._ensure_client()
         return self._born_keys
 
-    def _task_keys(self, bucket: str, task_id: str, retries: int) -> list[str]:
+    def _task_keys(self, copy: TaskCopy) -> list[str]:
         return [
-            self._state_key(bucket),
-            self._mark_key(bucket, task_id, retries),
-            self.ledger_key(bucket),
+            self._state_key(copy.bucket),
+            self._mark_key(copy.bucket, copy.task_id, copy.retries),
+            self.ledger_key(copy.bucket),
             *self._born(),
         ]
 
