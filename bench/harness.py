@@ -43,12 +43,12 @@ from recording import (
     STARTS_KEY,
 )
 
+from celery_interval.defaults import KEY_PREFIX
 from celery_interval.demo.embedded import RedisProc
 from celery_interval.demo.report import RunFigures, figures_from
 from celery_interval.stores.keys import ledger_key
 
 BENCH_DIR = Path(__file__).resolve().parent
-KEY_PREFIX = "ci:"  # celery_interval's default interval_key_prefix
 
 
 @dataclass(frozen=True)

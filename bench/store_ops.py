@@ -13,6 +13,8 @@ from typing import Any
 
 import redis
 
+from celery_interval.schedule import ClaimTerms, Pace
+from celery_interval.stores.base import TaskCopy
 from celery_interval.stores.redis import RedisStore
 
 LEASE_US = 60_000_000
@@ -35,8 +37,10 @@ def _worker(
         for _ in range(50):
             bucket = f"b{i % n_buckets}"
             task_id = f"{seed}-{i}"
-            g = store.grant(bucket, task_id, 0, INTERVAL_US)
-            c = store.claim(bucket, task_id, 0, INTERVAL_US, g.epoch, g.slot_us, holder, LEASE_US)
+            g = store.grant(TaskCopy(bucket, task_id, 0), Pace(INTERVAL_US))
+            c = store.claim(
+                TaskCopy(bucket, task_id, 0), INTERVAL_US, g.slot, ClaimTerms(holder, LEASE_US)
+            )
             outcomes[c.outcome.value] += 1
             pairs += 1
             i += 1
@@ -82,8 +86,8 @@ def idle_bucket_bytes(url: str, n_buckets: int) -> tuple[float, float]:
     before = int(client.info("memory")["used_memory"])
     for k in range(n_buckets):
         # a realistic idle record: granted and claimed once (claim writes current_slot, etc.)
-        g = store.grant(f"b{k}", "t", 0, 1_000_000)
-        store.claim(f"b{k}", "t", 0, 1_000_000, g.epoch, g.slot_us, "h", LEASE_US, 10**9)
+        g = store.grant(TaskCopy(f"b{k}", "t", 0), Pace(1_000_000))
+        store.claim(TaskCopy(f"b{k}", "t", 0), 1_000_000, g.slot, ClaimTerms("h", LEASE_US, 10**9))
     # Marks and ledgers are excluded: delete them before measuring the state alone.
     extra = [f"{prefix}{{b{k}}}:{kind}" for k in range(n_buckets) for kind in ("m:t:0", "l")]
     for start in range(0, len(extra), 1000):

@@ -49,6 +49,7 @@ from recording import (
     STARTS_KEY,
 )
 
+from celery_interval.defaults import KEY_PREFIX
 from celery_interval.demo.app import make_app
 from celery_interval.demo.embedded import RedisProc
 from celery_interval.stores.keys import ledger_key
@@ -196,7 +197,7 @@ def flood_claims_us(run: Run) -> list[int]:
     client = redis.Redis.from_url(run.store.url)
     return sorted(
         int(fields[b"start"])
-        for _id, fields in client.xrange(ledger_key("ci:", f"{QUEUE}:flood"))
+        for _id, fields in client.xrange(ledger_key(KEY_PREFIX, f"{QUEUE}:flood"))
         if fields.get(b"op") == b"claim:OK" and fields.get(b"again") != b"1"
     )
 

@@ -18,6 +18,7 @@ import redis
 from redis.exceptions import RedisError
 
 from celery_interval.config import settings_of
+from celery_interval.defaults import KEY_PREFIX
 from celery_interval.errors import ConfigurationError, StoreUnavailable
 from celery_interval.intervals import US_PER_S
 from celery_interval.stores import keys, mask_url
@@ -71,7 +72,7 @@ def _id_key(entry_id: str) -> tuple[int, int]:
 class LedgerReader:
     """Pages through the ledgers of one Redis store in bounded XRANGE chunks."""
 
-    def __init__(self, client: redis.Redis, key_prefix: str = keys.DEFAULT_PREFIX) -> None:
+    def __init__(self, client: redis.Redis, key_prefix: str = KEY_PREFIX) -> None:
         self._client = client
         self._prefix = keys.validate_prefix(key_prefix)
         self._store = RedisStore(client, key_prefix=self._prefix)

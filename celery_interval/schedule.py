@@ -10,12 +10,15 @@ __all__ = [
     "MAX_LEAD_US",
     "BucketState",
     "Claim",
+    "ClaimTerms",
     "Done",
     "Grant",
     "Granted",
     "Lease",
     "Mark",
     "Outcome",
+    "Pace",
+    "Slot",
     "Status",
     "claim",
     "clamp_lead",
@@ -98,6 +101,34 @@ class Granted:
 Mark = Lease | Done | Granted
 
 
+@dataclass(frozen=True, slots=True)
+class Pace:
+    """What a grant asks for: the caller's configured interval (a ``set_interval`` override
+    wins) and how far from now the slot may be at the earliest (a countdown or ETA)."""
+
+    interval_us: int
+    not_before_in_us: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Slot:
+    """The granted slot a claim names: ``slot_us`` of ``epoch``."""
+
+    epoch: int
+    slot_us: int
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimTerms:
+    """Who claims, and how: ``holder`` leases the task for ``lease_us``, may claim up to
+    ``lead_us`` before its start, and needs ``handoff_us`` to hand it to a pool process."""
+
+    holder: str
+    lease_us: int
+    lead_us: int = 0
+    handoff_us: int = 0
+
+
 @dataclass(frozen=True)
 class Grant:
     """A ticket and its slot, or DUPLICATE; ``delay_us`` is slot minus virtual now."""
@@ -108,6 +139,11 @@ class Grant:
     slot_us: int
     delay_us: int
     paused: bool
+
+    @property
+    def slot(self) -> Slot:
+        """The slot a claim of this ticket names."""
+        return Slot(self.epoch, self.slot_us)
 
 
 @dataclass(frozen=True)
@@ -183,21 +219,15 @@ def live(mark: Mark | None, now_us: int) -> Mark | None:
 
 
 def grant(
-    state: BucketState | None,
-    mark: Mark | None,
-    now_us: int,
-    interval_us: int,
-    not_before_in_us: int = 0,
-    *,
-    born_us: int,
+    state: BucketState | None, mark: Mark | None, now_us: int, pace: Pace, *, born_us: int
 ) -> tuple[BucketState, Mark | None, Grant]:
-    """Atomically take the next ticket and slot ``max(v, tat, v + not_before_in_us)``.
+    """Atomically take the next ticket and slot ``max(v, tat, v + pace.not_before_in_us)``.
 
     Idempotent per (task_id, retries): a copy whose granted slot has not been passed by a
     later start gets that ticket and slot again, so redelivered copies waste no slot.
     """
     if state is None:
-        state = new_state(now_us, interval_us, born_us)
+        state = new_state(now_us, pace.interval_us, born_us)
     mark = live(mark, now_us)
     v = virtual_now(state, now_us)
     paused = state.paused_at_real_us is not None
@@ -211,9 +241,10 @@ def grant(
         delay_us = max(0, mark.slot_us - v)
         again = Grant(Outcome.OK, state.epoch, mark.ticket, mark.slot_us, delay_us, paused)
         return state, mark, again
-    slot_us = max(v, state.tat_us, v + max(0, not_before_in_us))
+    slot_us = max(v, state.tat_us, v + max(0, pace.not_before_in_us))
     ticket = state.ticket + 1
-    state = replace(state, tat_us=slot_us + effective_interval(state, interval_us), ticket=ticket)
+    spacing_us = effective_interval(state, pace.interval_us)
+    state = replace(state, tat_us=slot_us + spacing_us, ticket=ticket)
     if not isinstance(mark, Lease):
         mark = Granted(state.epoch, ticket, slot_us, now_us + slot_us - v + GRANTED_TTL_US)
     return state, mark, Grant(Outcome.OK, state.epoch, ticket, slot_us, slot_us - v, paused)
@@ -224,20 +255,16 @@ def claim(
     mark: Mark | None,
     now_us: int,
     interval_us: int,
-    epoch: int,
-    slot_us: int,
-    holder: str,
-    lease_us: int,
-    lead_us: int = 0,
-    handoff_us: int = 0,
+    slot: Slot,
+    terms: ClaimTerms,
     *,
     born_us: int,
 ) -> tuple[BucketState, Mark | None, Claim]:
-    """Atomically decide whether the copy held by ``holder`` may start now (see Outcome).
+    """Atomically decide whether the copy held by ``terms.holder`` may start now (see Outcome).
 
-    A claim may come up to ``lead_us`` before its start; the start is never sooner than
-    ``handoff_us`` (or one interval, if shorter) after the claim: the caller's time to hand
-    the task to a pool process.
+    A claim may come up to ``terms.lead_us`` before its start; the start is never sooner than
+    ``terms.handoff_us`` (or one interval, if shorter) after the claim: the caller's time to
+    hand the task to a pool process.
     """
     if state is None:
         state = new_state(now_us, interval_us, born_us)
@@ -249,8 +276,9 @@ def claim(
         return state, mark, Claim(Outcome.DUPLICATE, state.epoch, 0, now_us)
     spacing_us = effective_interval(state, interval_us)
     earliest_us = state.last_start_us + spacing_us
+    slot_us = slot.slot_us
     if isinstance(mark, Lease):
-        if mark.holder != holder:
+        if mark.holder != terms.holder:
             held_us = mark.expires_real_us - now_us
             return state, mark, Claim(Outcome.HELD, state.epoch, held_us, now_us)
         if mark.start_us >= v:
@@ -258,18 +286,18 @@ def claim(
         # The holder never heard of its admitted start (the reply was lost) and that start has
         # passed: admit a new one, an interval after the last, as if that one had happened.
         slot_us = state.current_slot_us
-    elif epoch != state.epoch or slot_us < state.current_slot_us:
+    elif slot.epoch != state.epoch or slot_us < state.current_slot_us:
         return state, mark, Claim(Outcome.RETICKET, state.epoch, 0, now_us)
     else:
         earliest_us = max(slot_us, earliest_us)
-    lead_us = clamp_lead(lead_us)
+    lead_us = clamp_lead(terms.lead_us)
     if v + lead_us < earliest_us:
         return state, mark, Claim(Outcome.WAIT, state.epoch, earliest_us - v, now_us)
     # The handoff is at most one interval: a task that reaches its process later than that
     # cannot start exactly anyway, and a longer wait only idles the process.
-    start_us = max(v + min(max(0, handoff_us), lead_us, spacing_us), earliest_us)
+    start_us = max(v + min(max(0, terms.handoff_us), lead_us, spacing_us), earliest_us)
     state = replace(state, last_start_us=start_us, current_slot_us=slot_us)
-    lease = Lease(holder, start_us, now_us + lease_us)
+    lease = Lease(terms.holder, start_us, now_us + terms.lease_us)
     return state, lease, Claim(Outcome.OK, state.epoch, start_us - v, now_us)
 
 
@@ -277,51 +305,36 @@ def take(
     state: BucketState | None,
     mark: Mark | None,
     now_us: int,
-    interval_us: int,
-    not_before_in_us: int,
-    holder: str,
-    lease_us: int,
-    lead_us: int = 0,
-    handoff_us: int = 0,
+    pace: Pace,
+    terms: ClaimTerms,
     *,
     born_us: int,
 ) -> tuple[BucketState, Mark | None, Grant, Claim | None]:
-    """``grant``, then ``claim`` in the same step when the slot is due within ``lead_us`` and the
-    bucket runs: a task whose turn is now takes its ticket and its start in one round trip.
+    """``grant``, then ``claim`` in the same step when the slot is due within ``terms.lead_us``
+    and the bucket runs: a task whose turn is now takes its ticket and its start in one round
+    trip.
 
     A copy whose task runs under another holder's live lease is HELD (``delay_us`` = the
     lease left) and takes no ticket: the slot of one would go unused.
     """
     lease = live(mark, now_us)
-    if isinstance(lease, Lease) and lease.holder != holder:
+    if isinstance(lease, Lease) and lease.holder != terms.holder:
         if state is None:
-            state = new_state(now_us, interval_us, born_us)
+            state = new_state(now_us, pace.interval_us, born_us)
         paused = state.paused_at_real_us is not None
         left_us = lease.expires_real_us - now_us
         return state, lease, Grant(Outcome.HELD, state.epoch, 0, 0, left_us, paused), None
-    state, mark, granted = grant(
-        state, mark, now_us, interval_us, not_before_in_us, born_us=born_us
-    )
-    due = granted.delay_us <= clamp_lead(lead_us)
+    state, mark, granted = grant(state, mark, now_us, pace, born_us=born_us)
+    due = granted.delay_us <= clamp_lead(terms.lead_us)
     if granted.outcome is not Outcome.OK or granted.paused or not due:
         return state, mark, granted, None
     state, mark, claimed = claim(
-        state,
-        mark,
-        now_us,
-        interval_us,
-        granted.epoch,
-        granted.slot_us,
-        holder,
-        lease_us,
-        lead_us,
-        handoff_us,
-        born_us=born_us,
+        state, mark, now_us, pace.interval_us, granted.slot, terms, born_us=born_us
     )
     return state, mark, granted, claimed
 
 
-def done(mark: Mark | None, now_us: int, dedupe_ttl_us: int) -> Done:
+def done(now_us: int, dedupe_ttl_us: int) -> Done:
     """The message was acknowledged: every later copy of (task_id, retries) is a duplicate."""
     return Done(now_us + dedupe_ttl_us)
 

@@ -17,6 +17,7 @@ from test_pool import assert_exactly_once, body_floor_us
 
 import celery_interval
 from celery_interval.config import settings_of
+from celery_interval.defaults import KEY_PREFIX
 from celery_interval.demo.embedded import RedisProc
 from celery_interval.errors import ConfigurationError, UnknownBucket
 from celery_interval.stores.keys import state_key
@@ -175,7 +176,7 @@ def test_a_tenant_bucket_of_a_configured_queue_is_accepted(
     """``queue:key`` buckets (IntervalTask's per-tenant buckets) take their queue's interval."""
     paused = celery_interval.pause(api_app, "api:tenant-7", broadcast=False)
     assert paused.paused and paused.interval_us == 1_000_000
-    assert redis_client.exists(state_key("ci:", "api:tenant-7"))
+    assert redis_client.exists(state_key(KEY_PREFIX, "api:tenant-7"))
     assert not celery_interval.status(api_app, "api").paused, "the queue's own bucket is apart"
     changed = celery_interval.set_interval(api_app, "mail:t1", "2/s", broadcast=False)
     assert changed.interval_us == 500_000 and changed.overridden

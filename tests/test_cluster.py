@@ -18,9 +18,9 @@ from test_security import exercise
 
 from celery_interval.demo.embedded import RedisProc
 from celery_interval.errors import ConfigurationError, StoreUnavailable
-from celery_interval.schedule import Outcome
+from celery_interval.schedule import ClaimTerms, Outcome, Pace
 from celery_interval.stores import mask_url, store_from_url
-from celery_interval.stores.base import DoneMark
+from celery_interval.stores.base import DoneBatch, TaskCopy
 from celery_interval.stores.redis import RedisStore, script_source
 
 SLOTS = 16384
@@ -99,7 +99,10 @@ def test_a_thousand_buckets_spread_over_three_masters(
     store = store_from_url(cluster_url(cluster))
     assert isinstance(store, RedisStore)
     buckets = [f"tenant-{i}" for i in range(BUCKETS)]
-    grants = {b: [store.grant(b, f"{b}/t{k}", 0, INTERVAL_US) for k in (1, 2, 3)] for b in buckets}
+    grants = {
+        b: [store.grant(TaskCopy(b, f"{b}/t{k}", 0), Pace(INTERVAL_US)) for k in (1, 2, 3)]
+        for b in buckets
+    }
     for bucket, granted in grants.items():
         assert [g.outcome for g in granted] == [Outcome.OK] * 3, bucket
         assert [g.ticket for g in granted] == [1, 2, 3], bucket
@@ -110,15 +113,15 @@ def test_a_thousand_buckets_spread_over_three_masters(
 
     for bucket, (first, second, _) in grants.items():
         ok = store.claim(
-            bucket, f"{bucket}/t1", 0, INTERVAL_US, first.epoch, first.slot_us, "h", LEASE_US
+            TaskCopy(bucket, f"{bucket}/t1", 0), INTERVAL_US, first.slot, ClaimTerms("h", LEASE_US)
         )
         assert ok.outcome is Outcome.OK, (bucket, ok)
         early = store.claim(
-            bucket, f"{bucket}/t2", 0, INTERVAL_US, second.epoch, second.slot_us, "h", LEASE_US
+            TaskCopy(bucket, f"{bucket}/t2", 0), INTERVAL_US, second.slot, ClaimTerms("h", LEASE_US)
         )
         assert early.outcome is Outcome.WAIT and early.delay_us > 0, (bucket, early)
-    store.done([DoneMark(b, f"{b}/t1", 0) for b in buckets], DEDUPE_US)
-    again = {b: store.grant(b, f"{b}/t1", 0, INTERVAL_US).outcome for b in buckets}
+    store.done([TaskCopy(b, f"{b}/t1", 0) for b in buckets], DEDUPE_US)
+    again = {b: store.grant(TaskCopy(b, f"{b}/t1", 0), Pace(INTERVAL_US)).outcome for b in buckets}
     assert set(again.values()) == {Outcome.DUPLICATE}
 
     states = [_buckets_on(c, "s") for c in node_clients]
@@ -147,10 +150,12 @@ def test_scripts_reload_on_every_master_from_one_seed(
         client.script_flush()
     marks = []
     for bucket in buckets:
-        assert store.grant(bucket, "t", 0, INTERVAL_US).ticket == 1
-        marks.append(DoneMark(bucket, "t", 0))
+        assert store.grant(TaskCopy(bucket, "t", 0), Pace(INTERVAL_US)).ticket == 1
+        marks.append(TaskCopy(bucket, "t", 0))
     store.done(marks, DEDUPE_US)  # one script call per bucket: EVALSHA cannot be cluster-pipelined
-    assert {store.grant(b, "t", 0, INTERVAL_US).outcome for b in buckets} == {Outcome.DUPLICATE}
+    assert {store.grant(TaskCopy(b, "t", 0), Pace(INTERVAL_US)).outcome for b in buckets} == {
+        Outcome.DUPLICATE
+    }
     sha = hashlib.sha1(script_source("grant").encode()).hexdigest()  # redis-py's Script.sha
     assert [c.script_exists(sha) for c in node_clients] == [[True]] * 3
     assert all(_buckets_on(c, "s") for c in node_clients), "every master served some bucket"
@@ -177,7 +182,8 @@ def test_a_cluster_unreachable_at_start_is_unavailable_not_fatal() -> None:
         assert mask_url(url) in message and "cluster-pw" not in message
         node.restart()  # a one-node cluster on the same port
         redis.Redis(port=node.port).config_set("requirepass", "cluster-pw")
-        assert store.grant("api", "t", 0, INTERVAL_US).ticket == 1  # the same store connects now
+        # the same store connects now
+        assert store.grant(TaskCopy("api", "t", 0), Pace(INTERVAL_US)).ticket == 1
         store.close()
 
 
@@ -229,15 +235,19 @@ def test_a_take_carries_done_marks_of_other_buckets_on_a_cluster(cluster: list[R
     the take: a copy whose mark rides with it is a duplicate, and every mark lands."""
     store = store_from_url(cluster_url(cluster))
     assert isinstance(store, RedisStore)
-    marks = [DoneMark(f"carry-{i}", f"t{i}", 0) for i in range(8)]
+    marks = [TaskCopy(f"carry-{i}", f"t{i}", 0) for i in range(8)]
     copy = marks[3]
     grant, claim = store.take(
-        copy.bucket, copy.task_id, 0, INTERVAL_US, 0, "h", LEASE_US, done_first=marks,
-        dedupe_ttl_us=10**6,
-    )  # fmt: skip
+        TaskCopy(copy.bucket, copy.task_id, 0),
+        Pace(INTERVAL_US),
+        ClaimTerms("h", LEASE_US),
+        done_first=DoneBatch(marks, 10**6),
+    )
     assert grant.outcome is Outcome.DUPLICATE and claim is None
     assert all(
-        store.take(m.bucket, m.task_id, 0, INTERVAL_US, 0, "h", LEASE_US)[0].outcome
+        store.take(TaskCopy(m.bucket, m.task_id, 0), Pace(INTERVAL_US), ClaimTerms("h", LEASE_US))[
+            0
+        ].outcome
         is Outcome.DUPLICATE
         for m in marks
     )

@@ -26,9 +26,10 @@ TIMEOUT_S = 60.0
 
 def bucket_claims(pool: Pool, bucket: str) -> list[tuple[int, str]]:
     """(store-clock start, task id) of every first OK claim in ``bucket``'s ledger."""
+    from celery_interval.defaults import KEY_PREFIX
     from celery_interval.stores.keys import ledger_key
 
-    entries = pool.recorder.xrange(ledger_key("ci:", bucket))
+    entries = pool.recorder.xrange(ledger_key(KEY_PREFIX, bucket))
     return sorted(
         (int(fields[b"start"]), fields[b"task"].decode())
         for _id, fields in entries

@@ -19,6 +19,7 @@ from latency import LatencyProxy
 from pool import Pool, Worker
 from test_pool import assert_body_gaps, assert_exactly_once, body_floor_us, claim_times_us
 
+from celery_interval.defaults import KEY_PREFIX
 from celery_interval.demo.embedded import RedisProc
 from celery_interval.stores.keys import ledger_key, mark_key
 
@@ -42,7 +43,7 @@ def ledger(pool: Pool) -> list[dict[str, str]]:
     """The bucket's ledger entries, oldest first, as str → str."""
     return [
         {k.decode(): v.decode() for k, v in fields.items()}
-        for _id, fields in pool.recorder.xrange(ledger_key("ci:", pool.queue))
+        for _id, fields in pool.recorder.xrange(ledger_key(KEY_PREFIX, pool.queue))
     ]
 
 
@@ -235,7 +236,7 @@ def test_acks_late_task_killed_mid_body_runs_again(make_pool: Any) -> None:
     assert running, "the doomed worker never started a task"
     time.sleep(2.5)  # longer than the lease: only renewal keeps it live
     killed = running[0]["id"]
-    (key,) = pool.recorder.keys(mark_key("ci:", pool.queue, killed, 0)[:-1] + "*")
+    (key,) = pool.recorder.keys(mark_key(KEY_PREFIX, pool.queue, killed, 0)[:-1] + "*")
     lease = pool.recorder.get(key).decode().split("|")
     seconds, micros = pool.recorder.time()
     assert lease[0] == "L" and int(lease[3]) > seconds * 1_000_000 + micros, "lease not renewed"
@@ -449,7 +450,7 @@ def _ledger_of(url: str, queue: str) -> list[dict[str, str]]:
     conn = redis.Redis.from_url(url)
     return [
         {k.decode(): v.decode() for k, v in fields.items()}
-        for _id, fields in conn.xrange(ledger_key("ci:", queue))
+        for _id, fields in conn.xrange(ledger_key(KEY_PREFIX, queue))
     ]
 
 

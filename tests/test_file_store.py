@@ -17,9 +17,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from celery_interval.errors import StoreError, StoreUnavailable
-from celery_interval.schedule import IDLE_GRACE_US, MAX_LEAD_US, Outcome
+from celery_interval.schedule import IDLE_GRACE_US, MAX_LEAD_US, ClaimTerms, Outcome, Pace, Slot
 from celery_interval.stores import file as file_module
-from celery_interval.stores.base import DoneMark, Store
+from celery_interval.stores.base import Store, TaskCopy
 from celery_interval.stores.file import FileStore
 from celery_interval.stores.memory import MemoryStore
 
@@ -45,50 +45,50 @@ def test_is_a_store(store: FileStore) -> None:
 
 def test_state_and_marks_persist_across_instances(tmp_path: Path, clock: Clock) -> None:
     first = FileStore(tmp_path, clock_us=clock)
-    g1 = first.grant("api", "t1", 0, I_US)
-    first.done([DoneMark("api", "t1", 0)], dedupe_ttl_us=60 * I_US)
+    g1 = first.grant(TaskCopy("api", "t1", 0), Pace(I_US))
+    first.done([TaskCopy("api", "t1", 0)], dedupe_ttl_us=60 * I_US)
     first.pause("api", I_US)
     first.close()
 
     second = FileStore(tmp_path, clock_us=clock)
-    assert second.grant("api", "t1", 0, I_US).outcome is Outcome.DUPLICATE
-    g2 = second.grant("api", "t2", 0, I_US)
+    assert second.grant(TaskCopy("api", "t1", 0), Pace(I_US)).outcome is Outcome.DUPLICATE
+    g2 = second.grant(TaskCopy("api", "t2", 0), Pace(I_US))
     assert (g2.epoch, g2.ticket, g2.slot_us) == (g1.epoch, 2, g1.slot_us + I_US)
     status = second.status("api", I_US)
     assert status.exists and status.paused and status.ticket == 2
 
 
 def test_lease_and_claim_semantics_match_memory_store(store: FileStore, clock: Clock) -> None:
-    g = store.grant("api", "t1", 0, I_US)
+    g = store.grant(TaskCopy("api", "t1", 0), Pace(I_US))
     clock.now_us += g.delay_us
-    assert store.claim("api", "t1", 0, I_US, g.epoch, g.slot_us, "w1", 5 * I_US).outcome is (
-        Outcome.OK
-    )
-    held = store.claim("api", "t1", 0, I_US, g.epoch, g.slot_us, "w2", 5 * I_US)
+    assert store.claim(
+        TaskCopy("api", "t1", 0), I_US, g.slot, ClaimTerms("w1", 5 * I_US)
+    ).outcome is (Outcome.OK)
+    held = store.claim(TaskCopy("api", "t1", 0), I_US, g.slot, ClaimTerms("w2", 5 * I_US))
     assert (held.outcome, held.delay_us) == (Outcome.HELD, 5 * I_US)
     assert store.renew("api", "t1", 0, "w1", 10 * I_US)
     assert not store.renew("api", "t1", 0, "w2", 10 * I_US)
-    store.done([DoneMark("api", "t1", 0)], dedupe_ttl_us=I_US)
-    again = store.claim("api", "t1", 0, I_US, g.epoch, g.slot_us, "w2", 5 * I_US)
+    store.done([TaskCopy("api", "t1", 0)], dedupe_ttl_us=I_US)
+    again = store.claim(TaskCopy("api", "t1", 0), I_US, g.slot, ClaimTerms("w2", 5 * I_US))
     assert again.outcome is Outcome.DUPLICATE
 
 
 def test_reset_forgets_state_but_keeps_dedupe(store: FileStore, clock: Clock) -> None:
-    g = store.grant("api", "t1", 0, I_US)
-    store.done([DoneMark("api", "t1", 0)], dedupe_ttl_us=60 * I_US)
+    g = store.grant(TaskCopy("api", "t1", 0), Pace(I_US))
+    store.done([TaskCopy("api", "t1", 0)], dedupe_ttl_us=60 * I_US)
     clock.now_us += 5
     store.reset("api")
     assert not store.status("api", I_US).exists
-    assert store.grant("api", "t1", 0, I_US).outcome is Outcome.DUPLICATE
-    assert store.grant("api", "t2", 0, I_US).epoch == g.epoch + 5  # a new epoch
+    assert store.grant(TaskCopy("api", "t1", 0), Pace(I_US)).outcome is Outcome.DUPLICATE
+    assert store.grant(TaskCopy("api", "t2", 0), Pace(I_US)).epoch == g.epoch + 5  # a new epoch
 
 
 def test_expired_marks_are_pruned_on_write(store: FileStore, clock: Clock) -> None:
-    store.done([DoneMark("api", f"t{i}", 0) for i in range(50)], dedupe_ttl_us=I_US)
+    store.done([TaskCopy("api", f"t{i}", 0) for i in range(50)], dedupe_ttl_us=I_US)
     path = store.state_path("api")
     assert len(json.loads(path.read_bytes())["marks"]) == 50
     clock.now_us += I_US
-    store.grant("api", "other", 0, I_US)
+    store.grant(TaskCopy("api", "other", 0), Pace(I_US))
     marks = json.loads(path.read_bytes())["marks"]
     assert [(m["task_id"], m["kind"]) for m in marks] == [("other", "granted")]
 
@@ -102,11 +102,11 @@ def test_read_only_and_no_op_operations_do_not_write(
     assert not store.renew("unknown", "t1", 0, "w1", I_US)
     assert not store.state_path("unknown").exists()
 
-    g = store.grant("api", "t1", 0, I_US)
+    g = store.grant(TaskCopy("api", "t1", 0), Pace(I_US))
     writes: list[Path] = []
     real_write = FileStore._write
     monkeypatch.setattr(FileStore, "_write", staticmethod(lambda p, d: writes.append(p)))
-    wait = store.claim("api", "t1", 0, I_US, g.epoch, g.slot_us, "w1", I_US)
+    wait = store.claim(TaskCopy("api", "t1", 0), I_US, g.slot, ClaimTerms("w1", I_US))
     assert wait.outcome is Outcome.WAIT
     store.status("api", I_US)
     assert writes == []
@@ -134,7 +134,7 @@ def test_corrupt_state_file_raises_store_error_naming_it(store: FileStore, conte
     path = store.state_path("api")
     path.write_bytes(content)
     for operation in (
-        lambda: store.grant("api", "t1", 0, I_US),
+        lambda: store.grant(TaskCopy("api", "t1", 0), Pace(I_US)),
         lambda: store.status("api", I_US),
         lambda: store.pause("api", I_US),
         lambda: store.reset("api"),
@@ -147,27 +147,27 @@ def test_corrupt_state_file_raises_store_error_naming_it(store: FileStore, conte
 
 
 def test_corrupt_state_with_wrong_field_types(store: FileStore) -> None:
-    store.grant("api", "t1", 0, I_US)
+    store.grant(TaskCopy("api", "t1", 0), Pace(I_US))
     path = store.state_path("api")
     doc = json.loads(path.read_bytes())
     doc["state"]["ticket"] = "7"
     path.write_text(json.dumps(doc))
     with pytest.raises(StoreError, match="ticket='7'"):
-        store.grant("api", "t2", 0, I_US)
+        store.grant(TaskCopy("api", "t2", 0), Pace(I_US))
     doc["state"]["ticket"] = True
     path.write_text(json.dumps(doc))
     with pytest.raises(StoreError, match="ticket=True"):
-        store.grant("api", "t2", 0, I_US)
+        store.grant(TaskCopy("api", "t2", 0), Pace(I_US))
 
 
 def test_leftover_temp_file_from_a_crashed_writer_is_harmless(store: FileStore) -> None:
-    store.grant("api", "t1", 0, I_US)
+    store.grant(TaskCopy("api", "t1", 0), Pace(I_US))
     path = store.state_path("api")
     before = path.read_bytes()
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_bytes(before[: len(before) // 2])  # a half-written temp file, as a crash leaves it
     assert store.status("api", I_US).ticket == 1
-    assert store.grant("api", "t2", 0, I_US).ticket == 2
+    assert store.grant(TaskCopy("api", "t2", 0), Pace(I_US)).ticket == 2
     assert not tmp.exists()
     assert json.loads(path.read_bytes())["state"]["ticket"] == 2
 
@@ -175,7 +175,7 @@ def test_leftover_temp_file_from_a_crashed_writer_is_harmless(store: FileStore) 
 def test_failed_replace_leaves_the_old_state(
     store: FileStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    store.grant("api", "t1", 0, I_US)
+    store.grant(TaskCopy("api", "t1", 0), Pace(I_US))
     path = store.state_path("api")
     before = path.read_bytes()
 
@@ -184,10 +184,10 @@ def test_failed_replace_leaves_the_old_state(
 
     monkeypatch.setattr(os, "replace", crash)
     with pytest.raises(StoreUnavailable, match="cannot write state file"):
-        store.grant("api", "t2", 0, I_US)
+        store.grant(TaskCopy("api", "t2", 0), Pace(I_US))
     monkeypatch.undo()
     assert path.read_bytes() == before
-    assert store.grant("api", "t2", 0, I_US).ticket == 2
+    assert store.grant(TaskCopy("api", "t2", 0), Pace(I_US)).ticket == 2
 
 
 def test_unusable_directory_is_store_unavailable(tmp_path: Path) -> None:
@@ -195,13 +195,13 @@ def test_unusable_directory_is_store_unavailable(tmp_path: Path) -> None:
     with pytest.raises(StoreUnavailable):
         store.ping()
     with pytest.raises(StoreUnavailable, match="missing"):
-        store.grant("api", "t1", 0, I_US)
+        store.grant(TaskCopy("api", "t1", 0), Pace(I_US))
 
 
 def test_wall_clock_by_default(tmp_path: Path) -> None:
     store = FileStore(tmp_path)
     before_us = file_module.wall_clock_us()
-    g = store.grant("api", "t1", 0, I_US)
+    g = store.grant(TaskCopy("api", "t1", 0), Pace(I_US))
     assert before_us <= g.epoch <= file_module.wall_clock_us()
     assert "wall clock" in (FileStore.__doc__ or "")
 
@@ -220,7 +220,7 @@ def test_bucket_names_map_to_distinct_safe_files(tmp_path: Path, buckets: list[s
     store = FileStore(tmp_path)
     for i, bucket in enumerate(buckets):
         for _ in range(i + 1):
-            store.grant(bucket, f"t{_}", 0, I_US)
+            store.grant(TaskCopy(bucket, f"t{_}", 0), Pace(I_US))
     names = {store.state_path(b).name for b in buckets}
     assert len(names) == len(buckets)
     assert len({n.lower() for n in names}) == len(buckets)  # case-insensitive filesystems too
@@ -237,7 +237,7 @@ def _grant_many(directory: str, worker: int, count: int) -> list[tuple[int, int,
     store = FileStore(directory)
     results = []
     for i in range(count):
-        g = store.grant("api", f"w{worker}-t{i}", 0, I_US)
+        g = store.grant(TaskCopy("api", f"w{worker}-t{i}", 0), Pace(I_US))
         results.append((g.epoch, g.ticket, g.slot_us))
     return results
 
@@ -302,15 +302,20 @@ def _apply(store: Store, op: tuple[Any, ...], granted: dict[Any, tuple[int, int]
     name, *args = op
     if name == "grant":
         bucket, task, retries, not_before_in_us = args
-        g = store.grant(bucket, task, retries, I_US, not_before_in_us)
+        g = store.grant(TaskCopy(bucket, task, retries), Pace(I_US, not_before_in_us))
         granted.setdefault((bucket, task, retries), (g.epoch, g.slot_us))
         return g
     if name == "claim":
         bucket, task, retries, holder, lead_us = args
         epoch, slot_us = granted.get((bucket, task, retries), (0, 0))
-        return store.claim(bucket, task, retries, I_US, epoch, slot_us, holder, 3_000, lead_us)
+        return store.claim(
+            TaskCopy(bucket, task, retries),
+            I_US,
+            Slot(epoch, slot_us),
+            ClaimTerms(holder, 3_000, lead_us),
+        )
     if name == "done":
-        return store.done([DoneMark(args[0], args[1], args[2])], dedupe_ttl_us=4_000)
+        return store.done([TaskCopy(args[0], args[1], args[2])], dedupe_ttl_us=4_000)
     if name == "renew":
         return store.renew(args[0], args[1], args[2], args[3], 3_000)
     if name == "set_interval":
@@ -345,26 +350,26 @@ def test_birth_marker_idle_expiry_and_reset(store: FileStore, clock: Clock) -> N
     assert not store.born_path().exists()
     assert store.status("api", I_US).next_slot_in_us == MAX_LEAD_US + I_US
     assert not store.born_path().exists(), "a status writes no marker"
-    assert store.grant("api", "t1", 0, I_US).delay_us == MAX_LEAD_US + I_US
+    assert store.grant(TaskCopy("api", "t1", 0), Pace(I_US)).delay_us == MAX_LEAD_US + I_US
     assert store.born_path().read_text() == f"{T0_US}\n"
     clock.now_us += 10**9
-    g = store.grant("mail", "t1", 0, I_US)
+    g = store.grant(TaskCopy("mail", "t1", 0), Pace(I_US))
     assert g.delay_us == 0, "a new bucket under an old marker starts at once"
     doc = json.loads(store.state_path("mail").read_bytes())
     assert doc["expires_real_us"] == clock.now_us + I_US + IDLE_GRACE_US
     clock.now_us += I_US + IDLE_GRACE_US
     assert not store.status("mail", I_US).exists, "an idle state expires"
-    assert store.grant("mail", "t2", 0, I_US).ticket == 1
+    assert store.grant(TaskCopy("mail", "t2", 0), Pace(I_US)).ticket == 1
     store.pause("mail", I_US)
     assert "expires_real_us" not in json.loads(store.state_path("mail").read_bytes())
     store.reset("mail")
     assert json.loads(store.state_path("mail").read_bytes())["reset_us"] == clock.now_us
     clock.now_us += 5
-    assert store.grant("mail", "t3", 0, I_US).delay_us == MAX_LEAD_US + I_US - 5
+    assert store.grant(TaskCopy("mail", "t3", 0), Pace(I_US)).delay_us == MAX_LEAD_US + I_US - 5
     assert "reset_us" not in json.loads(store.state_path("mail").read_bytes())
 
 
 def test_a_corrupt_birth_marker_raises_store_error(store: FileStore) -> None:
     store.born_path().write_text("soon")
     with pytest.raises(StoreError, match="birth marker"):
-        store.grant("api", "t1", 0, I_US)
+        store.grant(TaskCopy("api", "t1", 0), Pace(I_US))

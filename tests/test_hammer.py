@@ -11,8 +11,9 @@ from typing import Any
 import pytest
 
 from celery_interval.errors import StoreUnavailable
-from celery_interval.schedule import Outcome
+from celery_interval.schedule import ClaimTerms, Outcome, Pace
 from celery_interval.stores import store_from_url
+from celery_interval.stores.base import TaskCopy
 
 PROCESSES = 8
 TASKS_EACH = 25
@@ -29,10 +30,10 @@ def claimant(url: str, worker: int, results: Any) -> None:
         while True:
             try:
                 if grant is None:
-                    grant = store.grant("hammer", task_id, 0, I_US)
+                    grant = store.grant(TaskCopy("hammer", task_id, 0), Pace(I_US))
                     time.sleep(grant.delay_us / 1e6)
                 claim = store.claim(
-                    "hammer", task_id, 0, I_US, grant.epoch, grant.slot_us, holder, LEASE_US
+                    TaskCopy("hammer", task_id, 0), I_US, grant.slot, ClaimTerms(holder, LEASE_US)
                 )
             except StoreUnavailable:
                 time.sleep(0.02)

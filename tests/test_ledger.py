@@ -12,9 +12,9 @@ from fakeclock import Clock
 from celery_interval import schedule
 from celery_interval.demo.embedded import RedisProc
 from celery_interval.errors import ConfigurationError
-from celery_interval.schedule import Claim, Grant, Outcome
+from celery_interval.schedule import Claim, ClaimTerms, Grant, Outcome, Pace, Slot
 from celery_interval.stores import store_from_url
-from celery_interval.stores.base import DoneMark
+from celery_interval.stores.base import TaskCopy
 from celery_interval.stores.memory import MemoryStore
 from celery_interval.stores.redis import RedisStore
 
@@ -54,12 +54,12 @@ def test_every_operation_appends_its_entry(redis_client: redis.Redis[Any]) -> No
     model = MemoryStore(clock_us=clock)  # every result must still equal the pure model's
 
     def grant(task: str, r: int) -> Grant:
-        g = store.grant("api", task, r, I_US)
-        assert g == model.grant("api", task, r, I_US)
+        g = store.grant(TaskCopy("api", task, r), Pace(I_US))
+        assert g == model.grant(TaskCopy("api", task, r), Pace(I_US))
         return g
 
     def claim(task: str, r: int, epoch: int, slot: int, holder: str, ticket: int) -> Claim:
-        args = ("api", task, r, I_US, epoch, slot, holder, LEASE_US, 10)
+        args = (TaskCopy("api", task, r), I_US, Slot(epoch, slot), ClaimTerms(holder, LEASE_US, 10))
         c = store.claim(*args, ticket=ticket)
         assert c == model.claim(*args, ticket=ticket)
         return c
@@ -74,14 +74,15 @@ def test_every_operation_appends_its_entry(redis_client: redis.Redis[Any]) -> No
     assert again == Claim(Outcome.OK, T_US, 5, t_claim)
     assert claim("t2", 1, T_US, slot2, "w2|p", 2) == Claim(Outcome.WAIT, T_US, I_US + 5, t_claim)
     assert claim("t1", 0, T_US, slot1, "w2|p", 1) == Claim(Outcome.HELD, T_US, LEASE_US, t_claim)
-    taken = store.take("api", "t1", 0, I_US, 0, "w2|p", LEASE_US, 10, 0)  # no ticket: HELD
-    assert taken == model.take("api", "t1", 0, I_US, 0, "w2|p", LEASE_US, 10, 0)
+    copy, terms = TaskCopy("api", "t1", 0), ClaimTerms("w2|p", LEASE_US, 10, 0)
+    taken = store.take(copy, Pace(I_US), terms)  # no ticket: HELD
+    assert taken == model.take(copy, Pace(I_US), terms)
     assert taken == (Grant(Outcome.HELD, T_US, 0, 0, LEASE_US, False), None)
 
     t_late = clock.now_us = slot2 + 250  # 250 µs after t2's slot (real = virtual here)
     assert claim("t2", 1, T_US, slot2, "w2|p", 2) == Claim(Outcome.OK, T_US, 0, t_late)
     for s in (store, model):
-        s.done([DoneMark("api", "t1", 0)], 10**9)  # done: no entry
+        s.done([TaskCopy("api", "t1", 0)], 10**9)  # done: no entry
     assert claim("t1", 0, T_US, slot1, "w3", 1).outcome is Outcome.DUPLICATE
     assert grant("t1", 0).outcome is Outcome.DUPLICATE
     assert claim("t3", 0, T_US - 1, slot2, "w1@h:1", 7).outcome is Outcome.RETICKET
@@ -155,12 +156,14 @@ def test_new_epochs_are_logged_as_changes(redis_client: redis.Redis[Any]) -> Non
 
 def _every_operation(store: RedisStore, bucket: str, clock: Clock | None = None) -> None:
     """Every store operation once; with an injected ``clock`` the first claim is OK."""
-    g = store.grant(bucket, "t1", 0, I_US)
+    g = store.grant(TaskCopy(bucket, "t1", 0), Pace(I_US))
     if clock is not None:
         clock.now_us = g.slot_us - ML  # a new epoch has no offset: real time = virtual time
-    store.claim(bucket, "t1", 0, I_US, g.epoch, g.slot_us, "w1", LEASE_US, ML, ticket=g.ticket)
-    store.claim(bucket, "t1", 0, I_US, g.epoch, g.slot_us, "w2", LEASE_US)
-    store.done([DoneMark(bucket, "t1", 0)], I_US)
+    store.claim(
+        TaskCopy(bucket, "t1", 0), I_US, g.slot, ClaimTerms("w1", LEASE_US, ML), ticket=g.ticket
+    )
+    store.claim(TaskCopy(bucket, "t1", 0), I_US, g.slot, ClaimTerms("w2", LEASE_US))
+    store.done([TaskCopy(bucket, "t1", 0)], I_US)
     store.pause(bucket, I_US)
     store.set_interval(bucket, I_US, 2 * I_US)
     store.unpause(bucket, I_US)
@@ -185,7 +188,7 @@ def test_an_idle_buckets_ledger_expires_a_week_after_its_last_entry(
     from celery_interval.stores.redis import LEDGER_TTL_MS
 
     store = RedisStore(redis_client)
-    store.grant("api:shop-1", "t1", 0, 1_000_000)
+    store.grant(TaskCopy("api:shop-1", "t1", 0), Pace(1_000_000))
     ttl_ms = redis_client.pttl(store.ledger_key("api:shop-1"))
     assert LEDGER_TTL_MS - 5_000 < ttl_ms <= LEDGER_TTL_MS
     redis_client.pexpire(store.ledger_key("api:shop-1"), 1_000)
@@ -210,7 +213,7 @@ def test_real_clock_entries(redis_client: redis.Redis[Any]) -> None:
 def test_the_cap_trims_the_oldest_entries(redis_client: redis.Redis[Any]) -> None:
     store = RedisStore(redis_client, ledger_max=200, now_us=Clock(T_US))
     for i in range(1_000):
-        store.grant("api", f"t{i}", 0, I_US)
+        store.grant(TaskCopy("api", f"t{i}", 0), Pace(I_US))
     length = redis_client.xlen(store.ledger_key("api"))
     assert 200 <= length <= 300  # MAXLEN ~ trims whole stream nodes (100 entries each)
     tickets = [int(f["ticket"]) for f in fields_of(store, "api")]
@@ -220,7 +223,7 @@ def test_the_cap_trims_the_oldest_entries(redis_client: redis.Redis[Any]) -> Non
 def test_ledger_pages(redis_client: redis.Redis[Any]) -> None:
     store = RedisStore(redis_client, now_us=Clock(T_US))
     for i in range(5):
-        store.grant("api", f"t{i}", 0, I_US)
+        store.grant(TaskCopy("api", f"t{i}", 0), Pace(I_US))
     first = store.ledger("api", count=2)
     assert [f["ticket"] for _id, f in first] == ["1", "2"]
     rest = store.ledger("api", start_id="(" + first[-1][0], count=10)
@@ -234,7 +237,7 @@ def test_ledger_max_is_validated_and_passed_on(redis_server: RedisProc) -> None:
             RedisStore.from_url(redis_server.url, ledger_max=bad)  # type: ignore[arg-type]
     store = store_from_url(redis_server.url, ledger_max=0)
     assert isinstance(store, RedisStore)
-    store.grant("off", "t1", 0, I_US)
+    store.grant(TaskCopy("off", "t1", 0), Pace(I_US))
     assert store.ledger("off") == []
     store.close()
     assert isinstance(store_from_url("memory://", ledger_max=5), MemoryStore)  # ignored
@@ -270,8 +273,8 @@ def test_grants_and_claims_carry_the_effective_interval(redis_client: redis.Redi
     """The audit reads the interval each start had to clear from the claim entry itself."""
     store = RedisStore(redis_client, now_us=Clock(T_US))
     store.set_interval("api", I_US, 3 * I_US)
-    g = store.grant("api", "t1", 0, I_US)
-    store.claim("api", "t1", 0, I_US, g.epoch, g.slot_us, "w1", LEASE_US, ticket=g.ticket)
+    g = store.grant(TaskCopy("api", "t1", 0), Pace(I_US))
+    store.claim(TaskCopy("api", "t1", 0), I_US, g.slot, ClaimTerms("w1", LEASE_US), ticket=g.ticket)
     entries = fields_of(store, "api")
     assert [e["op"] for e in entries] == ["set_interval", "grant:OK", "claim:WAIT"]
     assert [e["interval"] for e in entries] == [str(3 * I_US)] * 3

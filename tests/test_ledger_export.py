@@ -13,10 +13,12 @@ import redis
 from click.testing import CliRunner
 from fakeclock import Clock
 
+from celery_interval.defaults import KEY_PREFIX
 from celery_interval.errors import ConfigurationError
 from celery_interval.ledger import LedgerReader, entry_record, export, parse_since_us
+from celery_interval.schedule import ClaimTerms, Pace
 from celery_interval.stores import keys
-from celery_interval.stores.base import DoneMark
+from celery_interval.stores.base import TaskCopy
 from celery_interval.stores.redis import RedisStore
 
 I_US = 1_000_000
@@ -29,9 +31,11 @@ def lines(path: Path) -> list[dict[str, Any]]:
 
 def run_ops(store: RedisStore, bucket: str, grants: int) -> None:
     for i in range(grants):
-        g = store.grant(bucket, f"t{i}", 0, I_US)
-        store.claim(bucket, f"t{i}", 0, I_US, g.epoch, g.slot_us, "w1@h/0123456789ab", 10**9)
-    store.done([DoneMark(bucket, "t0", 0)], 10**9)  # done writes no entry
+        g = store.grant(TaskCopy(bucket, f"t{i}", 0), Pace(I_US))
+        store.claim(
+            TaskCopy(bucket, f"t{i}", 0), I_US, g.slot, ClaimTerms("w1@h/0123456789ab", 10**9)
+        )
+    store.done([TaskCopy(bucket, "t0", 0)], 10**9)  # done writes no entry
     store.pause(bucket, I_US)
     store.unpause(bucket, I_US)
 
@@ -58,7 +62,7 @@ def test_buckets_found_by_scan_under_the_prefix(
 ) -> None:
     prefix = "a*[b]?:"  # glob characters must match literally
     mine = RedisStore(redis_client, key_prefix=prefix, now_us=Clock(T_US))
-    other = RedisStore(redis_client, key_prefix="ci:", now_us=Clock(T_US))
+    other = RedisStore(redis_client, key_prefix=KEY_PREFIX, now_us=Clock(T_US))
     for bucket in ("api", "tenant:42", "x}y"):
         run_ops(mine, bucket, 1)
     run_ops(other, "api", 2)
@@ -98,11 +102,11 @@ def test_the_export_is_a_snapshot(redis_client: redis.Redis[Any]) -> None:
     """Entries appended while an export pages through a bucket are left for the next one."""
     store = RedisStore(redis_client, now_us=Clock(T_US))
     for i in range(10):
-        store.grant("api", f"t{i}", 0, I_US)
+        store.grant(TaskCopy("api", f"t{i}", 0), Pace(I_US))
     entries = LedgerReader(redis_client).entries("api", chunk=3)
     got = [next(entries)]
     for i in range(10, 15):
-        store.grant("api", f"t{i}", 0, I_US)
+        store.grant(TaskCopy("api", f"t{i}", 0), Pace(I_US))
     got += list(entries)
     assert [e["task"] for e in got] == [f"t{i}" for i in range(10)]
 
@@ -111,11 +115,11 @@ def test_since_on_the_store_clock(redis_client: redis.Redis[Any], tmp_path: Path
     store = RedisStore(redis_client)  # Redis TIME, as in production
     reader = LedgerReader(redis_client)
     for i in range(3):
-        store.grant("api", f"old{i}", 0, I_US)
+        store.grant(TaskCopy("api", f"old{i}", 0), Pace(I_US))
     time.sleep(0.05)
     cut_us = reader.now_us()
     for i in range(2):
-        store.grant("api", f"new{i}", 0, I_US)
+        store.grant(TaskCopy("api", f"new{i}", 0), Pace(I_US))
     export(reader, str(tmp_path / "since.jsonl"), since_us=cut_us)
     assert [e["task"] for e in lines(tmp_path / "since.jsonl")] == ["new0", "new1"]
     assert all(e["now"] >= cut_us for e in lines(tmp_path / "since.jsonl"))

@@ -13,7 +13,9 @@ from test_cli import run  # noqa: F401  (the fixture)
 from test_cluster import _buckets_on, cluster, cluster_url  # noqa: F401  (cluster: the fixture)
 from test_service import INTERVAL_US, Request, make_service
 
+from celery_interval.schedule import Pace
 from celery_interval.stores import store_from_url
+from celery_interval.stores.base import TaskCopy
 from celery_interval.stores.memory import MemoryStore
 from celery_interval.stores.redis import RedisStore
 from celery_interval.stores.scan import read_statuses, store_buckets
@@ -26,7 +28,7 @@ API_INTERVAL_US = 1_000_000  # cliapp's "api": 1.0
 def grant_each(store: RedisStore, buckets: list[str], grants: int = 1) -> None:
     for bucket in buckets:
         for n in range(grants):
-            store.grant(bucket, f"{bucket}-{n}", 0, API_INTERVAL_US)
+            store.grant(TaskCopy(bucket, f"{bucket}-{n}", 0), Pace(API_INTERVAL_US))
 
 
 def test_store_listing_escapes_the_prefix_and_reads_statuses_in_batches(
@@ -87,9 +89,10 @@ def test_status_over_thousands_of_stored_tenant_buckets(run: Any, redis_server: 
         grant_each(store, [f"mail:t{i}" for i in range(500)])
         busy = {"api:shop-0007": 6, "api:shop-2500": 4, "api:shop-1234": 3}
         for bucket, grants in busy.items():
-            store.grant(bucket, "x", 0, API_INTERVAL_US)  # a second ticket, then more
+            # a second ticket, then more
+            store.grant(TaskCopy(bucket, "x", 0), Pace(API_INTERVAL_US))
             for n in range(grants - 2):
-                store.grant(bucket, f"y{n}", 0, API_INTERVAL_US)
+                store.grant(TaskCopy(bucket, f"y{n}", 0), Pace(API_INTERVAL_US))
         store.pause("gone:x", API_INTERVAL_US)  # a bucket of a queue no longer configured
     finally:
         store.close()

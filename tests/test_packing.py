@@ -9,10 +9,12 @@ import pytest
 import redis
 from redis.connection import Connection
 
+from celery_interval.defaults import KEY_PREFIX
 from celery_interval.demo.embedded import RedisProc
 from celery_interval.errors import ConfigurationError
+from celery_interval.schedule import Pace
 from celery_interval.stores import store_from_url
-from celery_interval.stores.base import DoneMark
+from celery_interval.stores.base import TaskCopy
 from celery_interval.stores.keys import born_key
 from celery_interval.stores.line import packed
 from celery_interval.stores.redis import RedisStore
@@ -34,14 +36,14 @@ def test_both_lines_write_utf8_keys(redis_server: RedisProc) -> None:
     raw.flushdb()
     store = RedisStore(redis.Redis.from_url(redis_server.url))
     try:
-        store.grant("café", "t1", 0, 40_000)  # on the worker's line
+        store.grant(TaskCopy("café", "t1", 0), Pace(40_000))  # on the worker's line
         store.prepare_post()
-        store.post_done(DoneMark("café", "t2", 0), 60_000_000)  # on the posted line
+        store.post_done(TaskCopy("café", "t2", 0), 60_000_000)  # on the posted line
         store.prepare_post()  # reads the post's reply
         assert store.read_mark("café", "t2", 0) is not None, "redis-py finds the posted mark"
     finally:
         store.close()
-    keys = [k for k in raw.keys("*") if k != born_key("ci:").encode()]
+    keys = [k for k in raw.keys("*") if k != born_key(KEY_PREFIX).encode()]
     assert sum(b"t2" in k for k in keys) == 1, keys
     assert all("café".encode() in k for k in keys), keys
 

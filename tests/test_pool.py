@@ -112,9 +112,10 @@ def claim_times_us(pool: Pool, task_id: str | None = None, *, readmits: bool = T
     ``readmits=False`` leaves out a holder's new start after its admitted one passed unused (a
     pool process that came too late): for counting runs, not for spacing.
     """
+    from celery_interval.defaults import KEY_PREFIX
     from celery_interval.stores.keys import ledger_key
 
-    entries = pool.recorder.xrange(ledger_key("ci:", pool.queue))
+    entries = pool.recorder.xrange(ledger_key(KEY_PREFIX, pool.queue))
     return sorted(
         int(fields[b"start"])
         for _id, fields in entries
@@ -300,9 +301,10 @@ def test_a_busy_pool_claims_its_own_tickets_in_order(make_pool: Any) -> None:
     ids = pool.send(40, sleep_s=0.02)
     records = pool.wait_records(40)
     assert_exactly_once(records, ids)
+    from celery_interval.defaults import KEY_PREFIX
     from celery_interval.stores.keys import ledger_key
 
-    ops = [f[b"op"] for _id, f in pool.recorder.xrange(ledger_key("ci:", pool.queue))]
+    ops = [f[b"op"] for _id, f in pool.recorder.xrange(ledger_key(KEY_PREFIX, pool.queue))]
     assert ops.count(b"claim:RETICKET") == 0, f"{ops.count(b'claim:RETICKET')} re-tickets"
     tickets = [r["ticket"] for r in sorted(records, key=lambda r: r["mono_ns"])]
     assert tickets == sorted(tickets)

@@ -24,11 +24,12 @@ from hypothesis.stateful import (
 )
 
 from celery_interval import schedule
+from celery_interval.defaults import KEY_PREFIX
 from celery_interval.demo.embedded import RedisProc
 from celery_interval.errors import ConfigurationError, StoreUnavailable
-from celery_interval.schedule import Done, Lease, Outcome
+from celery_interval.schedule import ClaimTerms, Done, Lease, Outcome, Pace, Slot
 from celery_interval.stores import keys, mask_url
-from celery_interval.stores.base import DoneMark
+from celery_interval.stores.base import DoneBatch, TaskCopy
 from celery_interval.stores.memory import MemoryStore
 from celery_interval.stores.redis import RedisStore
 
@@ -94,7 +95,7 @@ class Differential(RuleBasedStateMachine):
         expires_us = self.model._expires_real_us
         expired = [b for b in BUCKETS if expires_us.get(b, self.now_us + 1) <= self.now_us]
         for bucket in expired:
-            self.client.delete(keys.state_key("ci:", bucket))
+            self.client.delete(keys.state_key(KEY_PREFIX, bucket))
             assert self.model.read_state(bucket) is None
 
     def _compared(self, bucket: str, op: str, *args: Any, **kwargs: Any) -> tuple[Any, Any]:
@@ -104,7 +105,7 @@ class Differential(RuleBasedStateMachine):
         started_s = time.monotonic()
         result = getattr(self.model, op)(*args, **kwargs), getattr(self.redis, op)(*args, **kwargs)
         after = self.model.read_state(bucket)
-        pttl_ms = self.client.pttl(keys.state_key("ci:", bucket))
+        pttl_ms = self.client.pttl(keys.state_key(KEY_PREFIX, bucket))
         elapsed_ms = (time.monotonic() - started_s) * 1000
         expires_us = self.model._expires_real_us.get(bucket)
         if after is not None and after != before:
@@ -187,7 +188,7 @@ class Differential(RuleBasedStateMachine):
     def grant(
         self, bucket: str, task: str, retry: int, interval: int, not_before: int
     ) -> tuple[str, str, int, int, int]:
-        args = (bucket, task, retry, interval, not_before)
+        args = (TaskCopy(bucket, task, retry), Pace(interval, not_before))
         expected, got = self._compared(bucket, "grant", *args)
         assert got == expected
         return (bucket, task, retry, expected.epoch, expected.slot_us)
@@ -216,7 +217,11 @@ class Differential(RuleBasedStateMachine):
         lead: int,
         handoff: int,
     ) -> tuple[str, str, int, int, int]:
-        args = (bucket, task, retry, interval, not_before, holder, lease, lead, handoff)
+        args = (
+            TaskCopy(bucket, task, retry),
+            Pace(interval, not_before),
+            ClaimTerms(holder, lease, lead, handoff),
+        )
         expected, got = self._compared(bucket, "take", *args)
         assert got == expected
         return (bucket, task, retry, expected[0].epoch, expected[0].slot_us)
@@ -242,7 +247,10 @@ class Differential(RuleBasedStateMachine):
     ) -> None:
         bucket, task, retry, epoch, slot = g
         self._claim(
-            bucket, task, retry, interval, epoch, slot + slot_shift, holder, lease, lead, handoff
+            TaskCopy(bucket, task, retry),
+            interval,
+            Slot(epoch, slot + slot_shift),
+            ClaimTerms(holder, lease, lead, handoff),
         )
 
     @rule(
@@ -268,18 +276,22 @@ class Differential(RuleBasedStateMachine):
         lease: int,
         lead: int,
     ) -> None:
-        self._claim(bucket, task, retry, interval, epoch, slot, holder, lease, lead)
+        self._claim(
+            TaskCopy(bucket, task, retry),
+            interval,
+            Slot(epoch, slot),
+            ClaimTerms(holder, lease, lead),
+        )
 
-    def _claim(self, *args: Any) -> None:
-        *args, handoff = args if len(args) == 10 else (*args, 0)
-        expected, got = self._compared(args[0], "claim", *args, handoff_us=handoff)
+    def _claim(self, copy: TaskCopy, interval: int, slot: Slot, terms: ClaimTerms) -> None:
+        expected, got = self._compared(copy.bucket, "claim", copy, interval, slot, terms)
         assert got == expected
 
     @rule(
-        marks=st.lists(st.builds(DoneMark, buckets, tasks, retries), max_size=4),
+        marks=st.lists(st.builds(TaskCopy, buckets, tasks, retries), max_size=4),
         ttl=st.sampled_from([1, 1_000, 10_000_000, 3_600_000_000]),
     )
-    def done(self, marks: list[DoneMark], ttl: int) -> None:
+    def done(self, marks: list[TaskCopy], ttl: int) -> None:
         assert self.model.done(marks, ttl) is None
         assert self.redis.done(marks, ttl) is None
 
@@ -314,12 +326,12 @@ class Differential(RuleBasedStateMachine):
 
     @invariant()
     def same_records(self) -> None:
-        born = self.client.get(keys.born_key("ci:"))
+        born = self.client.get(keys.born_key(KEY_PREFIX))
         assert (None if born is None else int(born)) == (None if self.cluster else self.model._born)
         for bucket in BUCKETS:
             state = self.model.read_state(bucket)
             assert self.redis.read_state(bucket) == state
-            key = keys.state_key("ci:", bucket)
+            key = keys.state_key(KEY_PREFIX, bucket)
             reset = self.client.hget(key, "r")
             assert (None if reset is None else int(reset)) == self.model._reset_us.get(bucket)
             pttl_ms = self.client.pttl(key)
@@ -395,12 +407,12 @@ def test_lua_matches_model_on_cluster(cluster_client: redis.RedisCluster[Any]) -
 def test_cluster_done_and_noscript(cluster_client: redis.RedisCluster[Any]) -> None:
     cluster_client.flushdb()
     store = RedisStore(cluster_client)
-    assert store.grant("api", "t1", 0, 1_000).ticket == 1
+    assert store.grant(TaskCopy("api", "t1", 0), Pace(1_000)).ticket == 1
     cluster_client.script_flush()
-    marks = [DoneMark(b, t, 0) for b in ("api", "mail", "x") for t in ("t1", "t2")]
+    marks = [TaskCopy(b, t, 0) for b in ("api", "mail", "x") for t in ("t1", "t2")]
     store.done(marks, 10**7)  # several buckets (slots): EVALSHA cannot be cluster-pipelined
     assert all(isinstance(store.read_mark(m.bucket, m.task_id, 0), Done) for m in marks)
-    assert store.grant("api", "t1", 0, 1_000).outcome is Outcome.DUPLICATE
+    assert store.grant(TaskCopy("api", "t1", 0), Pace(1_000)).outcome is Outcome.DUPLICATE
 
 
 @pytest.fixture(params=["session", "redis6"])
@@ -420,16 +432,18 @@ def test_microseconds_survive_exactly(any_redis_client: redis.Redis[Any]) -> Non
     now = [1_799_999_999_999_987 - ml]
     store = RedisStore(redis_client, now_us=lambda: now[0])
     model = MemoryStore(clock_us=lambda: now[0])
-    g = store.grant("api", "t1", 0, 7)
-    assert g == model.grant("api", "t1", 0, 7)
+    g = store.grant(TaskCopy("api", "t1", 0), Pace(7))
+    assert g == model.grant(TaskCopy("api", "t1", 0), Pace(7))
     assert (g.epoch, g.slot_us, g.delay_us) == (now[0], now[0] + ml + 7, ml + 7)
     raw = {k.decode(): v.decode() for k, v in redis_client.hgetall("ci:{api}:s").items()}
     assert raw["e"] == str(1_799_999_999_999_987 - ml)
     assert raw["t"] == "1800000000000001"  # slot + interval, across a decimal carry
     assert raw["l"] == "1799999999999987"  # epoch + MAX_LEAD_US
     now[0] += ml + 5  # v = ...992: 2 µs before the slot, within lead
-    c = store.claim("api", "t1", 0, 7, g.epoch, g.slot_us, "w1", 1_000_003, lead_us=10)
-    assert c == model.claim("api", "t1", 0, 7, g.epoch, g.slot_us, "w1", 1_000_003, lead_us=10)
+    c = store.claim(TaskCopy("api", "t1", 0), 7, g.slot, ClaimTerms("w1", 1_000_003, lead_us=10))
+    assert c == model.claim(
+        TaskCopy("api", "t1", 0), 7, g.slot, ClaimTerms("w1", 1_000_003, lead_us=10)
+    )
     assert (c.outcome, c.delay_us) == (Outcome.OK, 2)
     assert redis_client.get("ci:{api}:m:t1:0") == b"L|w1|1799999999999994|1800000000999995"
     assert store.read_mark("api", "t1", 0) == Lease(
@@ -440,12 +454,12 @@ def test_microseconds_survive_exactly(any_redis_client: redis.Redis[Any]) -> Non
     assert status.last_start_us == 1_799_999_999_999_994
     assert status.virtual_now_us == 1_799_999_999_999_992
     now[0] += 9
-    store.done([DoneMark("api", "t1", 0)], 3)
+    store.done([TaskCopy("api", "t1", 0)], 3)
     assert store.read_mark("api", "t1", 0) == Done(1_800_000_000_000_004)  # ...001 + 3
 
 
 def test_idle_bucket_is_small(redis_store: RedisStore, redis_client: redis.Redis[Any]) -> None:
-    redis_store.grant("api", "t1", 0, 1_000_000)
+    redis_store.grant(TaskCopy("api", "t1", 0), Pace(1_000_000))
     assert redis_client.memory_usage("ci:{api}:s") <= 300
     redis_store.pause("api", 1_000_000)
     redis_store.set_interval("api", 1_000_000, 2_500_000)  # every field present
@@ -455,24 +469,26 @@ def test_idle_bucket_is_small(redis_store: RedisStore, redis_client: redis.Redis
 
 
 def test_real_clock_flow(redis_store: RedisStore) -> None:
-    g = redis_store.grant("api", "t1", 0, 50_000)
+    g = redis_store.grant(TaskCopy("api", "t1", 0), Pace(50_000))
     assert g.outcome is Outcome.OK and g.ticket == 1
     assert g.delay_us == schedule.MAX_LEAD_US + 50_000  # a new epoch: max lead + one interval
-    c = redis_store.claim("api", "t1", 0, 50_000, g.epoch, g.slot_us, "w1", 10**6, lead_us=0)
+    c = redis_store.claim(
+        TaskCopy("api", "t1", 0), 50_000, g.slot, ClaimTerms("w1", 10**6, lead_us=0)
+    )
     assert c.outcome in (Outcome.WAIT, Outcome.OK)
-    redis_store.done([DoneMark("api", "t1", 0)], 10**6)
-    assert redis_store.grant("api", "t1", 0, 50_000).outcome is Outcome.DUPLICATE
+    redis_store.done([TaskCopy("api", "t1", 0)], 10**6)
+    assert redis_store.grant(TaskCopy("api", "t1", 0), Pace(50_000)).outcome is Outcome.DUPLICATE
     assert redis_store.pause("api", 50_000).paused
     assert redis_store.unpause("api", 50_000).paused is False
     redis_store.ping()
 
 
 def test_noscript_recovery(redis_store: RedisStore, redis_client: redis.Redis[Any]) -> None:
-    g = redis_store.grant("api", "t1", 0, 1_000)
+    g = redis_store.grant(TaskCopy("api", "t1", 0), Pace(1_000))
     redis_client.script_flush()
-    assert redis_store.grant("api", "t2", 0, 1_000).ticket == g.ticket + 1
+    assert redis_store.grant(TaskCopy("api", "t2", 0), Pace(1_000)).ticket == g.ticket + 1
     redis_client.script_flush()
-    redis_store.done([DoneMark("api", "t1", 0), DoneMark("mail", "t2", 0)], 10**6)
+    redis_store.done([TaskCopy("api", "t1", 0), TaskCopy("mail", "t2", 0)], 10**6)
     assert isinstance(redis_store.read_mark("mail", "t2", 0), Done)
     redis_client.script_flush()
     assert redis_store.status("api", 1_000).ticket == 2
@@ -484,9 +500,12 @@ def test_take_carries_done_marks_ahead_of_it(
     """Done marks sent with a take (one round trip) land first, in any bucket, scripts
     reloaded after a flush: a copy of a task marked in the same trip is a duplicate."""
     redis_client.script_flush()
-    marks = [DoneMark("api", "t0", 0), DoneMark("mail", "t9", 0), DoneMark("api", "t5", 0)]
+    marks = [TaskCopy("api", "t0", 0), TaskCopy("mail", "t9", 0), TaskCopy("api", "t5", 0)]
     grant, _ = redis_store.take(
-        "api", "t5", 0, 1_000, 0, "w1", 10**6, 600, 300, done_first=marks, dedupe_ttl_us=10**6
+        TaskCopy("api", "t5", 0),
+        Pace(1_000),
+        ClaimTerms("w1", 10**6, 600, 300),
+        done_first=DoneBatch(marks, 10**6),
     )
     assert grant.outcome is Outcome.DUPLICATE
     assert all(isinstance(redis_store.read_mark(m.bucket, m.task_id, 0), Done) for m in marks)
@@ -497,7 +516,10 @@ def test_threads_sharing_a_store_each_get_their_own_replies(redis_store: RedisSt
     thread reads a reply meant for another (each bucket's tickets come back 1, 2, 3, ...)."""
 
     def grant_all(bucket: str) -> list[int]:
-        return [redis_store.grant(bucket, f"{bucket}-{i}", 0, 1_000).ticket for i in range(200)]
+        return [
+            redis_store.grant(TaskCopy(bucket, f"{bucket}-{i}", 0), Pace(1_000)).ticket
+            for i in range(200)
+        ]
 
     with ThreadPoolExecutor(4) as threads:
         tickets = list(threads.map(grant_all, ["a", "b", "c", "d"]))
@@ -523,15 +545,15 @@ def test_a_kept_connection_goes_back_to_the_pool(redis_server: Any) -> None:
     try:
         for i in range(10):
             store = RedisStore(client)
-            assert store.grant("api", f"t{i}", 0, 1_000).ticket == i + 1
+            assert store.grant(TaskCopy("api", f"t{i}", 0), Pace(1_000)).ticket == i + 1
             del store
         assert free_connections() == 2
         store = RedisStore(client)
-        store.grant("api", "last", 0, 1_000)
+        store.grant(TaskCopy("api", "last", 0), Pace(1_000))
         assert free_connections() == 1, "the store keeps one"
         store.close()
         assert free_connections() == 2
-        assert store.grant("api", "after-close", 0, 1_000).ticket == 12
+        assert store.grant(TaskCopy("api", "after-close", 0), Pace(1_000)).ticket == 12
         assert free_connections() == 2, "after close, a call takes one from the pool and returns it"
     finally:
         client.close()
@@ -541,25 +563,27 @@ def test_a_connection_the_server_closed_is_reopened() -> None:
     """A restart between two calls: the second reconnects instead of failing."""
     with RedisProc() as server:
         store = RedisStore.from_url(server.url, socket_timeout_s=1.0)
-        assert store.grant("api", "t1", 0, 1_000).ticket == 1
+        assert store.grant(TaskCopy("api", "t1", 0), Pace(1_000)).ticket == 1
         server.restart()
-        assert store.grant("api", "t2", 0, 1_000).ticket == 1, "the restarted store is empty"
+        assert store.grant(TaskCopy("api", "t2", 0), Pace(1_000)).ticket == 1, (
+            "the restarted store is empty"
+        )
 
 
 def test_unavailable_when_server_killed() -> None:
     with RedisProc() as server:
         store = RedisStore.from_url(server.url, socket_timeout_s=1.0)
-        assert store.grant("api", "t1", 0, 1_000).ticket == 1
+        assert store.grant(TaskCopy("api", "t1", 0), Pace(1_000)).ticket == 1
         server.kill()
         with pytest.raises(StoreUnavailable, match=f"127.0.0.1:{server.port}"):
-            store.grant("api", "t2", 0, 1_000)
+            store.grant(TaskCopy("api", "t2", 0), Pace(1_000))
         with pytest.raises(StoreUnavailable):
-            store.done([DoneMark("api", "t1", 0)], 10**6)
+            store.done([TaskCopy("api", "t1", 0)], 10**6)
         with pytest.raises(StoreUnavailable):
             store.ping()
         server.restart()  # state lost: the next operation starts a new epoch
         assert store.status("api", 1_000).exists is False
-        assert store.grant("api", "t3", 0, 1_000).ticket == 1
+        assert store.grant(TaskCopy("api", "t3", 0), Pace(1_000)).ticket == 1
         store.close()
 
 
@@ -576,7 +600,7 @@ def test_keys_and_prefix() -> None:
 
 def test_custom_prefix(redis_client: redis.Redis[Any]) -> None:
     store = RedisStore(redis_client, key_prefix="app1:")
-    store.grant("api", "t1", 0, 1_000)
+    store.grant(TaskCopy("api", "t1", 0), Pace(1_000))
     assert redis_client.exists("app1:{api}:s") == 1
     with pytest.raises(ConfigurationError, match=r"x\{y"):
         RedisStore(redis_client, key_prefix="x{y")
@@ -602,11 +626,11 @@ def test_a_lost_store_waits_but_an_expired_idle_bucket_starts_at_once(
 ) -> None:
     now = [1_800_000_000_000_000]
     store = RedisStore(redis_client, now_us=lambda: now[0])
-    first = store.grant("api", "t1", 0, 1_000)
+    first = store.grant(TaskCopy("api", "t1", 0), Pace(1_000))
     assert first.delay_us == ML + 1_000, "a new store: a lost state may have admitted a start"
-    assert redis_client.get(keys.born_key("ci:")) == str(now[0]).encode()
+    assert redis_client.get(keys.born_key(KEY_PREFIX)) == str(now[0]).encode()
     now[0] += 10**9
-    taken, claimed = store.take("mail", "t1", 0, 1_000, 0, "w1", 10**6)
+    taken, claimed = store.take(TaskCopy("mail", "t1", 0), Pace(1_000), ClaimTerms("w1", 10**6))
     assert taken.delay_us == 0 and claimed is not None and claimed.outcome is Outcome.OK
     assert claimed.delay_us == 0, "a new bucket under an old marker starts at once"
     pttl_ms = redis_client.pttl("ci:{mail}:s")
@@ -614,21 +638,21 @@ def test_a_lost_store_waits_but_an_expired_idle_bucket_starts_at_once(
     assert expected_ms - 1_000 < pttl_ms <= expected_ms
     redis_client.delete("ci:{mail}:s")  # as Redis does at that PTTL
     now[0] += 10**9
-    again = store.take("mail", "t2", 0, 1_000, 0, "w1", 10**6)
+    again = store.take(TaskCopy("mail", "t2", 0), Pace(1_000), ClaimTerms("w1", 10**6))
     assert (again[0].ticket, again[0].delay_us) == (1, 0) and again[1] is not None
     assert again[1].outcome is Outcome.OK and again[1].delay_us == 0
     redis_client.flushall()  # the store lost everything, its birth marker too
-    lost = store.take("mail", "t3", 0, 1_000, 0, "w1", 10**6)
+    lost = store.take(TaskCopy("mail", "t3", 0), Pace(1_000), ClaimTerms("w1", 10**6))
     assert lost[0].delay_us == ML + 1_000 and lost[1] is None
 
 
 def test_born_on_the_store_clock(redis_store: RedisStore, redis_client: redis.Redis[Any]) -> None:
     """On Redis TIME: a new store's first bucket waits, one made under an old marker does not;
     an idle state expires, a paused or overridden one is kept; a reset keeps the wait."""
-    assert redis_store.grant("a", "t1", 0, 50_000).delay_us == ML + 50_000
-    born = int(redis_client.get(keys.born_key("ci:")) or 0)
-    redis_client.set(keys.born_key("ci:"), born - 10**9)
-    assert redis_store.grant("b", "t1", 0, 50_000).delay_us == 0
+    assert redis_store.grant(TaskCopy("a", "t1", 0), Pace(50_000)).delay_us == ML + 50_000
+    born = int(redis_client.get(keys.born_key(KEY_PREFIX)) or 0)
+    redis_client.set(keys.born_key(KEY_PREFIX), born - 10**9)
+    assert redis_store.grant(TaskCopy("b", "t1", 0), Pace(50_000)).delay_us == 0
     assert redis_client.pttl("ci:{b}:s") > 0
     redis_store.pause("b", 50_000)
     assert redis_client.pttl("ci:{b}:s") == -1, "a paused bucket is kept"
@@ -639,14 +663,14 @@ def test_born_on_the_store_clock(redis_store: RedisStore, redis_client: redis.Re
     redis_store.reset("b")
     assert redis_client.hkeys("ci:{b}:s") == [b"r"] and redis_client.pttl("ci:{b}:s") == -1
     assert redis_store.status("b", 50_000).exists is False
-    assert redis_store.grant("b", "t2", 0, 50_000).delay_us >= ML + 50_000 - 5_000
+    assert redis_store.grant(TaskCopy("b", "t2", 0), Pace(50_000)).delay_us >= ML + 50_000 - 5_000
     assert redis_client.hget("ci:{b}:s", "r") is None
 
 
 def test_a_cluster_has_no_birth_marker(cluster_client: redis.RedisCluster[Any]) -> None:
     """A script on a Cluster reaches only its bucket's hash slot: every new bucket waits."""
     cluster_client.flushdb()
-    cluster_client.set(keys.born_key("ci:"), 1)
+    cluster_client.set(keys.born_key(KEY_PREFIX), 1)
     store = RedisStore(cluster_client)
-    assert store.grant("api", "t1", 0, 1_000).delay_us == ML + 1_000
-    assert cluster_client.get(keys.born_key("ci:")) == b"1"
+    assert store.grant(TaskCopy("api", "t1", 0), Pace(1_000)).delay_us == ML + 1_000
+    assert cluster_client.get(keys.born_key(KEY_PREFIX)) == b"1"

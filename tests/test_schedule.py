@@ -12,7 +12,16 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from celery_interval import schedule
-from celery_interval.schedule import BucketState, Claim, Lease, Mark, Outcome
+from celery_interval.schedule import (
+    BucketState,
+    Claim,
+    ClaimTerms,
+    Lease,
+    Mark,
+    Outcome,
+    Pace,
+    Slot,
+)
 
 I_US = 1_000  # the configured interval of every table
 T0_US = 1_000_000  # real time of the first step; results are shown relative to it
@@ -69,8 +78,8 @@ class Model:
 
     def op_grant(self, task: str, retries: int, not_before_in_us: int) -> tuple[Any, ...]:
         self.state, mark, g = schedule.grant(
-            self.state, self.marks.get((task, retries)), self.now_us, self.interval_us,
-            not_before_in_us, born_us=self.born(),
+            self.state, self.marks.get((task, retries)), self.now_us,
+            Pace(self.interval_us, not_before_in_us), born_us=self.born(),
         )  # fmt: skip
         self._put((task, retries), mark)
         if g.outcome is Outcome.DUPLICATE:
@@ -85,7 +94,7 @@ class Model:
         epoch, slot_us = self.granted[(task, retries)]
         self.state, mark, c = schedule.claim(
             self.state, self.marks.get((task, retries)), self.now_us, self.interval_us,
-            epoch, slot_us, holder, lease_us, lead_us, born_us=self.born(),
+            Slot(epoch, slot_us), ClaimTerms(holder, lease_us, lead_us), born_us=self.born(),
         )  # fmt: skip
         self._put((task, retries), mark)
         if c.outcome is Outcome.OK:
@@ -97,7 +106,7 @@ class Model:
 
     def op_done(self, task: str, retries: int, ttl_us: int) -> None:
         key = (task, retries)
-        self.marks[key] = schedule.done(self.marks.get(key), self.now_us, ttl_us)
+        self.marks[key] = schedule.done(self.now_us, ttl_us)
 
     def op_renew(self, task: str, retries: int, holder: str, lease_us: int) -> tuple[str, bool]:
         key = (task, retries)
@@ -641,19 +650,19 @@ def check_sequence(steps: list[Step], m: Model | None = None) -> Model:
 
 def test_handoff_keeps_a_late_claim_start_in_the_future() -> None:
     """A claim on time starts at its slot; a late one still leaves ``handoff`` for the hand-off."""
-    state, _, g = schedule.grant(None, None, 0, 1_000, born_us=0)
+    state, _, g = schedule.grant(None, None, 0, Pace(1_000), born_us=0)
     slot = g.slot_us
     on_time = schedule.claim(
-        state, None, slot - 500, 1_000, g.epoch, slot, "h", 10**6, 600, 300, born_us=0
+        state, None, slot - 500, 1_000, g.slot, ClaimTerms("h", 10**6, 600, 300), born_us=0
     )
     assert on_time[2] == Claim(Outcome.OK, g.epoch, 500, slot - 500)
     late = schedule.claim(
-        state, None, slot + 50, 1_000, g.epoch, slot, "h", 10**6, 600, 300, born_us=0
+        state, None, slot + 50, 1_000, g.slot, ClaimTerms("h", 10**6, 600, 300), born_us=0
     )
     assert late[2] == Claim(Outcome.OK, g.epoch, 300, slot + 50)
     assert late[0].last_start_us == slot + 350
     capped = schedule.claim(
-        state, None, slot + 50, 1_000, g.epoch, slot, "h", 10**6, 100, 900, born_us=0
+        state, None, slot + 50, 1_000, g.slot, ClaimTerms("h", 10**6, 100, 900), born_us=0
     )
     assert capped[2].delay_us == 100, "handoff is capped at lead"
 
@@ -661,55 +670,55 @@ def test_handoff_keeps_a_late_claim_start_in_the_future() -> None:
 def test_handoff_is_at_most_one_interval() -> None:
     """With an interval shorter than the handoff, a late claim's start is one interval away:
     a longer wait would only idle the pool process that holds the task."""
-    state, _, g = schedule.grant(None, None, 0, 200, born_us=0)
-    late = schedule.claim(state, None, g.slot_us + 50, 200, g.epoch, g.slot_us, "h", 10**6,
-                          600, 300, born_us=0)  # fmt: skip
+    state, _, g = schedule.grant(None, None, 0, Pace(200), born_us=0)
+    late = schedule.claim(state, None, g.slot_us + 50, 200, g.slot,
+                          ClaimTerms("h", 10**6, 600, 300), born_us=0)  # fmt: skip
     assert late[2].delay_us == 200
 
 
 def test_take_is_a_grant_then_a_claim_when_the_slot_is_due() -> None:
     """``take`` equals ``grant`` followed at the same instant by ``claim`` of its slot when that
     slot is due within the lead; otherwise (later slot, paused, done) it is ``grant`` alone."""
-    state, _, first = schedule.grant(None, None, 0, 1_000, born_us=0)
+    state, _, first = schedule.grant(None, None, 0, Pace(1_000), born_us=0)
     now = first.slot_us - 400  # the next slot is one interval after the first's
     for lead_us, claims in ((600, False), (1_600, True)):
-        grant_only = schedule.grant(state, None, now, 1_000, born_us=0)
+        terms = ClaimTerms("h", 10**6, lead_us, 300)
+        grant_only = schedule.grant(state, None, now, Pace(1_000), born_us=0)
         claim_then = schedule.claim(
-            grant_only[0], grant_only[1], now, 1_000, grant_only[2].epoch,
-            grant_only[2].slot_us, "h", 10**6, lead_us, 300, born_us=0,
-        )  # fmt: skip
-        taken = schedule.take(state, None, now, 1_000, 0, "h", 10**6, lead_us, 300, born_us=0)
+            grant_only[0], grant_only[1], now, 1_000, grant_only[2].slot, terms, born_us=0
+        )
+        taken = schedule.take(state, None, now, Pace(1_000), terms, born_us=0)
         if claims:
             assert taken == (claim_then[0], claim_then[1], grant_only[2], claim_then[2])
             assert taken[3] is not None and taken[3].outcome is Outcome.OK
         else:
             assert taken == (*grant_only, None)
     paused = schedule.pause(state, now, 1_000, born_us=0)
-    assert schedule.take(paused, None, now, 1_000, 0, "h", 10**6, 20_000, born_us=0)[3] is None
-    done = schedule.done(None, now, 10**6)
-    taken = schedule.take(state, done, now, 1_000, 0, "h", 10**6, 20_000, born_us=0)
+    terms = ClaimTerms("h", 10**6, 20_000)
+    assert schedule.take(paused, None, now, Pace(1_000), terms, born_us=0)[3] is None
+    done = schedule.done(now, 10**6)
+    taken = schedule.take(state, done, now, Pace(1_000), terms, born_us=0)
     assert taken[2].outcome is Outcome.DUPLICATE and taken[3] is None
 
 
 def test_take_of_a_copy_whose_task_runs_under_another_lease_is_held_without_a_ticket() -> None:
     """A copy taken while another holder's lease is live is HELD for the lease left and takes
     no ticket (its slot would go unused); its own holder's retry (a lost reply) claims again."""
-    state, mark, first = schedule.grant(None, None, 0, 1_000, born_us=0)
+    state, mark, first = schedule.grant(None, None, 0, Pace(1_000), born_us=0)
     state, mark, claimed = schedule.claim(
-        state, mark, first.slot_us, 1_000, first.epoch, first.slot_us, "h1", 10**6, 0, born_us=0
+        state, mark, first.slot_us, 1_000, first.slot, ClaimTerms("h1", 10**6, 0), born_us=0
     )
     assert claimed.outcome is Outcome.OK
     now = first.slot_us + 5_000
-    taken = schedule.take(state, mark, now, 1_000, 0, "h2", 10**6, 20_000, born_us=0)
+    h2, h1 = ClaimTerms("h2", 10**6, 20_000), ClaimTerms("h1", 10**6, 20_000)
+    taken = schedule.take(state, mark, now, Pace(1_000), h2, born_us=0)
     assert taken[0] == state and taken[1] == mark and taken[3] is None
     assert taken[2].outcome is Outcome.HELD and taken[2].ticket == 0
     assert taken[2].delay_us == first.slot_us + 10**6 - now
-    own = schedule.take(state, mark, now, 1_000, 0, "h1", 10**6, 20_000, born_us=0)
+    own = schedule.take(state, mark, now, Pace(1_000), h1, born_us=0)
     assert own[2].outcome is Outcome.OK and own[3] is not None
     assert own[3].outcome is Outcome.OK
-    expired = schedule.take(
-        state, mark, first.slot_us + 10**6, 1_000, 0, "h2", 10**6, 20_000, born_us=0
-    )
+    expired = schedule.take(state, mark, first.slot_us + 10**6, Pace(1_000), h2, born_us=0)
     assert expired[2].outcome is Outcome.OK and expired[2].ticket == state.ticket + 1
 
 
@@ -787,7 +796,7 @@ def test_expires_in() -> None:
     now = 10**9
     new = schedule.new_state(now, 1_000, born_us=0)
     assert schedule.expires_in_us(new, now, 1_000) == IDLE_US
-    queued = schedule.grant(new, None, now, 1_000, 5_000, born_us=0)[0]  # tat = now + 6_000
+    queued = schedule.grant(new, None, now, Pace(1_000, 5_000), born_us=0)[0]  # tat = now + 6_000
     assert schedule.expires_in_us(queued, now + 100, 1_000) == 5_900 + IDLE_US
     late = BucketState(now, 0, None, now + 1_000, 1, now, now + 700, None)  # a late start
     assert schedule.expires_in_us(late, now, 1_000) == 1_700 + IDLE_US
@@ -822,10 +831,10 @@ def test_an_expired_state_acts_as_a_new_one(
     answers = []
     for state, born_us in ((m.state, now), (None, m.born_us)):
         kept, _mark, g, c = schedule.take(
-            state, None, now, I_US, not_before_us, "h", 10**6, lead_us, handoff_us,
-            born_us=born_us,
+            state, None, now, Pace(I_US, not_before_us),
+            ClaimTerms("h", 10**6, lead_us, handoff_us), born_us=born_us,
         )  # fmt: skip
-        after = schedule.grant(kept, None, now, I_US, born_us=born_us)[2]
+        after = schedule.grant(kept, None, now, Pace(I_US), born_us=born_us)[2]
         claimed = None if c is None else (c.outcome, c.delay_us)
         answers.append((g.outcome, g.delay_us, g.paused, claimed, after.delay_us))
     assert answers[0] == answers[1]

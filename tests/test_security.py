@@ -20,12 +20,13 @@ from test_pool import assert_exactly_once
 from tlscerts import TlsFiles, make_tls_files
 
 from celery_interval import control
+from celery_interval.defaults import KEY_PREFIX
 from celery_interval.demo.embedded import RedisProc, find_redis_server
 from celery_interval.errors import ConfigurationError, StoreError, StoreUnavailable
 from celery_interval.ledger import LedgerReader
-from celery_interval.schedule import Outcome
+from celery_interval.schedule import ClaimTerms, Outcome, Pace
 from celery_interval.stores import mask_url, store_from_url
-from celery_interval.stores.base import DoneMark
+from celery_interval.stores.base import TaskCopy
 from celery_interval.stores.overflow import overflow_index_for
 from celery_interval.stores.redis import RedisStore
 
@@ -53,21 +54,21 @@ def exercise(store: Any, bucket: str = "api") -> None:
     """Every store operation workers and operators use, once each, every answer checked."""
     assert isinstance(store, RedisStore)
     store.ping()  # what worker start-up does
-    first = store.grant(bucket, "t1", 0, INTERVAL_US)
-    second = store.grant(bucket, "t2", 0, INTERVAL_US)
+    first = store.grant(TaskCopy(bucket, "t1", 0), Pace(INTERVAL_US))
+    second = store.grant(TaskCopy(bucket, "t2", 0), Pace(INTERVAL_US))
     assert (first.outcome, first.ticket, second.ticket) == (Outcome.OK, 1, 2)
     assert second.slot_us - first.slot_us == INTERVAL_US
     time.sleep(first.delay_us / 1e6 + 0.005)  # the margin covers store-clock vs. sleep drift
     claim = store.claim(
-        bucket, "t1", 0, INTERVAL_US, first.epoch, first.slot_us, "h1", LEASE_US, ticket=1
+        TaskCopy(bucket, "t1", 0), INTERVAL_US, first.slot, ClaimTerms("h1", LEASE_US), ticket=1
     )
     assert claim.outcome is Outcome.OK
     assert store.renew(bucket, "t1", 0, "h1", LEASE_US)
-    store.done([DoneMark(bucket, "t1", 0)], DEDUPE_US)
-    assert store.grant(bucket, "t1", 0, INTERVAL_US).outcome is Outcome.DUPLICATE
+    store.done([TaskCopy(bucket, "t1", 0)], DEDUPE_US)
+    assert store.grant(TaskCopy(bucket, "t1", 0), Pace(INTERVAL_US)).outcome is Outcome.DUPLICATE
     assert store.pause(bucket, INTERVAL_US).paused
     held = store.claim(
-        bucket, "t2", 0, INTERVAL_US, second.epoch, second.slot_us, "h1", LEASE_US, ticket=2
+        TaskCopy(bucket, "t2", 0), INTERVAL_US, second.slot, ClaimTerms("h1", LEASE_US), ticket=2
     )
     assert held.outcome is Outcome.PAUSED
     assert not store.unpause(bucket, INTERVAL_US).paused
@@ -78,7 +79,7 @@ def exercise(store: Any, bucket: str = "api") -> None:
     assert ops[:3] == ["grant:OK", "grant:OK", "claim:OK"] and ops[-1] == "set_interval"
     store.reset(bucket)
     assert not store.status(bucket, INTERVAL_US).exists
-    index = overflow_index_for(store, "ci:")
+    index = overflow_index_for(store, KEY_PREFIX)
     assert index is not None
     index.park([(bucket, f"{bucket}:t")])
     (parking,) = index.due(10)
@@ -185,7 +186,9 @@ def test_the_acl_user_cannot_touch_keys_outside_its_prefix(
             as_user.execute_command(*command)
     for prefix in ("other:", "ci:x:"):  # another app's prefix, even one that starts with ci:
         with pytest.raises(StoreError, match="permission"):
-            store_from_url(url, key_prefix=prefix).grant("api", "t1", 0, INTERVAL_US)
+            store_from_url(url, key_prefix=prefix).grant(
+                TaskCopy("api", "t1", 0), Pace(INTERVAL_US)
+            )
     assert admin.keys("*") == []
     as_user.close()
 
@@ -207,7 +210,7 @@ def test_the_ledger_export_as_the_acl_user_needs_scan_and_xrevrange(
     set_acl_user(admin)
     url = f"redis://ci:{STORE_PASSWORD}@127.0.0.1:{auth_server.port}/0"
     store = store_from_url(url)
-    store.grant("api", "t1", 0, INTERVAL_US)
+    store.grant(TaskCopy("api", "t1", 0), Pace(INTERVAL_US))
     store.close()
     reader = LedgerReader(redis.Redis.from_url(url))
     with pytest.raises(StoreUnavailable):
@@ -391,22 +394,33 @@ def test_a_worker_as_the_acl_user_over_tls(
 def test_prefixes_keep_two_stores_on_one_redis_apart(redis_client: redis.Redis[Any]) -> None:
     a = RedisStore(redis_client, key_prefix="appa:")
     b = RedisStore(redis_client, key_prefix="appb:")
-    assert [a.grant("api", f"t{i}", 0, INTERVAL_US).ticket for i in range(3)] == [1, 2, 3]
-    assert [b.grant("api", f"t{i}", 0, INTERVAL_US).ticket for i in range(5)] == [1, 2, 3, 4, 5]
+    assert [a.grant(TaskCopy("api", f"t{i}", 0), Pace(INTERVAL_US)).ticket for i in range(3)] == [
+        1,
+        2,
+        3,
+    ]
+    assert [b.grant(TaskCopy("api", f"t{i}", 0), Pace(INTERVAL_US)).ticket for i in range(5)] == [
+        1,
+        2,
+        3,
+        4,
+        5,
+    ]
     a.pause("api", INTERVAL_US)
     assert not b.status("api", INTERVAL_US).paused
-    assert not b.grant("api", "t5", 0, INTERVAL_US).paused
+    assert not b.grant(TaskCopy("api", "t5", 0), Pace(INTERVAL_US)).paused
     b.set_interval("api", INTERVAL_US, 3 * INTERVAL_US)
     assert not a.status("api", INTERVAL_US).overridden
-    a.done([DoneMark("api", "t9", 0)], DEDUPE_US)
-    assert b.grant("api", "t9", 0, INTERVAL_US).outcome is Outcome.OK  # a's done mark is a's
+    t9 = TaskCopy("api", "t9", 0)
+    a.done([t9], DEDUPE_US)
+    assert b.grant(t9, Pace(INTERVAL_US)).outcome is Outcome.OK  # a's done mark is a's
     a.reset("api")
     assert not a.status("api", INTERVAL_US).exists
     assert b.status("api", INTERVAL_US).ticket == 7
     assert [f["op"] for _, f in a.ledger("api")].count("grant:OK") == 3
     assert [f["op"] for _, f in b.ledger("api")].count("grant:OK") == 7
-    a.grant("only-a", "t1", 0, INTERVAL_US)
-    b.grant("only-b", "t1", 0, INTERVAL_US)
+    a.grant(TaskCopy("only-a", "t1", 0), Pace(INTERVAL_US))
+    b.grant(TaskCopy("only-b", "t1", 0), Pace(INTERVAL_US))
     assert LedgerReader(redis_client, "appa:").buckets() == ["api", "only-a"]  # what export lists
     assert LedgerReader(redis_client, "appb:").buckets() == ["api", "only-b"]
     keys = {k.decode() for k in redis_client.keys("*")}

@@ -12,6 +12,8 @@ from celery import Celery
 from fakeclock import Clock
 
 from celery_interval.config import settings_of
+from celery_interval.schedule import ClaimTerms, Pace
+from celery_interval.stores.base import TaskCopy
 from celery_interval.stores.memory import MemoryStore
 from celery_interval.worker.service import Held, IntervalService
 
@@ -99,10 +101,15 @@ def fire_due(timer: Timer, clock: Clock, within_s: float) -> None:
 
 def run_elsewhere(store: MemoryStore, clock: Clock, task_id: str) -> None:
     """Another worker takes ``task_id``'s slot and holds its lease (the task is running there)."""
-    grant = store.grant("api", task_id, 0, INTERVAL_US)
+    grant = store.grant(TaskCopy("api", task_id, 0), Pace(INTERVAL_US))
     clock.now_us += grant.delay_us
-    claim = store.claim("api", task_id, 0, INTERVAL_US, grant.epoch, grant.slot_us,
-                        "w2@test/x", 30_000_000, 12_000, ticket=grant.ticket)  # fmt: skip
+    claim = store.claim(
+        TaskCopy("api", task_id, 0),
+        INTERVAL_US,
+        grant.slot,
+        ClaimTerms("w2@test/x", 30_000_000, 12_000),
+        ticket=grant.ticket,
+    )
     assert claim.outcome.name == "OK"
     clock.now_us += INTERVAL_US
 
@@ -147,9 +154,7 @@ def test_a_copy_waiting_on_a_lease_is_dropped_once_its_task_is_done() -> None:
     (delay_s, fn, args), *_ = service.timer.entries
     assert delay_s <= 1.001
 
-    from celery_interval.stores.base import DoneMark
-
-    store.done([DoneMark("api", "a", 0)], 7_200_000_000)
+    store.done([TaskCopy("api", "a", 0)], 7_200_000_000)
     service.timer.entries.clear()
     fn(*args)
     assert copy.request.acked and not service.held["api"] and not started
@@ -195,7 +200,6 @@ def test_done_marks_carried_by_a_failed_take_are_sent_later() -> None:
     marks it carried: they go with the next flush, so no acknowledged task loses its mark."""
     from celery_interval.errors import StoreError, StoreUnavailable
     from celery_interval.schedule import Done
-    from celery_interval.stores.base import DoneMark
 
     clock = Clock(1_000_000_000)
     store = MemoryStore(clock)
@@ -213,7 +217,7 @@ def test_done_marks_carried_by_a_failed_take_are_sent_later() -> None:
     with pytest.raises(StoreError):
         service.receive(held_copy(service, "t2", []))
     store.take = real_take  # type: ignore[method-assign]
-    assert DoneMark("api", "done-1", 0) in service._done_pending
+    assert TaskCopy("api", "done-1", 0) in service._done_pending
     service.flush_done()
     assert isinstance(store._marks.get(("api", "done-1", 0)), Done)
 

@@ -10,6 +10,7 @@ import pytest
 import redis
 from spark_fixtures import spark  # noqa: F401
 
+from celery_interval.defaults import KEY_PREFIX
 from celery_interval.errors import ConfigurationError
 from celery_interval.spark import EnqueueCounts, enqueue, task_id_for
 from celery_interval.spark.enqueue import _app_for, _AppSpec
@@ -75,7 +76,7 @@ def _done_marks(store: RedisStore, bucket: str, ids: list[str], timeout_s: float
 def _ledger_ops(client: redis.Redis[Any], bucket: str) -> list[tuple[str, str]]:
     """(op, task) of each ledger entry; a holder's repeated claim reads ``claim:again`` (its
     admitted start still ahead) or ``claim:readmit`` (it passed unused: a new start)."""
-    entries: Any = client.xrange(ledger_key("ci:", bucket))
+    entries: Any = client.xrange(ledger_key(KEY_PREFIX, bucket))
     return [(_op(f), f.get(b"task", b"").decode()) for _id, f in entries]
 
 

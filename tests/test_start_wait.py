@@ -12,7 +12,8 @@ from celery import Celery
 from celery_interval import IntervalTask
 from celery_interval.app_store import store_of
 from celery_interval.headers import CLAIM_HEADER, MARK_HEADER, SPIN_HEADER, START_HEADER
-from celery_interval.stores.base import ClaimArgs
+from celery_interval.schedule import ClaimTerms, Pace
+from celery_interval.stores.base import ClaimArgs, TaskCopy
 from celery_interval.worker import started
 from celery_interval.worker.started import wait_until
 
@@ -88,9 +89,11 @@ def test_a_task_that_reached_its_process_after_its_start_claims_a_new_one() -> N
         starts.append(time.monotonic_ns())
 
     store = store_of(app)
-    grant, claim = store.take("b", "t3", 0, 50_000, 0, "w/3", 30_000_000)
+    grant, claim = store.take(TaskCopy("b", "t3", 0), Pace(50_000), ClaimTerms("w/3", 30_000_000))
     time.sleep(grant.delay_us / 1e6)  # a new bucket's first slot
-    grant, claim = store.take("b", "t3", 0, 50_000, 0, "w/3", 30_000_000, lead_us=20_000)
+    grant, claim = store.take(
+        TaskCopy("b", "t3", 0), Pace(50_000), ClaimTerms("w/3", 30_000_000, lead_us=20_000)
+    )
     assert claim is not None and claim.outcome.value == "OK"
     claimed_ns = time.monotonic_ns() + claim.delay_us * 1000
     time.sleep(0.03)  # the pool process reaches the task 30 ms after its start

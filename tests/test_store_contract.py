@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from celery_interval.schedule import MAX_LEAD_US, Outcome
-from celery_interval.stores.base import DoneMark, Store
+from celery_interval.schedule import MAX_LEAD_US, ClaimTerms, Outcome, Pace
+from celery_interval.stores.base import Store, TaskCopy
 from celery_interval.stores.file import FileStore
 from celery_interval.stores.memory import MemoryStore
 
@@ -35,7 +35,7 @@ def wait_s(delay_us: int) -> None:
 
 
 def test_tickets_and_slots_follow_one_another(store: Store) -> None:
-    grants = [store.grant("b", f"t{i}", 0, I_US) for i in range(5)]
+    grants = [store.grant(TaskCopy("b", f"t{i}", 0), Pace(I_US)) for i in range(5)]
     assert [g.ticket for g in grants] == [1, 2, 3, 4, 5]
     assert all(g.outcome is Outcome.OK and g.epoch == grants[0].epoch for g in grants)
     slots = [g.slot_us for g in grants]
@@ -44,107 +44,126 @@ def test_tickets_and_slots_follow_one_another(store: Store) -> None:
 
 
 def test_claims_wait_for_their_slot_then_start(store: Store) -> None:
-    g = store.grant("b", "t1", 0, I_US)
-    early = store.claim("b", "t1", 0, I_US, g.epoch, g.slot_us, "h1", LEASE_US)
+    g = store.grant(TaskCopy("b", "t1", 0), Pace(I_US))
+    early = store.claim(TaskCopy("b", "t1", 0), I_US, g.slot, ClaimTerms("h1", LEASE_US))
     assert early.outcome is Outcome.WAIT and 0 < early.delay_us <= g.delay_us
     wait_s(early.delay_us - 18_000)  # claim up to MAX_LEAD_US early: the start is ahead
-    ok = store.claim("b", "t1", 0, I_US, g.epoch, g.slot_us, "h1", LEASE_US, MAX_LEAD_US)
+    ok = store.claim(TaskCopy("b", "t1", 0), I_US, g.slot, ClaimTerms("h1", LEASE_US, MAX_LEAD_US))
     assert ok.outcome is Outcome.OK and 0 < ok.delay_us <= MAX_LEAD_US
-    again = store.claim("b", "t1", 0, I_US, g.epoch, g.slot_us, "h1", LEASE_US, MAX_LEAD_US)
+    again = store.claim(
+        TaskCopy("b", "t1", 0), I_US, g.slot, ClaimTerms("h1", LEASE_US, MAX_LEAD_US)
+    )
     assert again.outcome is Outcome.OK, "a claim is idempotent for its holder"
     assert again.now_us + again.delay_us == ok.now_us + ok.delay_us, "the same start"
-    other = store.claim("b", "t1", 0, I_US, g.epoch, g.slot_us, "h2", LEASE_US)
+    other = store.claim(TaskCopy("b", "t1", 0), I_US, g.slot, ClaimTerms("h2", LEASE_US))
     assert other.outcome is Outcome.HELD and 0 < other.delay_us <= LEASE_US
     wait_s(ok.delay_us)  # the admitted start passes unheard (as if the OK reply were lost)
-    late = store.claim("b", "t1", 0, I_US, g.epoch, g.slot_us, "h1", LEASE_US)
+    late = store.claim(TaskCopy("b", "t1", 0), I_US, g.slot, ClaimTerms("h1", LEASE_US))
     assert late.outcome is Outcome.WAIT and 0 < late.delay_us < I_US, "spaced after that start"
 
 
 def test_done_makes_copies_duplicates_but_not_retries(store: Store) -> None:
-    g = store.grant("b", "t1", 0, I_US)
+    g = store.grant(TaskCopy("b", "t1", 0), Pace(I_US))
     wait_s(g.delay_us)
-    assert store.claim("b", "t1", 0, I_US, g.epoch, g.slot_us, "h1", LEASE_US).outcome is Outcome.OK
-    store.done([DoneMark("b", "t1", 0)], 60_000_000)
-    assert store.grant("b", "t1", 0, I_US).outcome is Outcome.DUPLICATE
-    claim = store.claim("b", "t1", 0, I_US, g.epoch, g.slot_us, "h2", LEASE_US)
+    assert (
+        store.claim(TaskCopy("b", "t1", 0), I_US, g.slot, ClaimTerms("h1", LEASE_US)).outcome
+        is Outcome.OK
+    )
+    store.done([TaskCopy("b", "t1", 0)], 60_000_000)
+    assert store.grant(TaskCopy("b", "t1", 0), Pace(I_US)).outcome is Outcome.DUPLICATE
+    claim = store.claim(TaskCopy("b", "t1", 0), I_US, g.slot, ClaimTerms("h2", LEASE_US))
     assert claim.outcome is Outcome.DUPLICATE
-    assert store.grant("b", "t1", 1, I_US).outcome is Outcome.OK
+    assert store.grant(TaskCopy("b", "t1", 1), Pace(I_US)).outcome is Outcome.OK
 
 
 def test_a_posted_done_mark_makes_copies_duplicates(store: Store) -> None:
-    g = store.grant("b", "t1", 0, I_US)
+    g = store.grant(TaskCopy("b", "t1", 0), Pace(I_US))
     wait_s(g.delay_us)
-    assert store.claim("b", "t1", 0, I_US, g.epoch, g.slot_us, "h1", LEASE_US).outcome is Outcome.OK
+    assert (
+        store.claim(TaskCopy("b", "t1", 0), I_US, g.slot, ClaimTerms("h1", LEASE_US)).outcome
+        is Outcome.OK
+    )
     store.prepare_post()
-    store.post_done(DoneMark("b", "t1", 0), 60_000_000)
+    store.post_done(TaskCopy("b", "t1", 0), 60_000_000)
     time.sleep(0.05)  # posted on a connection of its own: no reply awaited
-    assert store.grant("b", "t1", 0, I_US).outcome is Outcome.DUPLICATE
-    assert store.grant("b", "t1", 1, I_US).outcome is Outcome.OK
+    assert store.grant(TaskCopy("b", "t1", 0), Pace(I_US)).outcome is Outcome.DUPLICATE
+    assert store.grant(TaskCopy("b", "t1", 1), Pace(I_US)).outcome is Outcome.OK
 
 
 def test_lease_expiry_lets_a_copy_run_and_renew_extends(store: Store) -> None:
-    g = store.grant("b", "t1", 0, I_US)
+    g = store.grant(TaskCopy("b", "t1", 0), Pace(I_US))
     wait_s(g.delay_us)
     short_us = 600_000  # long enough that a loaded machine (fsync of the file store) keeps it
-    assert store.claim("b", "t1", 0, I_US, g.epoch, g.slot_us, "h1", short_us).outcome is Outcome.OK
+    assert (
+        store.claim(TaskCopy("b", "t1", 0), I_US, g.slot, ClaimTerms("h1", short_us)).outcome
+        is Outcome.OK
+    )
     assert store.renew("b", "t1", 0, "h1", short_us) is True
     assert store.renew("b", "t1", 0, "h2", short_us) is False
-    g2 = store.grant("b", "t1", 0, I_US)
-    held = store.claim("b", "t1", 0, I_US, g2.epoch, g2.slot_us, "h2", LEASE_US)
+    g2 = store.grant(TaskCopy("b", "t1", 0), Pace(I_US))
+    held = store.claim(TaskCopy("b", "t1", 0), I_US, g2.slot, ClaimTerms("h2", LEASE_US))
     assert held.outcome in (Outcome.HELD, Outcome.WAIT)
     wait_s(max(short_us, g2.delay_us))
-    ok = store.claim("b", "t1", 0, I_US, g2.epoch, g2.slot_us, "h2", LEASE_US)
+    ok = store.claim(TaskCopy("b", "t1", 0), I_US, g2.slot, ClaimTerms("h2", LEASE_US))
     assert ok.outcome is Outcome.OK
 
 
 def test_pause_holds_every_start_and_unpause_shifts_slots(store: Store) -> None:
-    g = store.grant("b", "t1", 0, I_US)
+    g = store.grant(TaskCopy("b", "t1", 0), Pace(I_US))
     paused = store.pause("b", I_US)
     assert paused.paused and paused.exists
     wait_s(g.delay_us)
-    claim = store.claim("b", "t1", 0, I_US, g.epoch, g.slot_us, "h1", LEASE_US)
+    claim = store.claim(TaskCopy("b", "t1", 0), I_US, g.slot, ClaimTerms("h1", LEASE_US))
     assert claim.outcome is Outcome.PAUSED
-    g2 = store.grant("b", "t2", 0, I_US)
+    g2 = store.grant(TaskCopy("b", "t2", 0), Pace(I_US))
     assert g2.paused and g2.slot_us == g.slot_us + I_US
     resumed = store.unpause("b", I_US)
     assert not resumed.paused
-    first = store.claim("b", "t1", 0, I_US, g.epoch, g.slot_us, "h1", LEASE_US)
+    first = store.claim(TaskCopy("b", "t1", 0), I_US, g.slot, ClaimTerms("h1", LEASE_US))
     assert first.outcome is Outcome.WAIT, "the pause shifted the slot by its own length"
     wait_s(first.delay_us)
-    assert store.claim("b", "t1", 0, I_US, g.epoch, g.slot_us, "h1", LEASE_US).outcome is Outcome.OK
+    assert (
+        store.claim(TaskCopy("b", "t1", 0), I_US, g.slot, ClaimTerms("h1", LEASE_US)).outcome
+        is Outcome.OK
+    )
 
 
 def test_set_interval_and_status(store: Store) -> None:
     assert store.status("fresh", I_US).exists is False
-    store.grant("b", "t1", 0, I_US)
+    store.grant(TaskCopy("b", "t1", 0), Pace(I_US))
     st = store.set_interval("b", I_US, 2 * I_US)
     assert st.interval_us == 2 * I_US and st.overridden
     assert store.status("b", I_US).interval_us == 2 * I_US
-    g1, g2 = store.grant("b", "t2", 0, I_US), store.grant("b", "t3", 0, I_US)
+    g1, g2 = (
+        store.grant(TaskCopy("b", "t2", 0), Pace(I_US)),
+        store.grant(TaskCopy("b", "t3", 0), Pace(I_US)),
+    )
     assert g2.slot_us - g1.slot_us == 2 * I_US
 
 
 def test_reset_starts_a_new_epoch_and_old_tickets_reticket(store: Store) -> None:
-    g = store.grant("b", "t1", 0, I_US)
+    g = store.grant(TaskCopy("b", "t1", 0), Pace(I_US))
     store.reset("b")
     wait_s(g.delay_us)
-    claim = store.claim("b", "t1", 0, I_US, g.epoch, g.slot_us, "h1", LEASE_US)
+    claim = store.claim(TaskCopy("b", "t1", 0), I_US, g.slot, ClaimTerms("h1", LEASE_US))
     assert claim.outcome is Outcome.RETICKET and claim.epoch != g.epoch
-    assert store.grant("b", "t1", 0, I_US).ticket == 1
+    assert store.grant(TaskCopy("b", "t1", 0), Pace(I_US)).ticket == 1
 
 
 def test_buckets_are_independent(store: Store) -> None:
     store.pause("a", I_US)
     assert store.status("a", I_US).paused and not store.status("b", I_US).paused
-    assert store.grant("b", "t", 0, I_US).ticket == 1
+    assert store.grant(TaskCopy("b", "t", 0), Pace(I_US)).ticket == 1
 
 
 def test_a_redelivered_copy_gets_its_ticket_and_slot_again(store: Store) -> None:
-    first = store.grant("b", "t1", 0, I_US)
-    store.grant("b", "t2", 0, I_US)
-    copy = store.grant("b", "t1", 0, I_US)
+    first = store.grant(TaskCopy("b", "t1", 0), Pace(I_US))
+    store.grant(TaskCopy("b", "t2", 0), Pace(I_US))
+    copy = store.grant(TaskCopy("b", "t1", 0), Pace(I_US))
     assert (copy.ticket, copy.slot_us, copy.epoch) == (first.ticket, first.slot_us, first.epoch)
-    assert store.grant("b", "t3", 0, I_US).ticket == 3, "the copy took no ticket of its own"
+    assert store.grant(TaskCopy("b", "t3", 0), Pace(I_US)).ticket == 3, (
+        "the copy took no ticket of its own"
+    )
     assert store.status("b", I_US).ticket == 3
 
 
@@ -162,11 +181,11 @@ def test_posting_to_a_hung_redis_returns_at_once_and_lands_later() -> None:
 
     def post(task: str) -> None:
         store.prepare_post()
-        store.post_done(DoneMark("b", task, 0), 60_000_000)
+        store.post_done(TaskCopy("b", task, 0), 60_000_000)
 
     def duplicate(task: str) -> bool:
         time.sleep(0.05)  # the post's reply is not awaited
-        return store.grant("b", task, 0, I_US).outcome is Outcome.DUPLICATE
+        return store.grant(TaskCopy("b", task, 0), Pace(I_US)).outcome is Outcome.DUPLICATE
 
     server = RedisProc()
     admin = redis.Redis.from_url(server.url)
@@ -178,7 +197,7 @@ def test_posting_to_a_hung_redis_returns_at_once_and_lands_later() -> None:
         try:
             started = time.monotonic()
             for i in range(3):
-                store.post_done(DoneMark("b", f"t{i}", 0), 60_000_000)
+                store.post_done(TaskCopy("b", f"t{i}", 0), 60_000_000)
             posting_s = time.monotonic() - started
         finally:
             proc.send_signal(signal.SIGCONT)
@@ -198,11 +217,13 @@ def test_posting_to_a_hung_redis_returns_at_once_and_lands_later() -> None:
 
 
 def test_a_bucket_made_once_the_store_is_an_interval_old_starts_at_once(store: Store) -> None:
-    first = store.grant("b", "t1", 0, I_US)
+    first = store.grant(TaskCopy("b", "t1", 0), Pace(I_US))
     assert first.delay_us >= I_US + MAX_LEAD_US - 5_000, "a new store may have lost a start"
     wait_s(I_US + MAX_LEAD_US)
-    taken, claimed = store.take("c", "t1", 0, I_US, 0, "h1", LEASE_US, MAX_LEAD_US)
+    taken, claimed = store.take(
+        TaskCopy("c", "t1", 0), Pace(I_US), ClaimTerms("h1", LEASE_US, MAX_LEAD_US)
+    )
     assert taken.delay_us == 0 and claimed is not None and claimed.outcome is Outcome.OK
     store.reset("c")
-    again = store.grant("c", "t2", 0, I_US)
+    again = store.grant(TaskCopy("c", "t2", 0), Pace(I_US))
     assert again.delay_us >= I_US + MAX_LEAD_US - 5_000, "a reset keeps the first wait"

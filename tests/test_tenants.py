@@ -13,6 +13,7 @@ from pool import Pool, celery_cli
 from test_dropin import bucket_claims
 from test_faults import DYING_START_US, redis_visibility
 
+from celery_interval.defaults import KEY_PREFIX
 from celery_interval.demo.embedded import RedisProc
 
 pytestmark = pytest.mark.slow
@@ -123,7 +124,7 @@ def tenant_ledger(pool: Pool, key: str) -> list[dict[str, str]]:
 
     return [
         {k.decode(): v.decode() for k, v in fields.items()}
-        for _id, fields in pool.recorder.xrange(ledger_key("ci:", f"{pool.queue}:{key}"))
+        for _id, fields in pool.recorder.xrange(ledger_key(KEY_PREFIX, f"{pool.queue}:{key}"))
     ]
 
 

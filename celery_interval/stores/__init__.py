@@ -7,13 +7,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import unquote, urlsplit
 
+from celery_interval.defaults import KEY_PREFIX, LEDGER_MAX, STORE_TIMEOUT_S
 from celery_interval.errors import ConfigurationError
 
 if TYPE_CHECKING:
     from celery_interval.config import Settings
-from celery_interval.stores.base import DoneMark, Store
+from celery_interval.stores.base import Store, TaskCopy
 
-__all__ = ["DoneMark", "Store", "mask_url", "store_for_settings", "store_from_url"]
+__all__ = ["Store", "TaskCopy", "mask_url", "store_for_settings", "store_from_url"]
 
 _QUERY_PASSWORD = re.compile(r"(?i)([?&]password=)[^&#]*")
 _SCHEMES = (
@@ -38,9 +39,9 @@ def mask_url(url: str) -> str:
 def store_from_url(
     url: str,
     *,
-    key_prefix: str = "ci:",
-    timeout_s: float | None = None,
-    ledger_max: int = 100_000,
+    key_prefix: str = KEY_PREFIX,
+    timeout_s: float = STORE_TIMEOUT_S,
+    ledger_max: int = LEDGER_MAX,
 ) -> Store:
     """A store for ``url``: redis://, rediss://, unix:// or redis[s]+cluster:// (RedisStore),
     file:///dir, or memory://.
@@ -72,8 +73,6 @@ def store_from_url(
             )
         from celery_interval.stores.redis import RedisStore
 
-        if timeout_s is None:
-            return RedisStore.from_url(url, key_prefix=key_prefix, ledger_max=ledger_max)
         return RedisStore.from_url(
             url, key_prefix=key_prefix, socket_timeout_s=timeout_s, ledger_max=ledger_max
         )

@@ -5,13 +5,17 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 from celery_interval import schedule
-from celery_interval.schedule import BucketState, Claim, Grant, Mark, Status
-from celery_interval.stores.base import DoneMark
+from celery_interval.schedule import BucketState, Claim, ClaimTerms, Grant, Mark, Pace, Slot, Status
+from celery_interval.stores.base import DoneBatch, TaskCopy
 
 __all__ = ["BucketTxn", "ModelStore"]
+
+_R = TypeVar("_R")
+#: A model operation on one copy's record: (state, mark, now_us, born_us) → (state, mark, result).
+_Step = Callable[[BucketState | None, Mark | None, int, int], tuple[BucketState, Mark | None, _R]]
 
 
 class BucketTxn(Protocol):
@@ -70,108 +74,64 @@ class ModelStore(ABC):
     def _locked(self, bucket: str, *, write: bool = True) -> AbstractContextManager[BucketTxn]:
         """Hold ``bucket``'s lock, yield its record; save it on clean exit when ``write``."""
 
-    def grant(
-        self, bucket: str, task_id: str, retries: int, interval_us: int, not_before_in_us: int = 0
-    ) -> Grant:
-        """Atomically take a ticket and slot (``schedule.grant``, idempotent per task copy)."""
-        with self._locked(bucket) as txn:
-            state, mark, result = schedule.grant(
-                txn.state,
-                txn.mark(task_id, retries),
-                txn.now_us,
-                interval_us,
-                not_before_in_us,
-                born_us=_born_us(txn),
+    def _step(self, copy: TaskCopy, interval_us: int, step: _Step[_R]) -> _R:
+        """``step`` on ``copy``'s mark and its bucket's state, under the bucket's lock; the
+        state and mark it returns are saved."""
+        with self._locked(copy.bucket) as txn:
+            state, mark, result = step(
+                txn.state, txn.mark(copy.task_id, copy.retries), txn.now_us, _born_us(txn)
             )
             _put(txn, state, interval_us)
-            txn.set_mark(task_id, retries, mark)
+            txn.set_mark(copy.task_id, copy.retries, mark)
             return result
 
+    def grant(self, copy: TaskCopy, pace: Pace) -> Grant:
+        """Atomically take a ticket and slot (``schedule.grant``, idempotent per task copy)."""
+        return self._step(
+            copy, pace.interval_us, lambda s, m, n, b: schedule.grant(s, m, n, pace, born_us=b)
+        )
+
     def claim(
-        self,
-        bucket: str,
-        task_id: str,
-        retries: int,
-        interval_us: int,
-        epoch: int,
-        slot_us: int,
-        holder: str,
-        lease_us: int,
-        lead_us: int = 0,
-        *,
-        ticket: int = 0,
-        handoff_us: int = 0,
+        self, copy: TaskCopy, interval_us: int, slot: Slot, terms: ClaimTerms, *, ticket: int = 0
     ) -> Claim:
-        """Atomically decide whether ``holder``'s copy starts now (``schedule.claim``).
+        """Atomically decide whether ``terms.holder``'s copy starts now (``schedule.claim``).
 
         ``ticket`` is for a store's ledger only; these stores keep none and ignore it.
         """
-        with self._locked(bucket) as txn:
-            state, mark, result = schedule.claim(
-                txn.state,
-                txn.mark(task_id, retries),
-                txn.now_us,
-                interval_us,
-                epoch,
-                slot_us,
-                holder,
-                lease_us,
-                lead_us,
-                handoff_us,
-                born_us=_born_us(txn),
-            )
-            _put(txn, state, interval_us)
-            txn.set_mark(task_id, retries, mark)
-            return result
+        return self._step(
+            copy,
+            interval_us,
+            lambda s, m, n, b: schedule.claim(s, m, n, interval_us, slot, terms, born_us=b),
+        )
 
     def take(
-        self,
-        bucket: str,
-        task_id: str,
-        retries: int,
-        interval_us: int,
-        not_before_in_us: int,
-        holder: str,
-        lease_us: int,
-        lead_us: int = 0,
-        handoff_us: int = 0,
-        *,
-        done_first: Sequence[DoneMark] = (),
-        dedupe_ttl_us: int = 0,
+        self, copy: TaskCopy, pace: Pace, terms: ClaimTerms, *, done_first: DoneBatch | None = None
     ) -> tuple[Grant, Claim | None]:
-        """Atomically grant, and claim at once when the slot is due (``schedule.take``);
-        ``done_first`` are ``done`` marks sent ahead of it (one round trip on Redis)."""
-        if done_first:
-            self.done(done_first, dedupe_ttl_us)
-        with self._locked(bucket) as txn:
-            state, mark, granted, claimed = schedule.take(
-                txn.state,
-                txn.mark(task_id, retries),
-                txn.now_us,
-                interval_us,
-                not_before_in_us,
-                holder,
-                lease_us,
-                lead_us,
-                handoff_us,
-                born_us=_born_us(txn),
-            )
-            _put(txn, state, interval_us)
-            txn.set_mark(task_id, retries, mark)
-            return granted, claimed
+        """``schedule.take`` under the bucket's lock, after ``done_first`` is marked done."""
+        if done_first is not None:
+            self.done(done_first.copies, done_first.dedupe_ttl_us)
 
-    def done(self, marks: Sequence[DoneMark], dedupe_ttl_us: int) -> None:
-        """Mark each message acknowledged; atomic per bucket (one lock per bucket in the batch)."""
-        by_bucket: dict[str, list[DoneMark]] = {}
-        for m in marks:
-            by_bucket.setdefault(m.bucket, []).append(m)
+        def step(
+            state: BucketState | None, mark: Mark | None, now_us: int, born_us: int
+        ) -> tuple[BucketState, Mark | None, tuple[Grant, Claim | None]]:
+            state, mark, granted, claimed = schedule.take(
+                state, mark, now_us, pace, terms, born_us=born_us
+            )
+            return state, mark, (granted, claimed)
+
+        return self._step(copy, pace.interval_us, step)
+
+    def done(self, copies: Sequence[TaskCopy], dedupe_ttl_us: int) -> None:
+        """Mark each copy's message acknowledged; atomic per bucket (one lock per bucket in the
+        batch)."""
+        by_bucket: dict[str, list[TaskCopy]] = {}
+        for copy in copies:
+            by_bucket.setdefault(copy.bucket, []).append(copy)
         for bucket, group in by_bucket.items():
             with self._locked(bucket) as txn:
-                for m in group:
+                for copy in group:
                     txn.set_mark(
-                        m.task_id,
-                        m.retries,
-                        schedule.done(txn.mark(m.task_id, m.retries), txn.now_us, dedupe_ttl_us),
+                        copy.task_id, copy.retries, schedule.done(txn.now_us, dedupe_ttl_us)
                     )
 
     #: A file store is shared by every process; MemoryStore says otherwise.
@@ -180,9 +140,9 @@ class ModelStore(ABC):
     def prepare_post(self) -> None:  # noqa: B027 (deliberately empty, not abstract)
         """Nothing to prepare: ``post_done`` works on a local file or memory at once."""
 
-    def post_done(self, mark: DoneMark, dedupe_ttl_us: int) -> None:
+    def post_done(self, copy: TaskCopy, dedupe_ttl_us: int) -> None:
         """``done`` at once: a local file or memory does not hang as a server can."""
-        self.done([mark], dedupe_ttl_us)
+        self.done([copy], dedupe_ttl_us)
 
     def renew(self, bucket: str, task_id: str, retries: int, holder: str, lease_us: int) -> bool:
         """Atomically extend ``holder``'s live lease to now + ``lease_us``; False if none."""

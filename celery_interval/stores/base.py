@@ -6,23 +6,32 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import NamedTuple, Protocol
 
-from celery_interval.schedule import Claim, Grant, Status
+from celery_interval.schedule import Claim, ClaimTerms, Grant, Pace, Slot, Status
 
-__all__ = ["ClaimArgs", "DoneMark", "Store"]
+__all__ = ["ClaimArgs", "DoneBatch", "Store", "TaskCopy"]
 
 
-@dataclass(frozen=True)
-class DoneMark:
-    """One acknowledged message: (bucket, task_id, retries)."""
+@dataclass(frozen=True, slots=True)
+class TaskCopy:
+    """One message's copy as the store knows it: its bucket and (task_id, retries)."""
 
     bucket: str
     task_id: str
     retries: int
 
 
+@dataclass(frozen=True, slots=True)
+class DoneBatch:
+    """Copies of acknowledged messages to mark done, each remembered for ``dedupe_ttl_us``."""
+
+    copies: Sequence[TaskCopy]
+    dedupe_ttl_us: int
+
+
 class ClaimArgs(NamedTuple):
-    """What one held message's claim names: the worker claims with it, and hands it to the pool
-    process, which claims again with it when it reached the task after its start."""
+    """What one held message's claim names, in the order of the ``headers.CLAIM_HEADER`` list:
+    the worker claims with it, and hands it to the pool process, which claims again with it
+    when it reached the task after its start."""
 
     bucket: str
     task_id: str
@@ -34,84 +43,49 @@ class ClaimArgs(NamedTuple):
     ticket: int
     handoff_us: int
 
+    @property
+    def copy(self) -> TaskCopy:
+        """The message's copy this claim is for."""
+        return TaskCopy(self.bucket, self.task_id, self.retries)
+
     def claim(self, store: Store, lease_us: int, lead_us: int) -> Claim:
         """``store.claim`` of this message's slot under its holder."""
-        return store.claim(
-            self.bucket,
-            self.task_id,
-            self.retries,
-            self.interval_us,
-            self.epoch,
-            self.slot_us,
-            self.holder,
-            lease_us,
-            lead_us,
-            ticket=self.ticket,
-            handoff_us=self.handoff_us,
-        )
+        terms = ClaimTerms(self.holder, lease_us, lead_us, self.handoff_us)
+        slot = Slot(self.epoch, self.slot_us)
+        return store.claim(self.copy, self.interval_us, slot, terms, ticket=self.ticket)
 
 
 class Store(Protocol):
     """Every method is one atomic step on the store's clock; times are integer microseconds.
 
-    ``interval_us`` is the caller's configured interval, used unless the bucket carries a
-    ``set_interval`` override. Methods raise ``StoreUnavailable`` when the store cannot be
-    reached (the operation may or may not have happened: claims are idempotent per holder).
+    ``interval_us`` (``pace.interval_us``) is the caller's configured interval, used unless the
+    bucket carries a ``set_interval`` override. Methods raise ``StoreUnavailable`` when the
+    store cannot be reached (the operation may or may not have happened: claims are idempotent
+    per holder).
     """
 
-    def grant(
-        self,
-        bucket: str,
-        task_id: str,
-        retries: int,
-        interval_us: int,
-        not_before_in_us: int = 0,
-    ) -> Grant:
+    def grant(self, copy: TaskCopy, pace: Pace) -> Grant:
         """Atomically take a ticket and slot (``schedule.grant``); DUPLICATE if already done."""
         ...
 
     def claim(
-        self,
-        bucket: str,
-        task_id: str,
-        retries: int,
-        interval_us: int,
-        epoch: int,
-        slot_us: int,
-        holder: str,
-        lease_us: int,
-        lead_us: int = 0,
-        *,
-        ticket: int = 0,
-        handoff_us: int = 0,
+        self, copy: TaskCopy, interval_us: int, slot: Slot, terms: ClaimTerms, *, ticket: int = 0
     ) -> Claim:
-        """Atomically decide whether ``holder``'s copy starts now (``schedule.claim``).
+        """Atomically decide whether ``terms.holder``'s copy starts now (``schedule.claim``).
 
         ``ticket`` is the ticket the caller holds; it only goes into the ledger (RedisStore).
         """
         ...
 
     def take(
-        self,
-        bucket: str,
-        task_id: str,
-        retries: int,
-        interval_us: int,
-        not_before_in_us: int,
-        holder: str,
-        lease_us: int,
-        lead_us: int = 0,
-        handoff_us: int = 0,
-        *,
-        done_first: Sequence[DoneMark] = (),
-        dedupe_ttl_us: int = 0,
+        self, copy: TaskCopy, pace: Pace, terms: ClaimTerms, *, done_first: DoneBatch | None = None
     ) -> tuple[Grant, Claim | None]:
         """Atomically grant, and claim at once when the slot is due (``schedule.take``);
-        ``done_first`` are ``done`` marks sent ahead of it (one round trip on Redis)."""
+        ``done_first`` is marked ``done`` ahead of it (one round trip on Redis)."""
         ...
 
-    def done(self, marks: Sequence[DoneMark], dedupe_ttl_us: int) -> None:
-        """Mark each message acknowledged for ``dedupe_ttl_us``; each atomic, batch pipelined."""
+    def done(self, copies: Sequence[TaskCopy], dedupe_ttl_us: int) -> None:
+        """Mark each copy acknowledged for ``dedupe_ttl_us``; each atomic, batch pipelined."""
         ...
 
     @property
@@ -125,8 +99,8 @@ class Store(Protocol):
         block, so call it before a start's wait."""
         ...
 
-    def post_done(self, mark: DoneMark, dedupe_ttl_us: int) -> None:
-        """As ``done`` for one mark, but never waiting on a slow or hung store: the mark is on
+    def post_done(self, copy: TaskCopy, dedupe_ttl_us: int) -> None:
+        """As ``done`` for one copy, but never waiting on a slow or hung store: the mark is on
         its way when this returns (or, where a store cannot promise that, not sent at all)."""
         ...
 

@@ -13,6 +13,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from celery_interval.defaults import KEY_PREFIX
 from celery_interval.errors import StoreError, StoreUnavailable
 from celery_interval.schedule import BucketState, Done, Granted, Lease, Mark
 from celery_interval.stores._apply import BucketTxn, ModelStore
@@ -124,7 +125,7 @@ class FileStore(ModelStore):
         self,
         directory: str | os.PathLike[str],
         *,
-        key_prefix: str = "ci:",
+        key_prefix: str = KEY_PREFIX,
         clock_us: Callable[[], int] = wall_clock_us,
     ) -> None:
         self.directory = Path(directory)

@@ -5,7 +5,6 @@ from __future__ import annotations
 from celery_interval.errors import ConfigurationError
 
 __all__ = [
-    "DEFAULT_PREFIX",
     "born_key",
     "bucket_of_ledger_key",
     "bucket_of_state_key",
@@ -17,8 +16,6 @@ __all__ = [
     "validate_bucket",
     "validate_prefix",
 ]
-
-DEFAULT_PREFIX = "ci:"
 
 
 def validate_prefix(prefix: str) -> str:

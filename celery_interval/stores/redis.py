@@ -30,20 +30,29 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from redis.retry import Retry
 
+from celery_interval.defaults import (
+    HEALTH_CHECK_INTERVAL_S,
+    KEY_PREFIX,
+    LEDGER_MAX,
+    STORE_TIMEOUT_S,
+)
 from celery_interval.errors import ConfigurationError, StoreError, StoreUnavailable
 from celery_interval.schedule import (
     BucketState,
     Claim,
+    ClaimTerms,
     Done,
     Grant,
     Granted,
     Lease,
     Mark,
     Outcome,
+    Pace,
+    Slot,
     Status,
 )
 from celery_interval.stores import CLUSTER_SCHEMES, keys, mask_url
-from celery_interval.stores.base import DoneMark
+from celery_interval.stores.base import DoneBatch, TaskCopy
 from celery_interval.stores.line import ScriptLine
 from celery_interval.stores.posted import PostedLine
 
@@ -53,7 +62,6 @@ if TYPE_CHECKING:
     RedisClient: TypeAlias = "redis.Redis | redis.RedisCluster"
 
 __all__ = [
-    "DEFAULT_LEDGER_MAX",
     "SCRIPT_NAMES",
     "RedisStore",
     "script_source",
@@ -89,10 +97,6 @@ _UNAVAILABLE: tuple[type[Exception], ...] = (
 #: URL query options that name a file (checked when the store is made, not at first use).
 _TLS_FILE_OPTIONS = ("ssl_ca_certs", "ssl_ca_path", "ssl_certfile", "ssl_keyfile")
 
-DEFAULT_SOCKET_TIMEOUT_S = 5.0
-DEFAULT_HEALTH_CHECK_INTERVAL_S = 30
-#: About this many entries are kept in each bucket's ledger Stream (XADD MAXLEN ~).
-DEFAULT_LEDGER_MAX = 100_000
 #: A bucket's ledger expires this long after its last entry (lib.lua's LEDGER_TTL_MS): an idle
 #: tenant's audit goes a week after its last task; export it before (``interval ledger export``).
 LEDGER_TTL_MS = 7 * 24 * 3600 * 1000
@@ -274,9 +278,9 @@ class RedisStore:
     def __init__(
         self,
         client: RedisClient | Callable[[], RedisClient],
-        key_prefix: str = keys.DEFAULT_PREFIX,
+        key_prefix: str = KEY_PREFIX,
         now_us: Callable[[], int] | None = None,
-        ledger_max: int = DEFAULT_LEDGER_MAX,
+        ledger_max: int = LEDGER_MAX,
         *,
         where: str | None = None,
     ) -> None:
@@ -356,11 +360,11 @@ class RedisStore:
     def from_url(
         cls,
         url: str,
-        key_prefix: str = keys.DEFAULT_PREFIX,
+        key_prefix: str = KEY_PREFIX,
         *,
-        socket_timeout_s: float = DEFAULT_SOCKET_TIMEOUT_S,
+        socket_timeout_s: float = STORE_TIMEOUT_S,
         now_us: Callable[[], int] | None = None,
-        ledger_max: int = DEFAULT_LEDGER_MAX,
+        ledger_max: int = LEDGER_MAX,
     ) -> RedisStore:
         """A store on a redis://, rediss://, unix://, redis+cluster:// or rediss+cluster:// URL.
 
@@ -389,7 +393,7 @@ class RedisStore:
             url,
             socket_timeout=socket_timeout_s,
             socket_connect_timeout=socket_timeout_s,
-            health_check_interval=DEFAULT_HEALTH_CHECK_INTERVAL_S,
+            health_check_interval=HEALTH_CHECK_INTERVAL_S,
             # One quick retry covers a pooled connection the server closed; longer outages
             # surface as StoreUnavailable and the caller holds its tasks and backs off.
             retry=Retry(ExponentialBackoff(cap=0.1, base=0.01), 1),
@@ -398,92 +402,53 @@ class RedisStore:
 
     # -- the Store protocol -------------------------------------------------------------
 
-    def grant(
-        self,
-        bucket: str,
-        task_id: str,
-        retries: int,
-        interval_us: int,
-        not_before_in_us: int = 0,
-    ) -> Grant:
+    def grant(self, copy: TaskCopy, pace: Pace) -> Grant:
         r = self._run(
             "grant",
-            self._task_keys(bucket, task_id, retries),
-            [interval_us, not_before_in_us, task_id, retries, self._ledger_max],
+            self._task_keys(copy),
+            [pace.interval_us, pace.not_before_in_us, copy.task_id, copy.retries, self._ledger_max],
         )
         return _grant_of(r)
 
     def take(
-        self,
-        bucket: str,
-        task_id: str,
-        retries: int,
-        interval_us: int,
-        not_before_in_us: int,
-        holder: str,
-        lease_us: int,
-        lead_us: int = 0,
-        handoff_us: int = 0,
-        *,
-        done_first: Sequence[DoneMark] = (),
-        dedupe_ttl_us: int = 0,
+        self, copy: TaskCopy, pace: Pace, terms: ClaimTerms, *, done_first: DoneBatch | None = None
     ) -> tuple[Grant, Claim | None]:
         take: Named = (
             "take",
-            self._task_keys(bucket, task_id, retries),
-            [self._now_arg(), interval_us, not_before_in_us, task_id, retries, self._ledger_max,
-             holder, lease_us, lead_us, handoff_us],
+            self._task_keys(copy),
+            [self._now_arg(), pace.interval_us, pace.not_before_in_us, copy.task_id, copy.retries,
+             self._ledger_max, terms.holder, terms.lease_us, terms.lead_us, terms.handoff_us],
         )  # fmt: skip
-        r = self._send("take", [*self._done_calls(done_first, dedupe_ttl_us), take])[-1]
+        calls = [take]
+        if done_first is not None:
+            calls[:0] = self._done_calls(done_first.copies, done_first.dedupe_ttl_us)
+        r = self._send("take", calls)[-1]
         return _grant_of(r), (_claim_of(r[6:]) if len(r) > 6 else None)
 
     def claim(
-        self,
-        bucket: str,
-        task_id: str,
-        retries: int,
-        interval_us: int,
-        epoch: int,
-        slot_us: int,
-        holder: str,
-        lease_us: int,
-        lead_us: int = 0,
-        *,
-        ticket: int = 0,
-        handoff_us: int = 0,
+        self, copy: TaskCopy, interval_us: int, slot: Slot, terms: ClaimTerms, *, ticket: int = 0
     ) -> Claim:
         r = self._run(
             "claim",
-            self._task_keys(bucket, task_id, retries),
-            [
-                interval_us,
-                epoch,
-                slot_us,
-                holder,
-                lease_us,
-                lead_us,
-                task_id,
-                retries,
-                ticket,
-                self._ledger_max,
-                handoff_us,
-            ],
-        )
+            self._task_keys(copy),
+            [interval_us, slot.epoch, slot.slot_us, terms.holder, terms.lease_us, terms.lead_us,
+             copy.task_id, copy.retries, ticket, self._ledger_max, terms.handoff_us],
+        )  # fmt: skip
         return _claim_of(r)
 
-    def done(self, marks: Sequence[DoneMark], dedupe_ttl_us: int) -> None:
+    def done(self, copies: Sequence[TaskCopy], dedupe_ttl_us: int) -> None:
         """One done script per bucket (its marks share a hash slot), all in one round trip on
         a standalone Redis; on a Cluster one call after another (a batch usually holds one
         bucket)."""
-        if marks:
-            self._send("done", self._done_calls(marks, dedupe_ttl_us))
+        if copies:
+            self._send("done", self._done_calls(copies, dedupe_ttl_us))
 
-    def _done_calls(self, marks: Sequence[DoneMark], dedupe_ttl_us: int) -> list[Named]:
+    def _done_calls(self, copies: Sequence[TaskCopy], dedupe_ttl_us: int) -> list[Named]:
         now = self._now_arg()
         by_bucket: dict[str, list[str]] = {}
-        for m in marks:
-            by_bucket.setdefault(m.bucket, []).append(
-                self._mark_key(m.bucket, m.task_id, m.retries)
+        for c in copies:
+            by_bucket.setdefault(c.bucket, []).append(
+                self._mark_key(c.bucket, c.task_id, c.retries)
             )
         return [("done", mark_keys, [now, dedupe_ttl_us]) for mark_keys in by_bucket.values()]
 
@@ -499,14 +464,14 @@ class RedisStore:
             if self._posted is not None:
                 self._posted.prepare()
 
-    def post_done(self, mark: DoneMark, dedupe_ttl_us: int) -> None:
+    def post_done(self, copy: TaskCopy, dedupe_ttl_us: int) -> None:
         """The done script written on the prepared connection, its reply read at the next
         ``prepare_post``. On a Cluster nothing is sent (redis-py routes and waits there), and
         ``posts_done`` is False, so the worker marks the task at its ack instead."""
         with self._errors("done"):
             if self._posted is None:
                 return
-            ((_name, mark_keys, args),) = self._done_calls([mark], dedupe_ttl_us)
+            ((_name, mark_keys, args),) = self._done_calls([copy], dedupe_ttl_us)
             self._posted.post((self._scripts["done"], mark_keys, args))
 
     def renew(self, bucket: str, task_id: str, retries: int, holder: str, lease_us: int) -> bool:
@@ -615,11 +580,11 @@ class RedisStore:
         self._ensure_client()
         return self._born_keys
 
-    def _task_keys(self, bucket: str, task_id: str, retries: int) -> list[str]:
+    def _task_keys(self, copy: TaskCopy) -> list[str]:
         return [
-            self._state_key(bucket),
-            self._mark_key(bucket, task_id, retries),
-            self.ledger_key(bucket),
+            self._state_key(copy.bucket),
+            self._mark_key(copy.bucket, copy.task_id, copy.retries),
+            self.ledger_key(copy.bucket),
             *self._born(),
         ]
 

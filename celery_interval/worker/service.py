@@ -25,8 +25,8 @@ from celery_interval.headers import (
     START_HEADER,
     TICKET_HEADER,
 )
-from celery_interval.schedule import Claim, Grant, Outcome
-from celery_interval.stores.base import ClaimArgs, DoneMark, Store
+from celery_interval.schedule import Claim, ClaimTerms, Grant, Outcome, Pace
+from celery_interval.stores.base import ClaimArgs, DoneBatch, Store, TaskCopy
 from celery_interval.stores.overflow import OverflowIndex
 from celery_interval.worker.clock import StoreClock
 from celery_interval.worker.overflow import Overflow
@@ -154,7 +154,7 @@ class IntervalService:
         self.paused: dict[str, list[Held]] = defaultdict(list)
         self.stats: dict[str, BucketStats] = defaultdict(BucketStats)
         self.flow = FlowControl()
-        self._done_pending: list[DoneMark] = []
+        self._done_pending: list[TaskCopy] = []
         self._done_entry: Any = None
         self._leases: dict[tuple[str, str, int], str] = {}
         self._renew_entry: Any = None
@@ -299,26 +299,21 @@ class IntervalService:
             0, held.not_before_in_us - (time.monotonic_ns() - held.received_ns) // 1000
         )
         claimed: Claim | None = None
-        marks: list[DoneMark] = []
+        marks: list[TaskCopy] = []
         sent_ns = time.monotonic_ns()
         try:
             if self._pool_slots() > 0 and not self._pool_waiting and not held.request.revoked():
                 marks, self._done_pending = self._done_pending, []
                 grant, claimed = self.store.take(
-                    held.bucket,
-                    held.task_id,
-                    held.retries,
-                    held.interval_us,
-                    not_before_in_us,
-                    held.holder,
-                    self.settings.lease_us,
-                    *self._reach_us(),
-                    done_first=marks,
-                    dedupe_ttl_us=self.settings.dedupe_ttl_us,
+                    TaskCopy(held.bucket, held.task_id, held.retries),
+                    Pace(held.interval_us, not_before_in_us),
+                    ClaimTerms(held.holder, self.settings.lease_us, *self._reach_us()),
+                    done_first=DoneBatch(marks, self.settings.dedupe_ttl_us),
                 )
             else:
                 grant = self.store.grant(
-                    held.bucket, held.task_id, held.retries, held.interval_us, not_before_in_us
+                    TaskCopy(held.bucket, held.task_id, held.retries),
+                    Pace(held.interval_us, not_before_in_us),
                 )
         except StoreUnavailable as exc:
             self._done_pending = marks + self._done_pending
@@ -635,7 +630,7 @@ class IntervalService:
         """Record (off the critical path) that this message was acknowledged: the mark goes
         on the event loop's next turn, with a take in this turn if there is one."""
         self._leases.pop((bucket, task_id, retries), None)
-        self._done_pending.append(DoneMark(bucket, task_id, retries))
+        self._done_pending.append(TaskCopy(bucket, task_id, retries))
         if self._done_entry is None:
             self._done_entry = self.timer.call_after(DONE_FLUSH_S, self.flush_done, priority=8)
 

@@ -18,8 +18,8 @@ from celery_interval.config import settings_of
 from celery_interval.errors import StoreUnavailable
 from celery_interval.headers import CLAIM_HEADER, MARK_HEADER, SPIN_HEADER, START_HEADER
 from celery_interval.placement import is_paced
-from celery_interval.schedule import MAX_LEAD_US, Outcome
-from celery_interval.stores import DoneMark, Store
+from celery_interval.schedule import MAX_LEAD_US, Outcome, Pace
+from celery_interval.stores import Store, TaskCopy
 from celery_interval.stores.base import ClaimArgs
 
 logger = logging.getLogger("celery_interval")
@@ -101,7 +101,7 @@ def before_body(app: Any, request: Any) -> None:
         if missed_ns is not None and late_ns > missed_ns:
             start_ns = _claim_again(app, claimed, late_ns, missed_ns)
         if request.get(MARK_HEADER):
-            post = poster(app, DoneMark(claimed.bucket, claimed.task_id, claimed.retries))
+            post = poster(app, claimed.copy)
     wait_until(start_ns, int(request.get(SPIN_HEADER) or 0), post)
 
 
@@ -149,7 +149,7 @@ def _claim_again(app: Any, claimed: ClaimArgs, late_ns: int, missed_ns: int) -> 
             time.sleep(settings.pause_poll_s)
         elif result.outcome is Outcome.RETICKET:
             try:
-                grant = store.grant(bucket, task_id, claimed.retries, claimed.interval_us)
+                grant = store.grant(claimed.copy, Pace(claimed.interval_us))
             except StoreUnavailable:
                 continue
             claimed = claimed._replace(
@@ -166,7 +166,7 @@ def _claim_again(app: Any, claimed: ClaimArgs, late_ns: int, missed_ns: int) -> 
             raise Ignore()
 
 
-def poster(app: Any, mark: DoneMark) -> Callable[[], None] | None:
+def poster(app: Any, mark: TaskCopy) -> Callable[[], None] | None:
     """Before a start's wait: make the connection for the task's done mark ready, and return
     what posts the mark (None if the connection could not be made)."""
     try:
@@ -184,7 +184,7 @@ def poster(app: Any, mark: DoneMark) -> Callable[[], None] | None:
     return functools.partial(_post, store, mark, dedupe_ttl_us)
 
 
-def _post(store: Store, mark: DoneMark, dedupe_ttl_us: int) -> None:
+def _post(store: Store, mark: TaskCopy, dedupe_ttl_us: int) -> None:
     """Post an ordinary task's done mark as the last spin before its start begins (at most
     ``MAX_SPIN_NS``, 0.5 ms, before the body); the worker leaves it to us.
 
