@@ -7,7 +7,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from celery_interval.stores import keys
+import celery_interval.stores.keys as keys
 
 __all__ = [
     "MemoryOverflowIndex",
