@@ -132,14 +132,13 @@ def redis_kind(url: str, shown: str) -> Literal["redis", "cluster"]:
         scheme = urlsplit(url).scheme.lower()
     except ValueError as exc:
         raise ConfigurationError(f"malformed interval store URL {shown!r}: {exc}") from None
-    if scheme in CLUSTER_SCHEMES:
-        return "cluster"
-    if scheme not in REDIS_SCHEMES:
+    kind = _kind_of(scheme)
+    if kind != "redis" and kind != "cluster":
         raise ConfigurationError(
             f"interval store URL {shown!r} must start with redis://, rediss://, unix://, "
             "redis+cluster:// or rediss+cluster://"
         )
-    return "redis"
+    return kind
 
 
 def is_redis_url(url: str) -> bool:
