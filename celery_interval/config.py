@@ -13,6 +13,7 @@ from celery_interval.defaults import SETTINGS
 from celery_interval.errors import ConfigurationError, UnknownBucket
 from celery_interval.intervals import US_PER_S, parse_interval_us
 from celery_interval.schedule import MAX_LEAD_US
+from celery_interval.stores.urls import is_redis_broker_url
 
 __all__ = ["DEFAULTS", "Settings", "settings_of"]
 
@@ -165,7 +166,7 @@ def _store_url(conf: Any) -> str:
             )
         return url
     broker = conf.get("broker_url") or ""
-    if isinstance(broker, str) and broker.startswith(("redis://", "rediss://")):
+    if is_redis_broker_url(broker):
         return broker
     raise ConfigurationError(
         "interval_store_url is not set (and the broker is not Redis): "

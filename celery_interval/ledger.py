@@ -12,7 +12,6 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import IO, Any
-from urllib.parse import urlsplit
 
 import redis
 from redis.exceptions import RedisError
@@ -22,7 +21,9 @@ from celery_interval.defaults import KEY_PREFIX
 from celery_interval.errors import ConfigurationError, StoreUnavailable
 from celery_interval.intervals import US_PER_S
 from celery_interval.stores import keys, mask_url
+from celery_interval.stores.codec import as_text
 from celery_interval.stores.redis import RedisStore
+from celery_interval.stores.urls import is_redis_url
 
 __all__ = [
     "DEFAULT_CHUNK",
@@ -106,7 +107,7 @@ class LedgerReader:
             newest: Any = self._client.xrevrange(self._store.ledger_key(bucket), count=1)
         if not newest:
             return
-        end = _id_key(_text(newest[0][0]))
+        end = _id_key(as_text(newest[0][0]))
         start = "-" if since_us is None else f"{max(0, since_us // 1000 - _SINCE_MARGIN_MS)}-0"
         while True:
             page = self._store.ledger(bucket, start_id=start, count=chunk)
@@ -131,15 +132,11 @@ class LedgerReader:
             raise StoreUnavailable(f"interval store unavailable during ledger {op}: {exc}") from exc
 
 
-def _text(value: Any) -> str:
-    return value.decode("utf-8") if isinstance(value, bytes) else str(value)
-
-
 def reader_for_app(app: Any) -> LedgerReader:
     """A reader of the app's store (``interval_store_url``, ``interval_key_prefix``)."""
     settings = settings_of(app)
     url = settings.store_url
-    if urlsplit(url).scheme.lower() not in ("redis", "rediss", "unix"):
+    if not is_redis_url(url):
         raise ConfigurationError(
             f"interval_store_url={mask_url(url)!r} keeps no ledger: only a Redis store "
             "(redis://, rediss://, unix://) does"

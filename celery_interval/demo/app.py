@@ -12,6 +12,7 @@ import redis
 from celery import Celery
 from celery.signals import worker_process_init
 
+from celery_interval.stores.urls import is_redis_url
 from celery_interval.task import IntervalTask
 
 __all__ = ["QUEUE", "RECORD_KEY", "app", "make_app", "record_start"]
@@ -60,7 +61,7 @@ app = make_app(
 def _warm_up(**_: Any) -> None:
     """Open each pool process's recording connection before its first timed start (only when
     this module's app records to a Redis: another app that imports it runs its own)."""
-    if str(app.conf.interval_store_url).startswith(("redis://", "rediss://", "unix://")):
+    if is_redis_url(str(app.conf.interval_store_url)):
         record_start(app.conf.interval_store_url, RECORD_KEY + ":warmup", {"pid": os.getpid()})
 
 

@@ -7,7 +7,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from celery_interval.stores import keys
+import celery_interval.stores.keys as keys
 
 __all__ = [
     "MemoryOverflowIndex",
@@ -205,11 +205,9 @@ class MemoryOverflowIndex:
 def overflow_index_for(store: Any, prefix: str) -> OverflowIndex | None:
     """The index beside ``store``: in its Redis, in its memory, or None (a file store: a worker
     then stops fetching a queue whose tasks it cannot hold, as without an overflow)."""
-    from celery_interval.stores.memory import MemoryStore
     from celery_interval.stores.redis import RedisStore
 
     if isinstance(store, RedisStore):
         return RedisOverflowIndex(store, prefix)
-    if isinstance(store, MemoryStore):
-        return store.overflow_index
-    return None
+    owned = getattr(store, "overflow_index", None)  # the memory store keeps its own
+    return owned if isinstance(owned, MemoryOverflowIndex) else None

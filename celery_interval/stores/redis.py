@@ -2,20 +2,14 @@
 
 from __future__ import annotations
 
-import codecs
 import contextlib
 import functools
-import os
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from importlib.resources import files
 from typing import TYPE_CHECKING, Any, TypeAlias, cast
-from urllib.parse import urlsplit, urlunsplit
 
 import redis
-from redis.backoff import ExponentialBackoff
-from redis.cluster import ClusterNode
-from redis.connection import parse_url
 from redis.exceptions import (
     AuthenticationError,
     BusyLoadingError,
@@ -28,44 +22,39 @@ from redis.exceptions import (
 )
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
-from redis.retry import Retry
 
-from celery_interval.defaults import (
-    HEALTH_CHECK_INTERVAL_S,
-    KEY_PREFIX,
-    LEDGER_MAX,
-    STORE_TIMEOUT_S,
-)
+import celery_interval.stores.keys as keys
+from celery_interval.defaults import KEY_PREFIX, LEDGER_MAX, STORE_TIMEOUT_S
 from celery_interval.errors import ConfigurationError, StoreError, StoreUnavailable
 from celery_interval.schedule import (
     BucketState,
     Claim,
     ClaimTerms,
-    Done,
     Grant,
-    Granted,
-    Lease,
     Mark,
-    Outcome,
     Pace,
     Slot,
     Status,
 )
-from celery_interval.stores import CLUSTER_SCHEMES, keys, mask_url
 from celery_interval.stores.base import DoneBatch, TaskCopy
+from celery_interval.stores.codec import as_text, claim_of, decode_mark, grant_of, status_from_reply
 from celery_interval.stores.line import ScriptLine
 from celery_interval.stores.posted import PostedLine
+from celery_interval.stores.redis_client import (
+    client_for_url,
+    codec_name,
+    describe,
+)
+from celery_interval.stores.urls import mask_url
 
 if TYPE_CHECKING:
     from celery_interval.stores.base import Store
-
-    RedisClient: TypeAlias = "redis.Redis | redis.RedisCluster"
+    from celery_interval.stores.redis_client import RedisClient
 
 __all__ = [
     "SCRIPT_NAMES",
     "RedisStore",
     "script_source",
-    "status_from_reply",
 ]
 
 #: A script call by the script's name: name, keys, arguments (the clock override first).
@@ -94,9 +83,6 @@ _UNAVAILABLE: tuple[type[Exception], ...] = (
     ReadOnlyError,  # a failover left us talking to a replica
 )
 
-#: URL query options that name a file (checked when the store is made, not at first use).
-_TLS_FILE_OPTIONS = ("ssl_ca_certs", "ssl_ca_path", "ssl_certfile", "ssl_keyfile")
-
 #: A bucket's ledger expires this long after its last entry (lib.lua's LEDGER_TTL_MS): an idle
 #: tenant's audit goes a week after its last task; export it before (``interval ledger export``).
 LEDGER_TTL_MS = 7 * 24 * 3600 * 1000
@@ -117,148 +103,6 @@ def script_source(name: str) -> str:
         raise ValueError(f"unknown script {name!r}")
     parts = ("lib", "ops", name) if name in _RUN_OPS else ("lib", name)
     return "\n".join(_lua_text(part) for part in parts)
-
-
-def _grant_of(r: Any) -> Grant:
-    """Decode grant_op's reply."""
-    return Grant(
-        outcome=Outcome(_text(r[0])),
-        epoch=int(r[1]),
-        ticket=int(r[2]),
-        slot_us=int(r[3]),
-        delay_us=int(r[4]),
-        paused=bool(int(r[5])),
-    )
-
-
-def _claim_of(r: Any) -> Claim:
-    """Decode claim_op's reply."""
-    return Claim(Outcome(_text(r[0])), int(r[1]), int(r[2]), int(r[3]))
-
-
-def _codec_name(encoding: str) -> str:
-    try:
-        return codecs.lookup(encoding).name
-    except LookupError:
-        return encoding
-
-
-def _describe(client: RedisClient) -> str:
-    """Where ``client`` points, without credentials, for one-line error messages."""
-    pool: Any = getattr(client, "connection_pool", None)
-    if pool is not None:
-        kw: dict[str, Any] = dict(getattr(pool, "connection_kwargs", {}))
-        if kw.get("path"):
-            return f"unix://{kw['path']}?db={kw.get('db', 0)}"
-        scheme = (
-            "rediss"
-            if "ssl" in getattr(pool, "connection_class", type).__name__.lower()
-            else "redis"
-        )
-        return f"{scheme}://{kw.get('host', 'localhost')}:{kw.get('port', 6379)}/{kw.get('db', 0)}"
-    manager: Any = getattr(client, "nodes_manager", None)
-    nodes: Any = getattr(manager, "startup_nodes", None) or {}
-    names = list(nodes)[:3] if isinstance(nodes, dict) else []
-    return "redis cluster " + (",".join(str(n) for n in names) or "<unknown nodes>")
-
-
-def _connection_options(url: str, shown: str) -> dict[str, Any]:
-    """The options ``url`` gives each connection, checked by building one (no I/O): a misspelt
-    option, a bad value or a missing TLS file raises ConfigurationError here, not at first use."""
-    try:
-        options: dict[str, Any] = cast(Any, parse_url)(url)
-    except ValueError as exc:
-        raise ConfigurationError(f"malformed interval store URL {shown!r}: {exc}") from None
-    for name in _TLS_FILE_OPTIONS:
-        path = options.get(name)
-        if path is not None and not os.path.exists(path):
-            raise ConfigurationError(
-                f"interval store URL {shown!r}: {name} {path!r} does not exist"
-            )
-    built = dict(options)
-    connection_class = built.pop("connection_class", redis.Connection)
-    try:
-        connection_class(**built)
-    except (TypeError, ValueError, RedisError) as exc:
-        raise ConfigurationError(f"interval store URL {shown!r}: bad option: {exc}") from None
-    return options
-
-
-def _cluster_seeds(url: str, shown: str) -> tuple[str, list[ClusterNode]]:
-    """``redis+cluster://u:p@h1:1,h2:2/0?o`` → (``redis://u:p@h1:1/0?o``, the seed nodes)."""
-    parts = urlsplit(url)
-    userinfo, at, hosts = parts.netloc.rpartition("@")
-    nodes = []
-    for item in hosts.split(","):
-        try:
-            node = urlsplit(f"//{item}")
-            host, port = node.hostname, node.port
-        except ValueError:
-            host = port = None
-        if not host or port is None:
-            raise ConfigurationError(
-                f"interval store URL {shown!r}: bad cluster node {item!r}, expected "
-                "redis+cluster://host:port[,host:port…]"
-            )
-        nodes.append(cast(Any, ClusterNode)(host, port))
-    scheme = parts.scheme.lower().removesuffix("+cluster")
-    seed = urlunsplit((scheme, userinfo + at + hosts.split(",")[0], parts.path, parts.query, ""))
-    if _connection_options(seed, shown).get("db", 0) != 0:
-        raise ConfigurationError(
-            f"interval store URL {shown!r}: a Redis Cluster has only database 0"
-        )
-    return seed, nodes
-
-
-def _cluster_client(seed: str, nodes: list[ClusterNode], timeout_s: float) -> redis.RedisCluster:
-    """A RedisCluster client; it asks the seeds for the slot map as it is made."""
-    return redis.RedisCluster(
-        url=seed,
-        startup_nodes=nodes[1:],  # the seed URL adds the first
-        socket_timeout=timeout_s,
-        socket_connect_timeout=timeout_s,
-        retry=Retry(ExponentialBackoff(cap=0.1, base=0.01), 1),
-    )
-
-
-def _text(value: Any) -> str:
-    return value.decode("utf-8") if isinstance(value, bytes) else str(value)
-
-
-def status_from_reply(reply: Sequence[Any]) -> Status:
-    """Decode lib.lua's ``status_reply`` array."""
-    (exists, epoch, interval_us, overridden, paused, ticket, next_in, cur, last, v) = (
-        int(x) for x in reply
-    )
-    return Status(
-        exists=bool(exists),
-        epoch=epoch,
-        interval_us=interval_us,
-        overridden=bool(overridden),
-        paused=bool(paused),
-        ticket=ticket,
-        next_slot_in_us=next_in,
-        current_slot_us=cur,
-        last_start_us=last,
-        virtual_now_us=v,
-    )
-
-
-def decode_mark(raw: str | bytes | None) -> Mark | None:
-    """Parse a mark value (``L|holder|start_us|expires_real_us``, ``D|expires_real_us`` or
-    ``G|epoch|ticket|slot_us|expires_real_us``)."""
-    if raw is None:
-        return None
-    value = _text(raw)
-    if value.startswith("D|"):
-        return Done(int(value[2:]))
-    if value.startswith("G|"):
-        epoch, ticket, slot_us, until_us = (int(x) for x in value[2:].split("|"))
-        return Granted(epoch, ticket, slot_us, until_us)
-    if value.startswith("L|"):
-        head, start_us, expires_us = value.rsplit("|", 2)
-        return Lease(head[2:], int(start_us), int(expires_us))
-    raise StoreError(f"malformed interval mark {value!r}")
 
 
 class RedisStore:
@@ -302,7 +146,7 @@ class RedisStore:
         self._posted: PostedLine | None = None
         self._born_keys: list[str] = []
         if isinstance(client, redis.Redis | redis.RedisCluster):
-            self._where = where or _describe(client)
+            self._where = where or describe(client)
             self._use(client)
         else:
             self._connect = client
@@ -310,7 +154,7 @@ class RedisStore:
 
     def _use(self, client: RedisClient) -> None:
         encoding = cast(Any, client).get_encoder().encoding
-        if _codec_name(encoding) != "utf-8":
+        if codec_name(encoding) != "utf-8":
             raise ConfigurationError(
                 f"interval store {self._where}: encoding={encoding}: the store's keys and "
                 "scripts are UTF-8 (drop encoding= from the store URL)"
@@ -373,32 +217,13 @@ class RedisStore:
         or option raises ConfigurationError; errors name the URL with its password masked.
         """
         shown = mask_url(url)
-        try:
-            scheme = urlsplit(url).scheme.lower()
-        except ValueError as exc:
-            raise ConfigurationError(f"malformed interval store URL {shown!r}: {exc}") from None
-        store = functools.partial(
-            cls, key_prefix=key_prefix, now_us=now_us, ledger_max=ledger_max, where=shown
+        return cls(
+            client_for_url(url, shown, socket_timeout_s),
+            key_prefix=key_prefix,
+            now_us=now_us,
+            ledger_max=ledger_max,
+            where=shown,
         )
-        if scheme in CLUSTER_SCHEMES:
-            seed, nodes = _cluster_seeds(url, shown)
-            return store(functools.partial(_cluster_client, seed, nodes, socket_timeout_s))
-        if scheme not in ("redis", "rediss", "unix"):
-            raise ConfigurationError(
-                f"interval store URL {shown!r} must start with redis://, rediss://, unix://, "
-                "redis+cluster:// or rediss+cluster://"
-            )
-        _connection_options(url, shown)
-        client: redis.Redis = redis.Redis.from_url(
-            url,
-            socket_timeout=socket_timeout_s,
-            socket_connect_timeout=socket_timeout_s,
-            health_check_interval=HEALTH_CHECK_INTERVAL_S,
-            # One quick retry covers a pooled connection the server closed; longer outages
-            # surface as StoreUnavailable and the caller holds its tasks and backs off.
-            retry=Retry(ExponentialBackoff(cap=0.1, base=0.01), 1),
-        )
-        return store(client)
 
     # -- the Store protocol -------------------------------------------------------------
 
@@ -408,7 +233,7 @@ class RedisStore:
             self._task_keys(copy),
             [pace.interval_us, pace.not_before_in_us, copy.task_id, copy.retries, self._ledger_max],
         )
-        return _grant_of(r)
+        return grant_of(r)
 
     def take(
         self, copy: TaskCopy, pace: Pace, terms: ClaimTerms, *, done_first: DoneBatch | None = None
@@ -423,7 +248,7 @@ class RedisStore:
         if done_first is not None:
             calls[:0] = self._done_calls(done_first.copies, done_first.dedupe_ttl_us)
         r = self._send("take", calls)[-1]
-        return _grant_of(r), (_claim_of(r[6:]) if len(r) > 6 else None)
+        return grant_of(r), (claim_of(r[6:]) if len(r) > 6 else None)
 
     def claim(
         self, copy: TaskCopy, interval_us: int, slot: Slot, terms: ClaimTerms, *, ticket: int = 0
@@ -434,7 +259,7 @@ class RedisStore:
             [interval_us, slot.epoch, slot.slot_us, terms.holder, terms.lease_us, terms.lead_us,
              copy.task_id, copy.retries, ticket, self._ledger_max, terms.handoff_us],
         )  # fmt: skip
-        return _claim_of(r)
+        return claim_of(r)
 
     def done(self, copies: Sequence[TaskCopy], dedupe_ttl_us: int) -> None:
         """One done script per bucket (its marks share a hash slot), all in one round trip on
@@ -534,7 +359,7 @@ class RedisStore:
         with self._errors("ledger"):
             raw: Any = self._client.xrange(self.ledger_key(bucket), min=start_id, count=count)
         return [
-            (_text(entry_id), {_text(k): _text(v) for k, v in fields.items()})
+            (as_text(entry_id), {as_text(k): as_text(v) for k, v in fields.items()})
             for entry_id, fields in raw
         ]
 
@@ -544,7 +369,7 @@ class RedisStore:
         """The bucket's raw state record, or None; for tests, ``status`` and debugging."""
         with self._errors("read_state"):
             raw: dict[Any, Any] = self._client.hgetall(self._state_key(bucket))
-        f = {_text(k): int(v) for k, v in raw.items()}
+        f = {as_text(k): int(v) for k, v in raw.items()}
         if "e" not in f:  # no record, or only a reset's
             return None
         try:

@@ -8,11 +8,12 @@ from typing import Any
 
 import redis
 
+import celery_interval.stores.keys as keys
 from celery_interval.schedule import Status
-from celery_interval.stores import keys
 from celery_interval.stores.base import Store
+from celery_interval.stores.codec import status_from_reply
 from celery_interval.stores.memory import MemoryStore
-from celery_interval.stores.redis import RedisStore, script_source, status_from_reply
+from celery_interval.stores.redis import RedisStore, script_source
 
 __all__ = ["SCAN_COUNT", "read_statuses", "store_buckets"]
 

@@ -1,0 +1,69 @@
+"""Decoding the Lua scripts' replies (grant, claim, status) and stored marks into schedule types."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from celery_interval.errors import StoreError
+from celery_interval.schedule import Claim, Done, Grant, Granted, Lease, Mark, Outcome, Status
+
+__all__ = ["as_text", "claim_of", "decode_mark", "grant_of", "status_from_reply"]
+
+
+def as_text(value: Any) -> str:
+    """A reply value as str: bytes are UTF-8."""
+    return value.decode("utf-8") if isinstance(value, bytes) else str(value)
+
+
+def grant_of(r: Any) -> Grant:
+    """Decode grant_op's reply."""
+    return Grant(
+        outcome=Outcome(as_text(r[0])),
+        epoch=int(r[1]),
+        ticket=int(r[2]),
+        slot_us=int(r[3]),
+        delay_us=int(r[4]),
+        paused=bool(int(r[5])),
+    )
+
+
+def claim_of(r: Any) -> Claim:
+    """Decode claim_op's reply."""
+    return Claim(Outcome(as_text(r[0])), int(r[1]), int(r[2]), int(r[3]))
+
+
+def status_from_reply(reply: Sequence[Any]) -> Status:
+    """Decode lib.lua's ``status_reply`` array."""
+    (exists, epoch, interval_us, overridden, paused, ticket, next_in, cur, last, v) = (
+        int(x) for x in reply
+    )
+    return Status(
+        exists=bool(exists),
+        epoch=epoch,
+        interval_us=interval_us,
+        overridden=bool(overridden),
+        paused=bool(paused),
+        ticket=ticket,
+        next_slot_in_us=next_in,
+        current_slot_us=cur,
+        last_start_us=last,
+        virtual_now_us=v,
+    )
+
+
+def decode_mark(raw: str | bytes | None) -> Mark | None:
+    """Parse a mark value (``L|holder|start_us|expires_real_us``, ``D|expires_real_us`` or
+    ``G|epoch|ticket|slot_us|expires_real_us``)."""
+    if raw is None:
+        return None
+    value = as_text(raw)
+    if value.startswith("D|"):
+        return Done(int(value[2:]))
+    if value.startswith("G|"):
+        epoch, ticket, slot_us, until_us = (int(x) for x in value[2:].split("|"))
+        return Granted(epoch, ticket, slot_us, until_us)
+    if value.startswith("L|"):
+        head, start_us, expires_us = value.rsplit("|", 2)
+        return Lease(head[2:], int(start_us), int(expires_us))
+    raise StoreError(f"malformed interval mark {value!r}")

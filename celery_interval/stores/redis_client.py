@@ -1,0 +1,89 @@
+"""redis-py clients for a store URL: timeouts, retry, health checks, Cluster clients."""
+
+from __future__ import annotations
+
+import codecs
+import functools
+from collections.abc import Callable
+from typing import Any, TypeAlias
+
+import redis
+from redis.backoff import ExponentialBackoff
+from redis.cluster import ClusterNode
+from redis.retry import Retry
+
+from celery_interval.defaults import HEALTH_CHECK_INTERVAL_S
+from celery_interval.stores.urls import cluster_seeds, connection_options, redis_kind
+
+__all__ = [
+    "RedisClient",
+    "client_for_url",
+    "cluster_client",
+    "codec_name",
+    "describe",
+]
+
+RedisClient: TypeAlias = "redis.Redis | redis.RedisCluster"
+
+
+def client_for_url(
+    url: str, shown: str, timeout_s: float
+) -> redis.Redis | Callable[[], redis.RedisCluster]:
+    """A client for a redis://, rediss:// or unix:// URL, or for a cluster URL a function making
+    one (a Cluster client connects as it is made). A bad URL or option raises
+    ConfigurationError naming ``shown`` (the URL, password masked)."""
+    if redis_kind(url, shown) == "cluster":
+        seed, nodes = cluster_seeds(url, shown)
+        return functools.partial(cluster_client, seed, nodes, timeout_s)
+    connection_options(url, shown)
+    return redis.Redis.from_url(
+        url,
+        socket_timeout=timeout_s,
+        socket_connect_timeout=timeout_s,
+        health_check_interval=HEALTH_CHECK_INTERVAL_S,
+        # One quick retry covers a pooled connection the server closed; longer outages
+        # surface as StoreUnavailable and the caller holds its tasks and backs off.
+        retry=_quick_retry(),
+    )
+
+
+def cluster_client(seed: str, nodes: list[ClusterNode], timeout_s: float) -> redis.RedisCluster:
+    """A RedisCluster client; it asks the seeds for the slot map as it is made."""
+    return redis.RedisCluster(
+        url=seed,
+        startup_nodes=nodes[1:],  # the seed URL adds the first
+        socket_timeout=timeout_s,
+        socket_connect_timeout=timeout_s,
+        retry=_quick_retry(),
+    )
+
+
+def _quick_retry() -> Retry:
+    return Retry(ExponentialBackoff(cap=0.1, base=0.01), 1)
+
+
+def codec_name(encoding: str) -> str:
+    """The canonical name of ``encoding`` (``utf8`` → ``utf-8``), or ``encoding`` if unknown."""
+    try:
+        return codecs.lookup(encoding).name
+    except LookupError:
+        return encoding
+
+
+def describe(client: RedisClient) -> str:
+    """Where ``client`` points, without credentials, for one-line error messages."""
+    pool: Any = getattr(client, "connection_pool", None)
+    if pool is not None:
+        kw: dict[str, Any] = dict(getattr(pool, "connection_kwargs", {}))
+        if kw.get("path"):
+            return f"unix://{kw['path']}?db={kw.get('db', 0)}"
+        scheme = (
+            "rediss"
+            if "ssl" in getattr(pool, "connection_class", type).__name__.lower()
+            else "redis"
+        )
+        return f"{scheme}://{kw.get('host', 'localhost')}:{kw.get('port', 6379)}/{kw.get('db', 0)}"
+    manager: Any = getattr(client, "nodes_manager", None)
+    nodes: Any = getattr(manager, "startup_nodes", None) or {}
+    names = list(nodes)[:3] if isinstance(nodes, dict) else []
+    return "redis cluster " + (",".join(str(n) for n in names) or "<unknown nodes>")
