@@ -57,8 +57,8 @@ def redis_store(redis_client: redis.Redis[Any]) -> Iterator[RedisStore]:
 @pytest.fixture
 def make_pool(redis_server: RedisProc, tmp_path: Any) -> Iterator[Any]:
     """A factory of Pools of real workers; every pool is stopped after the test."""
-    from brokers import rabbitmq_url
-    from pool import Pool
+    from tests.helpers.brokers import rabbitmq_url
+    from tests.helpers.pool import Pool
 
     pools: list[Pool] = []
     if not redis_server.alive:

@@ -18,9 +18,12 @@ from pathlib import Path
 from typing import Any
 
 import redis
-from workerapp import make_app
 
-TESTS_DIR = Path(__file__).resolve().parent
+from tests.helpers.workerapp import make_app
+
+HELPERS_DIR = Path(__file__).resolve().parent
+#: The repository root: the workers' cwd and PYTHONPATH, so ``-A tests.helpers.workerapp`` imports.
+ROOT_DIR = HELPERS_DIR.parents[1]
 
 
 @dataclass
@@ -51,7 +54,7 @@ class Pool:
     #: Where tasks record their starts (default: the store's Redis).
     record_url: str = ""
     #: The module ``celery -A`` loads (``faultapp`` adds fault hooks to ``workerapp``).
-    app_module: str = "workerapp"
+    app_module: str = "tests.helpers.workerapp"
     #: A process beside the workers that waits for deadlines as a pool process does (wakeprobe).
     probe: subprocess.Popen[bytes] | None = None
     #: The app factory of ``app_module`` (the same settings as the workers' app).
@@ -84,7 +87,7 @@ class Pool:
             CI_TEST_INTERVAL=str(self.interval_s),
             CI_TEST_CONF=json.dumps(self.conf),
             CI_TEST_RECORD=self.record_url,
-            PYTHONPATH=os.pathsep.join([str(TESTS_DIR), env.get("PYTHONPATH", "")]),
+            PYTHONPATH=os.pathsep.join([str(ROOT_DIR), env.get("PYTHONPATH", "")]),
             **self.env_extra,
         )
         return env
@@ -103,11 +106,11 @@ class Pool:
             self.probe = subprocess.Popen(
                 [
                     sys.executable,
-                    "wakeprobe.py",
+                    str(HELPERS_DIR / "wakeprobe.py"),
                     str(self.probe_path),
                     str(round(self.interval_s * 1e6)),
                 ],
-                cwd=TESTS_DIR,
+                cwd=ROOT_DIR,
                 env=self.env(),
             )
         started = [self._spawn(concurrency, pool, queues, args, env) for _ in range(n)]
@@ -127,7 +130,7 @@ class Pool:
         ]  # fmt: skip
         with log_path.open("wb") as log:
             proc = subprocess.Popen(
-                cmd, cwd=TESTS_DIR, env={**self.env(), **env}, stdout=log, stderr=subprocess.STDOUT
+                cmd, cwd=ROOT_DIR, env={**self.env(), **env}, stdout=log, stderr=subprocess.STDOUT
             )
         worker = Worker(name, proc, log_path)
         self.workers.append(worker)
@@ -242,8 +245,8 @@ def gaps_us(records: list[dict[str, Any]]) -> list[int]:
 def celery_cli(pool: Pool, *args: str, timeout_s: float = 30.0) -> subprocess.CompletedProcess[str]:
     """Run the real ``celery -A workerapp …`` command line against the pool's app."""
     return subprocess.run(
-        [sys.executable, "-m", "celery", "-A", "workerapp", *args],
-        cwd=TESTS_DIR,
+        [sys.executable, "-m", "celery", "-A", "tests.helpers.workerapp", *args],
+        cwd=ROOT_DIR,
         env=pool.env(),
         capture_output=True,
         text=True,

@@ -9,9 +9,6 @@ from typing import Any
 
 import pytest
 import redis
-from test_cli import run  # noqa: F401  (the fixture)
-from test_cluster import _buckets_on, cluster, cluster_url  # noqa: F401  (cluster: the fixture)
-from test_service import INTERVAL_US, Request, make_service
 
 from celery_interval.schedule import Pace
 from celery_interval.stores import store_from_url
@@ -21,6 +18,9 @@ from celery_interval.stores.redis import RedisStore
 from celery_interval.stores.scan import read_statuses, store_buckets
 from celery_interval.worker.control import interval_stats
 from celery_interval.worker.service import Held
+from tests.integration.test_cli import run  # noqa: F401  (the fixture)
+from tests.integration.test_cluster import _buckets_on, cluster, cluster_url  # noqa: F401  (cluster: the fixture)
+from tests.unit.test_service import INTERVAL_US, Request, make_service
 
 API_INTERVAL_US = 1_000_000  # cliapp's "api": 1.0
 

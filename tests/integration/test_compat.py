@@ -14,13 +14,13 @@ from collections.abc import Callable, Iterator
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-import compatapp
 import pytest
 from celery import chain, chord, group
 from celery.exceptions import TimeLimitExceeded
-from pool import Pool
 
 from celery_interval.demo.embedded import RedisProc
+from tests.helpers import compatapp
+from tests.helpers.pool import Pool
 
 pytestmark = pytest.mark.slow
 
@@ -40,7 +40,7 @@ def compat_pool(redis_server: RedisProc, tmp: Any, broker: str = "", **kwargs: A
         store=redis_server.url_for(0),
         interval_s=INTERVAL_S,
         tmp=tmp,
-        app_module="compatapp",
+        app_module="tests.helpers.compatapp",
         app_factory=compatapp.make_app,
         **kwargs,
     )
@@ -52,7 +52,7 @@ def compat_pool(redis_server: RedisProc, tmp: Any, broker: str = "", **kwargs: A
 def compat(request: Any, redis_server: RedisProc, tmp_path_factory: Any) -> Iterator[Pool]:
     """Two prefork workers (-c 2) consuming the interval queue and the plain queue, on a Redis
     or a RabbitMQ broker (results and the store on the private Redis)."""
-    from brokers import rabbitmq_url
+    from tests.helpers.brokers import rabbitmq_url
 
     broker = rabbitmq_url() if request.param == "rabbitmq" else ""
     pool = compat_pool(redis_server, tmp_path_factory.mktemp("compat"), broker=broker)

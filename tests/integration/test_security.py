@@ -13,11 +13,7 @@ from typing import Any
 
 import pytest
 import redis
-from brokers import skip_or_fail
 from celery import Celery
-from pool import Pool, celery_cli, run_once
-from test_pool import assert_exactly_once
-from tlscerts import TlsFiles, make_tls_files
 
 from celery_interval import control
 from celery_interval.defaults import KEY_PREFIX
@@ -29,6 +25,10 @@ from celery_interval.stores import mask_url, store_from_url
 from celery_interval.stores.base import TaskCopy
 from celery_interval.stores.overflow import overflow_index_for
 from celery_interval.stores.redis import RedisStore
+from tests.helpers.brokers import skip_or_fail
+from tests.helpers.pool import Pool, celery_cli, run_once
+from tests.helpers.tlscerts import TlsFiles, make_tls_files
+from tests.integration.test_pool import assert_exactly_once
 
 INTERVAL_US = 20_000
 LEASE_US = 30_000_000

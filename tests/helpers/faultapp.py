@@ -10,9 +10,8 @@ import subprocess
 import time
 from typing import Any
 
-from workerapp import app, recorder
-
 from celery_interval.worker.service import IntervalService
+from tests.helpers.workerapp import app, recorder
 
 __all__ = ["app"]
 

@@ -7,7 +7,6 @@ from typing import Any
 
 import pytest
 import redis
-from fakeclock import Clock
 
 from celery_interval import schedule
 from celery_interval.demo.embedded import RedisProc
@@ -17,6 +16,7 @@ from celery_interval.stores import store_from_url
 from celery_interval.stores.base import TaskCopy
 from celery_interval.stores.memory import MemoryStore
 from celery_interval.stores.redis import RedisStore
+from tests.helpers.fakeclock import Clock
 
 ML = schedule.MAX_LEAD_US
 I_US = 1_000_000

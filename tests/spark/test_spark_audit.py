@@ -11,10 +11,10 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
-from spark_fixtures import require_spark, spark  # noqa: F401
 
 from celery_interval.cli import main as cli_main
 from celery_interval.demo.report import percentile
+from tests.helpers.spark_fixtures import require_spark, spark  # noqa: F401
 
 S = 1_000_000  # µs per second
 T0 = 1_800_000_000_000_000
@@ -346,9 +346,8 @@ def test_audit_of_a_real_pool_run(
     """3 real workers, 60 tasks, the ledger exported by the real `celery … interval ledger
     export` command line, then audited: every task started once, none too early. The store's
     database starts empty (``redis_client`` flushes it): the export holds this run alone."""
-    from pool import celery_cli
-
     from celery_interval.spark.audit import main
+    from tests.helpers.pool import celery_cli
 
     require_spark()
     pool = make_pool(0.02, broker="redis")

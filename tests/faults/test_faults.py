@@ -14,14 +14,19 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from brokers import skip_or_fail
-from latency import LatencyProxy
-from pool import Pool, Worker
-from test_pool import assert_body_gaps, assert_exactly_once, body_floor_us, claim_times_us
 
 from celery_interval.defaults import KEY_PREFIX
 from celery_interval.demo.embedded import RedisProc
 from celery_interval.stores.keys import ledger_key, mark_key
+from tests.helpers.brokers import skip_or_fail
+from tests.helpers.latency import LatencyProxy
+from tests.helpers.pool import Pool, Worker
+from tests.integration.test_pool import (
+    assert_body_gaps,
+    assert_exactly_once,
+    body_floor_us,
+    claim_times_us,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -256,7 +261,7 @@ def run_one_fault(
     conf: dict[str, Any] = {"interval_lease_s": 2.0}
     if broker == "redis":
         conf.update(redis_visibility(3.0))
-    pool = make_pool(INTERVAL_S, broker=broker, conf=conf, app_module="faultapp")
+    pool = make_pool(INTERVAL_S, broker=broker, conf=conf, app_module="tests.helpers.faultapp")
     doomed = pool.start(1, **fault)[0]
     survivor = pool.start(1)[0]
     ids = pool.send(60)

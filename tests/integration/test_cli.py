@@ -17,12 +17,14 @@ from click.testing import CliRunner
 def run(monkeypatch: pytest.MonkeyPatch, redis_server: Any, redis_client: Any) -> Any:
     monkeypatch.setenv("CLI_TEST_BROKER", redis_server.broker_url_for(4))
     monkeypatch.setenv("CLI_TEST_STORE", redis_server.url_for(0))
-    sys.modules.pop("cliapp", None)
+    sys.modules.pop("tests.helpers.cliapp", None)
     from celery.bin.celery import celery
 
     def invoke(*args: str, input: str | None = None) -> Any:
-        sys.modules.pop("cliapp", None)
-        return CliRunner().invoke(celery, ["-A", "cliapp", "interval", *args], input=input)
+        sys.modules.pop("tests.helpers.cliapp", None)
+        return CliRunner().invoke(
+            celery, ["-A", "tests.helpers.cliapp:app", "interval", *args], input=input
+        )
 
     return invoke
 

@@ -12,9 +12,6 @@ from typing import Any
 
 import pytest
 import redis
-from pool import Pool, run_once
-from test_pool import assert_exactly_once, assert_ticket_order
-from test_security import exercise
 
 from celery_interval.demo.embedded import RedisProc
 from celery_interval.errors import ConfigurationError, StoreUnavailable
@@ -22,6 +19,9 @@ from celery_interval.schedule import ClaimTerms, Outcome, Pace
 from celery_interval.stores import mask_url, store_from_url
 from celery_interval.stores.base import DoneBatch, TaskCopy
 from celery_interval.stores.redis import RedisStore, script_source
+from tests.helpers.pool import Pool, run_once
+from tests.integration.test_pool import assert_exactly_once, assert_ticket_order
+from tests.integration.test_security import exercise
 
 SLOTS = 16384
 BUCKETS = 1000

@@ -9,12 +9,12 @@ from collections import defaultdict
 from typing import Any
 
 import pytest
-from pool import Pool, celery_cli
-from test_dropin import bucket_claims
-from test_faults import DYING_START_US, redis_visibility
 
 from celery_interval.defaults import KEY_PREFIX
 from celery_interval.demo.embedded import RedisProc
+from tests.faults.test_faults import DYING_START_US, redis_visibility
+from tests.helpers.pool import Pool, celery_cli
+from tests.integration.test_dropin import bucket_claims
 
 pytestmark = pytest.mark.slow
 

@@ -6,9 +6,9 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from brokers import skip_or_fail
 
 from celery_interval.spark import missing_requirement
+from tests.helpers.brokers import skip_or_fail
 
 
 def require_spark() -> None:

@@ -12,8 +12,6 @@ from typing import Any
 import pytest
 import redis
 from celery import Celery
-from pool import Pool, celery_cli
-from test_pool import assert_exactly_once, body_floor_us
 
 import celery_interval
 from celery_interval.config import settings_of
@@ -22,6 +20,8 @@ from celery_interval.demo.embedded import RedisProc
 from celery_interval.errors import ConfigurationError, UnknownBucket
 from celery_interval.stores.keys import state_key
 from celery_interval.task import IntervalTask
+from tests.helpers.pool import Pool, celery_cli
+from tests.integration.test_pool import assert_exactly_once, body_floor_us
 
 INTERVAL_S = 0.02
 
@@ -314,7 +314,7 @@ def _broker_backlog(pool: Pool) -> tuple[int, int]:
 
 
 def _failures(pool: Pool) -> list[dict[str, Any]]:
-    """The task_failure signals the pool's workers saw (tests/workerapp.py records them)."""
+    """The task_failure signals the pool's workers saw (tests/helpers/workerapp.py records them)."""
     return [json.loads(f) for f in pool.recorder.lrange(f"failure:{pool.queue}", 0, -1)]
 
 

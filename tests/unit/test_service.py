@@ -9,13 +9,13 @@ from typing import Any
 
 import pytest
 from celery import Celery
-from fakeclock import Clock
 
 from celery_interval.config import settings_of
 from celery_interval.schedule import ClaimTerms, Pace
 from celery_interval.stores.base import TaskCopy
 from celery_interval.stores.memory import MemoryStore
 from celery_interval.worker.service import Held, IntervalService
+from tests.helpers.fakeclock import Clock
 
 INTERVAL_US = 50_000
 POOL_PROCESSES = 2

@@ -15,7 +15,7 @@ from celery.contrib.testing.worker import start_worker
 
 from celery_interval.config import settings_of
 
-EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 
 @pytest.fixture

@@ -9,14 +9,19 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-import compatapp
 import pytest
 from celery import chain, group
-from pool import Pool, gaps_us
-from test_compat import compat_pool, starts
-from test_pool import assert_body_gaps, assert_exactly_once, claim_times_us, utilization
 
 from celery_interval.demo.embedded import RedisProc
+from tests.helpers import compatapp
+from tests.helpers.pool import Pool, gaps_us
+from tests.integration.test_compat import compat_pool, starts
+from tests.integration.test_pool import (
+    assert_body_gaps,
+    assert_exactly_once,
+    claim_times_us,
+    utilization,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -47,7 +52,7 @@ def assert_paced(claims: list[tuple[int, str]], interval_s: float, count: int) -
 @pytest.fixture(params=["redis", "rabbitmq"])
 def routed(request: Any, redis_server: RedisProc, tmp_path: Any) -> Iterator[Pool]:
     """Two workers consuming every queue of ``compatapp.declared_queues``, on either broker."""
-    from brokers import rabbitmq_url
+    from tests.helpers.brokers import rabbitmq_url
 
     broker = rabbitmq_url() if request.param == "rabbitmq" else ""
     pool = compat_pool(

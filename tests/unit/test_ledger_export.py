@@ -11,7 +11,6 @@ from typing import Any
 import pytest
 import redis
 from click.testing import CliRunner
-from fakeclock import Clock
 
 from celery_interval.defaults import KEY_PREFIX
 from celery_interval.errors import ConfigurationError
@@ -20,6 +19,7 @@ from celery_interval.schedule import ClaimTerms, Pace
 from celery_interval.stores import keys
 from celery_interval.stores.base import TaskCopy
 from celery_interval.stores.redis import RedisStore
+from tests.helpers.fakeclock import Clock
 
 I_US = 1_000_000
 T_US = 1_800_000_000_000_123
@@ -159,8 +159,10 @@ def cli(monkeypatch: pytest.MonkeyPatch, redis_server: Any, redis_client: Any) -
     from celery.bin.celery import celery
 
     def invoke(*args: str) -> Any:
-        sys.modules.pop("cliapp", None)
-        return CliRunner().invoke(celery, ["-A", "cliapp", "interval", "ledger", "export", *args])
+        sys.modules.pop("tests.helpers.cliapp", None)
+        return CliRunner().invoke(
+            celery, ["-A", "tests.helpers.cliapp:app", "interval", "ledger", "export", *args]
+        )
 
     return invoke
 

@@ -8,7 +8,8 @@ import time
 from typing import Any
 
 import pytest
-from pool import Pool, celery_cli, gaps_us
+
+from tests.helpers.pool import Pool, celery_cli, gaps_us
 
 pytestmark = pytest.mark.slow
 

@@ -1,5 +1,6 @@
 """Script calls are packed by hiredis, byte for byte as redis-py packs them; a store refuses a
-client that would encode its keys other than in UTF-8 (tests/test_bad_input.py has latin-1)."""
+client that would encode its keys other than in UTF-8 (tests/integration/test_bad_input.py has
+latin-1)."""
 
 from __future__ import annotations
 

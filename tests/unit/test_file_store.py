@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fakeclock import Clock
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -22,6 +21,7 @@ from celery_interval.stores import file as file_module
 from celery_interval.stores.base import Store, TaskCopy
 from celery_interval.stores.file import FileStore
 from celery_interval.stores.memory import MemoryStore
+from tests.helpers.fakeclock import Clock
 
 I_US = 1_000
 T0_US = 1_700_000_000_000_000

@@ -1,0 +1,1 @@
+"""The test suite: unit, integration, faults and spark tests, and their helpers."""

@@ -1,0 +1,1 @@
+"""Injected faults: killed workers, store restarts, network and clock faults."""

@@ -1,0 +1,1 @@
+"""Shared test helpers, and the Celery apps test workers run (``-A tests.helpers.workerapp``)."""

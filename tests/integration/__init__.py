@@ -1,0 +1,1 @@
+"""Real Celery workers, brokers and the command line."""

@@ -1,0 +1,1 @@
+"""The Spark audit and fan-out."""

@@ -1,0 +1,1 @@
+"""In-process tests: the model, intervals, clocks, the stores (on a private redis-server)."""
