@@ -14,9 +14,10 @@ from celery_interval import IntervalTask
 app = Celery("api_client", broker=os.environ.get("BROKER_URL", "amqp://guest:guest@localhost//"))
 app.conf.interval_store_url = os.environ.get("INTERVAL_STORE_URL", "redis://localhost:6379/0")
 app.conf.interval_queues = {"api": 1.0}
+app.conf.task_routes = {"api_client.call_api": {"queue": "api"}}
 
 
-@app.task(base=IntervalTask, queue="api")
+@app.task(base=IntervalTask)
 def call_api(item_id: int) -> str:
     """Call the rate-sensitive API once for ``item_id`` (a stand-in body)."""
     return f"fetched {item_id}"

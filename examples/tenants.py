@@ -15,13 +15,10 @@ from celery_interval import IntervalTask
 app = Celery("tenants", broker=os.environ.get("BROKER_URL", "amqp://guest:guest@localhost//"))
 app.conf.interval_store_url = os.environ.get("INTERVAL_STORE_URL", "redis://localhost:6379/0")
 app.conf.interval_queues = {"reports": "30/m"}
+app.conf.task_routes = {"tenants.build_report": {"queue": "reports"}}
 
 
-@app.task(
-    base=IntervalTask,
-    queue="reports",
-    interval_bucket=lambda args, kwargs: kwargs["tenant"],
-)
+@app.task(base=IntervalTask, interval_bucket=lambda args, kwargs: kwargs["tenant"])
 def build_report(report_id: int, *, tenant: str) -> str:
     """Build one report; at most 30 per minute per tenant, pool-wide."""
     return f"{tenant}/{report_id}"

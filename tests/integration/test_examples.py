@@ -41,7 +41,7 @@ def test_api_client_calls_once_per_second(example: Any) -> None:
     mod = example("api_client")
     mod.app.conf.result_backend = mod.app.conf.broker_url
     with start_worker(mod.app, pool="solo", perform_ping_check=False, queues=["api"]):
-        results = [mod.call_api.apply_async((i,), queue="api") for i in range(3)]
+        results = [mod.call_api.delay(i) for i in range(3)]
         began = time.monotonic()
         assert _wait(results) == [f"fetched {i}" for i in range(3)]
         assert time.monotonic() - began >= 2.0, "3 calls at 1/s take at least 2 s"
@@ -56,7 +56,7 @@ def test_tenants_get_their_own_buckets(example: Any, redis_client: Any) -> None:
     config.forget(mod.app)
     with start_worker(mod.app, pool="solo", perform_ping_check=False, queues=["reports"]):
         results = [
-            mod.build_report.apply_async((i,), {"tenant": t}, queue="reports")
+            mod.build_report.delay(i, tenant=t)
             for i, t in itertools.product(range(3), ("acme", "globex"))
         ]
         assert sorted(_wait(results)) == sorted(
