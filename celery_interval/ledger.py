@@ -11,7 +11,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, cast
 
 import redis
 from redis.exceptions import RedisError
@@ -23,6 +23,7 @@ from celery_interval.intervals import US_PER_S
 from celery_interval.stores import keys, mask_url
 from celery_interval.stores.codec import as_text
 from celery_interval.stores.redis import RedisStore
+from celery_interval.stores.redis_client import client_for_url
 from celery_interval.stores.urls import is_redis_url
 
 __all__ = [
@@ -141,14 +142,8 @@ def reader_for_app(app: Any) -> LedgerReader:
             f"interval_store_url={mask_url(url)!r} keeps no ledger: only a Redis store "
             "(redis://, rediss://, unix://) does"
         )
-    try:
-        client: redis.Redis = redis.Redis.from_url(
-            url,
-            socket_timeout=settings.store_timeout_s,
-            socket_connect_timeout=settings.store_timeout_s,
-        )
-    except ValueError as exc:
-        raise ConfigurationError(f"malformed interval store URL {mask_url(url)!r}: {exc}") from None
+    # A standalone URL (checked above) gives a client, not a Cluster client's maker.
+    client = cast(redis.Redis, client_for_url(url, mask_url(url), settings.store_timeout_s))
     return LedgerReader(client, settings.key_prefix)
 
 
