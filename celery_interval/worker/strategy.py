@@ -17,7 +17,7 @@ from celery.worker.strategy import hybrid_to_proto2, proto1_to_proto2
 from celery_interval.errors import ConfigurationError
 from celery_interval.headers import MARK_HEADER, START_HEADER, drop_internal_headers
 from celery_interval.placement import placement_of
-from celery_interval.worker.bootstep import service_for
+from celery_interval.worker.consumer import service_for
 from celery_interval.worker.delivery import consumed_queue, taken_back
 from celery_interval.worker.service import Held
 
