@@ -121,7 +121,7 @@ class IntervalStep(bootsteps.StartStopStep):
         try:
             service.store.ping()
         except Exception as exc:
-            service.on_outage(exc)  # the outage's one log line; tasks are held until it ends
+            service.outage.failed(exc)  # the outage's one log line; tasks are held until it ends
 
     def stop(self, c: Any) -> None:
         if c.interval_service is not None:
