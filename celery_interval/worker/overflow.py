@@ -73,7 +73,7 @@ class _Known:
 
 class Overflow:
     """Decides which received tasks park, parks them in batches, and refills buckets as their
-    held tasks leave; the slot cycle itself stays in ``IntervalService``."""
+    held tasks leave; the slot cycle itself is ``slots.SlotCycle``."""
 
     def __init__(
         self,

@@ -17,9 +17,9 @@ from celery.worker.strategy import hybrid_to_proto2, proto1_to_proto2
 from celery_interval.errors import ConfigurationError
 from celery_interval.headers import MARK_HEADER, START_HEADER, drop_internal_headers
 from celery_interval.placement import placement_of
-from celery_interval.worker.bootstep import service_for
+from celery_interval.worker.consumer import service_for
 from celery_interval.worker.delivery import consumed_queue, taken_back
-from celery_interval.worker.service import Held
+from celery_interval.worker.held import Held
 
 __all__ = ["interval_strategy"]
 
@@ -36,8 +36,8 @@ def interval_strategy(task: Any, app: Any, consumer: Any, **_: Any) -> Any:
         create_request_cls(
             symbol_by_name(task.Request), task, consumer.pool, hostname, eventer, app=app
         ),
-        lambda: service.from_pool(service.pool_freed),
-        service.pool_accepted,
+        lambda: service.from_pool(service.slots.pool_freed),
+        service.slots.pool.accepted,
     )
     acks_late = bool(getattr(task, "acks_late", False))
     sends_events = bool(eventer and eventer.enabled and task.send_events)
@@ -200,7 +200,7 @@ def _track_ack(req: Any, service: Any, bucket: str, task_id: str, retries: int) 
 
     def reject_in_loop(log: Any, errors: Any, requeue: bool) -> None:
         if requeue:  # the lease ends before the broker can hand the message out again
-            service.lease_ended(bucket, task_id, retries)
+            service.leases.end(bucket, task_id, retries)
             on_reject(log, errors, requeue)
         else:
             on_reject(log, errors, requeue)

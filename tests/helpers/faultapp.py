@@ -10,7 +10,7 @@ import subprocess
 import time
 from typing import Any
 
-from celery_interval.worker.service import IntervalService
+from celery_interval.worker.slots import SlotCycle
 from tests.helpers.workerapp import app, recorder
 
 __all__ = ["app"]
@@ -45,17 +45,17 @@ def _wait_for_start(task_id: str, timeout_s: float = 5.0) -> None:
 
 
 if KILL_AFTER_CLAIM:
-    _original_start = IntervalService._start
+    _original_start = SlotCycle._start
     _claims = 0
 
-    def _start_or_die(self: IntervalService, held: Any, start_ns: int) -> None:
+    def _start_or_die(self: SlotCycle, held: Any, start_ns: int) -> None:
         global _claims
         _claims += 1
         if _claims == KILL_AFTER_CLAIM:
             _die(held.request.id)
         _original_start(self, held, start_ns)
 
-    IntervalService._start = _start_or_die  # type: ignore[method-assign]
+    SlotCycle._start = _start_or_die  # type: ignore[method-assign]
 
 if KILL_BEFORE_ACK:
     from celery_interval.worker import strategy

@@ -17,7 +17,7 @@ from celery_interval.stores.memory import MemoryStore
 from celery_interval.stores.redis import RedisStore
 from celery_interval.stores.scan import read_statuses, store_buckets
 from celery_interval.worker.control import interval_stats
-from celery_interval.worker.service import Held
+from celery_interval.worker.held import Held
 from tests.integration.test_cli import run  # noqa: F401  (the fixture)
 from tests.integration.test_cluster import _buckets_on, cluster, cluster_url  # noqa: F401  (cluster: the fixture)
 from tests.unit.test_service import INTERVAL_US, Request, make_service
@@ -149,7 +149,7 @@ def test_interval_stats_of_thousands_of_buckets_is_capped() -> None:
     every bucket that matched; a bad argument is an error reply."""
     store = MemoryStore()
     service = make_service(store, [])
-    service._pool_slots = lambda: 1_000  # every held task takes a ticket
+    service.slots.pool.free = lambda: 1_000  # every held task takes a ticket
     store.pause("api", INTERVAL_US)
     held = {f"api:t{i:04d}": 1 + i % 3 for i in range(3000)}
     held["api:t0042"] = 25
@@ -166,7 +166,7 @@ def test_interval_stats_of_thousands_of_buckets_is_capped() -> None:
     assert all(stats[b]["held"] == 3 for b in buckets[2:])
     top = stats["api:t0042"]
     assert top["held"] == 25 and len(top["held_tasks"]) == 10
-    tickets = sorted(h.ticket for h in service.held["api:t0042"])
+    tickets = sorted(h.ticket for h in service.holding.held["api:t0042"])
     assert [h["ticket"] for h in top["held_tasks"]] == tickets[:10]
     assert stats["_queues_stopped"] == []
     assert len(json.dumps(stats)) < 20_000

@@ -14,7 +14,8 @@ from celery_interval.config import settings_of
 from celery_interval.schedule import ClaimTerms, Pace
 from celery_interval.stores.base import TaskCopy
 from celery_interval.stores.memory import MemoryStore
-from celery_interval.worker.service import Held, IntervalService
+from celery_interval.worker.held import Held, HeldState
+from celery_interval.worker.service import IntervalService
 from tests.helpers.fakeclock import Clock
 
 INTERVAL_US = 50_000
@@ -132,9 +133,9 @@ def test_copies_of_tasks_running_elsewhere_do_not_hold_back_this_worker() -> Non
 
     assert started == ["c"]
     assert {t: h.state for t, h in copies.items()} == {
-        "a": "held-by-other",
-        "b": "held-by-other",
-        "c": "started",
+        "a": HeldState.HELD_BY_OTHER,
+        "b": HeldState.HELD_BY_OTHER,
+        "c": HeldState.STARTED,
     }
     assert {t: h.ticket for t, h in copies.items()} == {"a": 0, "b": 0, "c": 3}, (
         "c takes the next ticket; a and b take none (their slots would go unused)"
@@ -150,14 +151,14 @@ def test_a_copy_waiting_on_a_lease_is_dropped_once_its_task_is_done() -> None:
     run_elsewhere(store, clock, "a")
     copy = held_copy(service, "a", started)
     service.receive(copy)
-    assert copy.state == "held-by-other"
+    assert copy.state is HeldState.HELD_BY_OTHER
     (delay_s, fn, args), *_ = service.timer.entries
     assert delay_s <= 1.001
 
     store.done([TaskCopy("api", "a", 0)], 7_200_000_000)
     service.timer.entries.clear()
     fn(*args)
-    assert copy.request.acked and not service.held["api"] and not started
+    assert copy.request.acked and not service.holding.held["api"] and not started
 
 
 def test_a_task_the_pool_never_accepted_stops_renewing_its_lease_when_the_channel_closes() -> None:
@@ -173,7 +174,7 @@ def test_a_task_the_pool_never_accepted_stops_renewing_its_lease_when_the_channe
         service.receive(held)
         fire_due(service.timer, clock, within_s=0.5)
     assert started == ["a", "b"]
-    service.pool_accepted("a")
+    service.slots.pool.accepted("a")
 
     records: list[logging.LogRecord] = []
     handler = logging.Handler(logging.WARNING)
@@ -190,7 +191,7 @@ def test_a_task_the_pool_never_accepted_stops_renewing_its_lease_when_the_channe
         worker_log.removeHandler(handler)
         worker_log.setLevel(level)
 
-    assert list(service._leases) == [("api", "a", 0)], "a runs: its lease is still renewed"
+    assert list(service.leases.holders) == [("api", "a", 0)], "a runs: its lease is still renewed"
     lines = [r.getMessage() for r in records if "not yet accepted" in r.getMessage()]
     assert len(lines) == 1 and "(b)" in lines[0], lines
 
@@ -217,8 +218,8 @@ def test_done_marks_carried_by_a_failed_take_are_sent_later() -> None:
     with pytest.raises(StoreError):
         service.receive(held_copy(service, "t2", []))
     store.take = real_take  # type: ignore[method-assign]
-    assert TaskCopy("api", "done-1", 0) in service._done_pending
-    service.flush_done()
+    assert TaskCopy("api", "done-1", 0) in service.done.pending
+    service.done.flush()
     assert isinstance(store._marks.get(("api", "done-1", 0)), Done)
 
 

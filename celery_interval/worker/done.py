@@ -1,0 +1,58 @@
+"""Done marks: acknowledged messages reported to the store in batches, off the critical path."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from celery_interval.config import Settings
+from celery_interval.errors import StoreUnavailable
+from celery_interval.stores.base import Store, TaskCopy
+from celery_interval.worker.outage import StoreOutage
+
+__all__ = ["DoneMarks"]
+
+#: Done marks go on the event loop's next turn (a take in this one carries them): a worker
+#: killed before its marks reach the store leaves copies that run again once the lease ends.
+DONE_FLUSH_S = 0.0
+
+
+class DoneMarks:
+    """The done marks not yet sent: flushed on the loop's next turn, or carried by a take."""
+
+    def __init__(self, settings: Settings, store: Store, timer: Any, outage: StoreOutage) -> None:
+        self.settings = settings
+        self.store = store
+        self.timer = timer
+        self.outage = outage
+        self.pending: list[TaskCopy] = []
+        self._entry: Any = None
+
+    def add(self, bucket: str, task_id: str, retries: int) -> None:
+        """Send this message's mark on the event loop's next turn (or with a take in this one)."""
+        self.pending.append(TaskCopy(bucket, task_id, retries))
+        if self._entry is None:
+            self._entry = self.timer.call_after(DONE_FLUSH_S, self.flush, priority=8)
+
+    def take(self) -> list[TaskCopy]:
+        """The pending marks, for a store call that carries them (``put_back`` if it fails)."""
+        marks, self.pending = self.pending, []
+        return marks
+
+    def put_back(self, marks: list[TaskCopy]) -> None:
+        """Marks a failed store call carried: they go with the next flush."""
+        self.pending = marks + self.pending
+
+    def flush(self) -> None:
+        """Send pending done marks in one pipeline; retried with backoff while the store is out."""
+        self._entry = None
+        batch, self.pending = self.pending, []
+        if not batch:
+            return
+        try:
+            self.store.done(batch, self.settings.dedupe_ttl_us)
+        except StoreUnavailable as exc:
+            self.outage.failed(exc)
+            self.pending = batch + self.pending
+            self._entry = self.timer.call_after(self.outage.backoff_s, self.flush, priority=8)
+            return
+        self.outage.answered()

@@ -1,0 +1,125 @@
+"""What a worker holds, by bucket: held tasks, their counters, and fetching stopped at the caps."""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from celery_interval.config import Settings
+from celery_interval.worker.held import Held
+from celery_interval.worker.overflow import Overflow
+
+__all__ = ["BucketStats", "Holding"]
+
+#: Counters are kept for at most this many buckets that hold nothing here.
+MAX_STATS = 10_000
+
+
+@dataclass
+class BucketStats:
+    """Counters of one bucket on this worker, reported by ``inspect interval_stats``."""
+
+    grants: int = 0
+    claims: int = 0
+    waits: int = 0
+    paused: int = 0
+    helds: int = 0
+    retickets: int = 0
+    duplicates: int = 0
+    interval_us: int = 0
+    last_paused: bool = False
+
+
+class Holding:
+    """The held tasks of each bucket, their counters, and the queues this worker stopped
+    consuming because a bucket held too many tasks or too far ahead."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        qos: Callable[[], Any],
+        stop_queue: Callable[[str], None],
+        resume_queue: Callable[[str], None],
+        overflow: Overflow | None,
+    ) -> None:
+        self.settings = settings
+        self._qos = qos
+        self._stop_queue = stop_queue
+        self._resume_queue = resume_queue
+        self.held: dict[str, list[Held]] = defaultdict(list)
+        self.count = 0
+        self.stats: dict[str, BucketStats] = defaultdict(BucketStats)
+        self.stopped: set[str] = set()
+        self.latest_due_ns: dict[str, int] = {}
+        self.overflow = overflow
+
+    def add(self, held: Held) -> None:
+        """Hold ``held``: its message stays unacked, so the prefetch makes room for it."""
+        self.held[held.bucket].append(held)
+        self.count += 1
+        self._qos().increment_eventually()
+
+    def remove(self, held: Held) -> bool:
+        """Let go of ``held`` (if still held), and apply the caps to its queue. Returns whether
+        its bucket holds nothing here now (its entries were dropped)."""
+        emptied = False
+        with contextlib.suppress(ValueError):  # already let go
+            self.held.get(held.bucket, []).remove(held)
+            self.count -= 1
+            self._qos().decrement_eventually()
+            if not self.held[held.bucket]:
+                self._prune(held.bucket)
+                emptied = True
+            if self.overflow is not None:
+                self.overflow.left(held.queue, held.bucket)
+        self.apply_caps(held.queue)
+        return emptied
+
+    def due_at(self, bucket: str, due_ns: int) -> None:
+        """A task of ``bucket`` starts at ``due_ns`` (monotonic): how far ahead the bucket holds."""
+        self.latest_due_ns[bucket] = max(due_ns, self.latest_due_ns.get(bucket, 0))
+
+    def _prune(self, bucket: str) -> None:
+        """A bucket holds nothing here: drop its entries (many tenants come and go); keep its
+        counters while fewer than ``MAX_STATS`` buckets have them."""
+        self.held.pop(bucket, None)
+        self.latest_due_ns.pop(bucket, None)
+        if len(self.stats) > MAX_STATS:
+            self.stats.pop(bucket, None)
+
+    def apply_caps(self, queue: str | None) -> None:
+        """Stop fetching at ``max_held`` tasks or a slot ``max_ahead_s`` away; resume at half.
+
+        Half leaves a buffer for the broker's resume latency (a Redis broker's BRPOP: up to 1 s).
+        """
+        if not queue:
+            return
+        if self.overflow is not None and self.overflow.active:
+            if queue in self.stopped:  # stopped while parking was out
+                self.stopped.discard(queue)
+                self._resume_queue(queue)
+            return
+        now_ns = time.monotonic_ns()
+        count, ahead_s = 0, 0.0
+        for bucket, items in self.held.items():
+            if items and items[0].queue == queue:
+                count = max(count, len(items))
+                due_ns = self.latest_due_ns.get(bucket, now_ns)
+                ahead_s = max(ahead_s, (due_ns - now_ns) / 1e9)
+        if queue not in self.stopped:
+            if count >= self.settings.max_held or ahead_s >= self.settings.max_ahead_s:
+                self.stopped.add(queue)
+                self._stop_queue(queue)
+        elif count <= self.settings.max_held // 2 and ahead_s <= self.settings.max_ahead_s / 2:
+            self.stopped.discard(queue)
+            self._resume_queue(queue)
+
+    def clear(self) -> None:
+        """The connection is gone: every held message returns to the broker."""
+        self.held.clear()
+        self.count = 0
+        self.stopped.clear()

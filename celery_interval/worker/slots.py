@@ -1,0 +1,321 @@
+"""The slot cycle: a held task's ticket, its claim at the slot, and its start in the pool."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+from celery_interval.config import Settings
+from celery_interval.errors import StoreUnavailable
+from celery_interval.headers import (
+    CLAIM_HEADER,
+    CLAIMED_HEADER,
+    MARK_HEADER,
+    SPIN_HEADER,
+    START_HEADER,
+)
+from celery_interval.schedule import Claim, ClaimTerms, Grant, Outcome, Pace
+from celery_interval.stores.base import DoneBatch, Store, TaskCopy
+from celery_interval.worker.clock import StoreClock
+from celery_interval.worker.done import DoneMarks
+from celery_interval.worker.held import Held, HeldState
+from celery_interval.worker.holding import Holding
+from celery_interval.worker.leases import Leases
+from celery_interval.worker.outage import StoreOutage
+from celery_interval.worker.pause import PausedTasks
+from celery_interval.worker.pool import Pool
+from celery_interval.worker.started import lead_for, spin_ns_for
+from celery_interval.worker.tickets import Tickets
+from celery_interval.worker.timer import cancel
+
+__all__ = ["SlotCycle"]
+
+logger = logging.getLogger("celery_interval.worker")
+
+#: A copy whose task runs under another holder's lease looks again at most this late (a done
+#: task's copy is dropped then, an expired lease's copy takes its turn).
+HELD_RECHECK_S = 1.0
+
+
+class SlotCycle:
+    """Takes each held task through its ticket (a grant), its claim at the slot and its start
+    in the pool, with the outcomes between: a wait, a pause, another holder's lease, a new
+    ticket, a duplicate dropped. It owns the tickets, the pool's queue and the store clock."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        store: Store,
+        timer: Any,
+        pool_slots: Callable[[], int],
+        holding: Holding,
+        paused: PausedTasks,
+        done: DoneMarks,
+        leases: Leases,
+        outage: StoreOutage,
+    ) -> None:
+        self.settings = settings
+        self.store = store
+        self.timer = timer
+        self.holding = holding
+        self.paused = paused
+        self.done = done
+        self.leases = leases
+        self.outage = outage
+        self.clock = StoreClock()
+        self._epochs: dict[str, int] = {}
+        self.pool = Pool(timer, pool_slots, claim=self._claim)
+        self.tickets = Tickets(timer, self.pool, grant=self._grant, forget=self._forget)
+
+    def admit(self, held: Held) -> None:
+        """Queue a newly held task for a ticket (an ETA or countdown task once it is due)."""
+        eligible_in_us = held.not_before_in_us - self.settings.lead_us
+        if eligible_in_us > 0:
+            held.state = HeldState.ETA
+            self._arm(held, eligible_in_us / 1e6, self.tickets.enqueue)
+        else:
+            self.tickets.enqueue(held)
+
+    def pool_freed(self) -> None:
+        """A pool process finished a task (on the loop's thread): fill soon."""
+        self.pool.freed()
+        self.tickets.fill_soon()
+
+    def _grant(self, held: Held) -> None:
+        """Take a ticket; with a pool process free, claim it in the same trip if it is due."""
+        held.state = HeldState.GRANTING
+        not_before_in_us = max(
+            0, held.not_before_in_us - (time.monotonic_ns() - held.received_ns) // 1000
+        )
+        claimed: Claim | None = None
+        marks: list[TaskCopy] = []
+        sent_ns = time.monotonic_ns()
+        try:
+            if self.pool.free() > 0 and not self.pool.waiting and not held.request.revoked():
+                marks = self.done.take()
+                grant, claimed = self.store.take(
+                    TaskCopy(held.bucket, held.task_id, held.retries),
+                    Pace(held.interval_us, not_before_in_us),
+                    ClaimTerms(held.holder, self.settings.lease_us, *self._reach_us()),
+                    done_first=DoneBatch(marks, self.settings.dedupe_ttl_us),
+                )
+            else:
+                grant = self.store.grant(
+                    TaskCopy(held.bucket, held.task_id, held.retries),
+                    Pace(held.interval_us, not_before_in_us),
+                )
+        except StoreUnavailable as exc:
+            self.done.put_back(marks)
+            self.outage.failed(exc)
+            self._arm(held, self.outage.backoff_s, self._grant)
+            return
+        except Exception:
+            self.done.put_back(marks)  # the marks go with the next flush
+            raise
+        received_ns = time.monotonic_ns()
+        self.outage.answered()
+        self._on_grant(held, grant, claimed is None)
+        if claimed is not None:
+            self.clock.observe(claimed.now_us, sent_ns, received_ns)
+            self._on_claim(held, claimed, sent_ns, received_ns)
+
+    def _on_grant(self, held: Held, grant: Grant, arm: bool = True) -> None:
+        stats = self.holding.stats[held.bucket]
+        if grant.outcome is Outcome.DUPLICATE:
+            stats.duplicates += 1
+            logger.info(
+                "interval %s: task %s already done, dropping duplicate copy",
+                held.bucket,
+                held.request.id,
+            )
+            self._drop(held, ack=True)
+            return
+        if grant.outcome is Outcome.HELD:
+            self._wait_for_lease(held, grant.delay_us, self._requeue)
+            return
+        stats.grants += 1
+        stats.interval_us = held.interval_us
+        stats.last_paused = grant.paused
+        held.granted(grant.epoch, grant.ticket, grant.slot_us)
+        self.holding.due_at(held.bucket, time.monotonic_ns() + grant.delay_us * 1000)
+        logger.info(
+            "interval %s: task %s ticket %d slot in %.3fs%s (held here: %d)",
+            held.bucket,
+            held.request.id,
+            grant.ticket,
+            grant.delay_us / 1e6,
+            " (paused)" if grant.paused else "",
+            len(self.holding.held[held.bucket]),
+        )
+        if arm:
+            self._arm(held, max(0, grant.delay_us - self._reach_us()[0]) / 1e6, self.due)
+
+    def due(self, held: Held) -> None:
+        """``held``'s slot is near: claim it, or wait for a pool process first."""
+        held.entry = None
+        if self.pool.free() <= 0 or self.pool.waiting:
+            self.pool.wait(held)
+            return
+        self._claim(held)
+
+    def _claim(self, held: Held) -> None:
+        if held.request.revoked():
+            self._hand_over(held)
+            return
+        lead_us, handoff_us = self._reach_us()
+        sent_ns = time.monotonic_ns()
+        try:
+            result = held.claim_args(handoff_us).claim(self.store, self.settings.lease_us, lead_us)
+        except StoreUnavailable as exc:
+            self.outage.failed(exc)
+            self._arm(held, self.outage.backoff_s, self.due)
+            return
+        received_ns = time.monotonic_ns()
+        self.clock.observe(result.now_us, sent_ns, received_ns)
+        self.outage.answered()
+        self._on_claim(held, result, sent_ns, received_ns)
+
+    def _hand_over(self, held: Held) -> None:
+        """A ticketed task was revoked or expired: the next task queued here for its bucket
+        takes its ticket and slot, so no interval goes unused (without one, the slot passes)."""
+        self._forget(held)
+        successor = self.tickets.successor(held.bucket)
+        if successor is None:
+            logger.info("interval %s: task %s revoked while held", held.bucket, held.request.id)
+            self.tickets.fill(held.bucket)
+            return
+        logger.info(
+            "interval %s: task %s revoked while held, ticket %d goes to task %s",
+            held.bucket,
+            held.request.id,
+            held.ticket,
+            successor.request.id,
+        )
+        successor.granted(held.epoch, held.ticket, held.slot_us)
+        self._claim(successor)
+
+    def _reach_us(self) -> tuple[int, int]:
+        """(lead, handoff) of a claim: the handoff also covers the reply's way back from the
+        store (half the best recent round trip), so a worker behind a slow link is admitted a
+        start it can still reach; the claim comes at least that early (at most MAX_LEAD_US)."""
+        handoff_us = self.settings.handoff_us + self.clock.one_way_us()
+        return lead_for(self.settings.lead_us, handoff_us), handoff_us
+
+    def _on_claim(self, held: Held, result: Claim, sent_ns: int, received_ns: int) -> None:
+        stats = self.holding.stats[held.bucket]
+        outcome = result.outcome
+        stats.last_paused = outcome is Outcome.PAUSED
+        if outcome is Outcome.OK:
+            stats.claims += 1
+            start_ns = self.clock.local_ns(
+                result.now_us + result.delay_us, sent_ns, received_ns, result.delay_us
+            )
+            self._start(held, start_ns)
+        elif outcome is Outcome.WAIT:
+            stats.waits += 1
+            self._arm(held, max(0, result.delay_us - self._reach_us()[0]) / 1e6, self.due)
+        elif outcome is Outcome.PAUSED:
+            stats.paused += 1
+            self.paused.add(held)
+        elif outcome is Outcome.HELD:
+            self._wait_for_lease(held, result.delay_us, self.due)
+        elif outcome is Outcome.RETICKET:
+            stats.retickets += 1
+            if result.epoch != held.epoch and self._epochs.get(held.bucket) != result.epoch:
+                self._epochs[held.bucket] = result.epoch
+                logger.warning(
+                    "interval %s: new epoch %d (the store lost the bucket's state, or it was "
+                    "reset, or it expired idle): held tasks re-ticket",
+                    held.bucket,
+                    result.epoch,
+                )
+            logger.info(
+                "interval %s: task %s lost its spot (ticket %d, epoch %d -> %d), re-ticketing",
+                held.bucket,
+                held.request.id,
+                held.ticket,
+                held.epoch,
+                result.epoch,
+            )
+            if held.ticketed:
+                self._grant(held)
+            else:
+                self._requeue(held)
+        else:
+            stats.duplicates += 1
+            logger.info(
+                "interval %s: task %s already done elsewhere, dropping duplicate copy",
+                held.bucket,
+                held.request.id,
+            )
+            self._drop(held, ack=True)
+
+    def _wait_for_lease(self, held: Held, left_us: int, then: Callable[[Held], None]) -> None:
+        """The task runs under another holder's lease: this copy gives up its place among the
+        tickets (it waits for that lease, not for a process here) and looks again when the
+        lease may have ended, or within ``HELD_RECHECK_S`` (a done task's copy is dropped)."""
+        self.holding.stats[held.bucket].helds += 1
+        held.state = HeldState.HELD_BY_OTHER
+        self.tickets.unticket(held)
+        self._arm(held, min(left_us / 1e6, HELD_RECHECK_S) + 0.001, then)
+        self.tickets.fill(held.bucket)
+
+    def _requeue(self, held: Held) -> None:
+        """Back to the front of the bucket's queue, to take a ticket when a process is free."""
+        self.tickets.enqueue(held, front=True)
+
+    def _start(self, held: Held, start_ns: int) -> None:
+        held.state = HeldState.STARTED
+        held.request.request_dict[CLAIMED_HEADER] = time.monotonic_ns()
+        held.request.request_dict[START_HEADER] = start_ns
+        held.request.request_dict[SPIN_HEADER] = spin_ns_for(held.interval_us)
+        held.request.request_dict[CLAIM_HEADER] = held.claim_args(self._reach_us()[1])
+        self.pool.handed(held)
+        if held.acks_late:
+            self.leases.hold(held.key, held.holder)
+        elif self.store.posts_done:
+            held.request.request_dict[MARK_HEADER] = True
+        self._forget(held)
+        held.release(held.request)
+
+    def _drop(self, held: Held, *, ack: bool) -> None:
+        self._forget(held)
+        if ack:
+            held.request.acknowledge()
+        self.tickets.fill(held.bucket)
+
+    def _forget(self, held: Held) -> None:
+        if held.entry is not None:
+            cancel(self.timer, held.entry)
+            held.entry = None
+        self.tickets.unticket(held)
+        if self.holding.remove(held):
+            self.tickets.drop_empty(held.bucket)
+
+    def _arm(self, held: Held, delay_s: float, callback: Callable[[Held], None]) -> None:
+        held.entry = self.timer.call_after(delay_s, callback, (held,), priority=6)
+
+    def forget_released(self) -> None:
+        """Tasks released to the pool but not accepted when the channel closed: Celery drops
+        them from the pool (a process may still run one that was already written to it), and
+        never reports their end. Stop renewing their leases, so that a copy waits for the lease
+        to lapse, not forever; say which tasks, since their copies start that much later."""
+        orphans = self.pool.take_unaccepted()
+        if not orphans:
+            return
+        for held in orphans:
+            self.leases.drop(held.key)
+        logger.warning(
+            "interval: connection lost with %d task(s) released to the pool but not yet accepted "
+            "(%s): their copies wait for the lease (up to %.0fs) before they can run",
+            len(orphans),
+            ", ".join(h.request.id for h in orphans),
+            self.settings.lease_us / 1e6,
+        )
+
+    def clear(self) -> None:
+        """The connection is gone: nothing waits for a ticket or a pool process any more."""
+        self.pool.clear()
+        self.tickets.clear()
