@@ -13,6 +13,7 @@ from celery_interval.intervals import parse_interval_us
 
 __all__ = [
     "PACED_STRATEGY",
+    "Arrival",
     "Placement",
     "bucket_of",
     "generation_of",
@@ -34,15 +35,21 @@ def is_paced(task: Any) -> bool:
     return getattr(task, "Strategy", None) == PACED_STRATEGY
 
 
-def bucket_of(
-    task: Any,
-    headers: Mapping[str, Any],
-    args: Sequence[Any],
-    kwargs: Mapping[str, Any],
-    queue: str | None,
-) -> str:
+class Arrival(NamedTuple):
+    """One message as a worker received it: its task, headers (with its ``id``), arguments,
+    and the queue it was consumed from (None when the delivery did not say)."""
+
+    task: Any
+    headers: Mapping[str, Any]
+    args: Sequence[Any]
+    kwargs: Mapping[str, Any]
+    queue: str | None
+
+
+def bucket_of(arrival: Arrival) -> str:
     """The bucket of one message: header override, task option (a name, or a key inside the
     queue's bucket), else the queue the message was consumed from."""
+    task, headers, args, kwargs, queue = arrival
     override = headers.get(BUCKET_HEADER)
     if override is not None:
         return check_bucket(override, f"message header {BUCKET_HEADER}=")
@@ -132,19 +139,13 @@ class Placement(NamedTuple):
     retries: int
 
 
-def placement_of(
-    task: Any,
-    headers: Mapping[str, Any],
-    args: Sequence[Any],
-    kwargs: Mapping[str, Any],
-    queue: str | None,
-    configured: Callable[[str], int],
-) -> Placement:
-    """Bucket, interval, store id and retry count of one message (``headers`` holds its ``id``);
-    ``ConfigurationError`` names the header, task option or bucket at fault."""
-    bucket = bucket_of(task, headers, args, kwargs, queue)
+def placement_of(arrival: Arrival, configured: Callable[[str], int]) -> Placement:
+    """Bucket, interval, store id and retry count of one message; ``ConfigurationError``
+    names the header, task option or bucket at fault."""
+    headers = arrival.headers
+    bucket = bucket_of(arrival)
     try:
-        interval_us = interval_of(task, bucket, configured)
+        interval_us = interval_of(arrival.task, bucket, configured)
     except UnknownBucket as exc:
         if headers.get(BUCKET_HEADER) is None:
             raise

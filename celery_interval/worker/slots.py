@@ -124,13 +124,7 @@ class SlotCycle:
     def _on_grant(self, held: Held, grant: Grant, arm: bool = True) -> None:
         stats = self.holding.stats[held.bucket]
         if grant.outcome is Outcome.DUPLICATE:
-            stats.duplicates += 1
-            logger.info(
-                "interval %s: task %s already done, dropping duplicate copy",
-                held.bucket,
-                held.request.id,
-            )
-            self._drop(held, ack=True)
+            self._drop_duplicate(held, "already done")
             return
         if grant.outcome is Outcome.HELD:
             self._wait_for_lease(held, grant.delay_us, self._requeue)
@@ -244,13 +238,15 @@ class SlotCycle:
             else:
                 self._requeue(held)
         else:
-            stats.duplicates += 1
-            logger.info(
-                "interval %s: task %s already done elsewhere, dropping duplicate copy",
-                held.bucket,
-                held.request.id,
-            )
-            self._drop(held, ack=True)
+            self._drop_duplicate(held, "already done elsewhere")
+
+    def _drop_duplicate(self, held: Held, why: str) -> None:
+        """Ack and forget a copy of a task that ran (or runs) under another copy."""
+        self.holding.stats[held.bucket].duplicates += 1
+        logger.info(
+            "interval %s: task %s %s, dropping duplicate copy", held.bucket, held.request.id, why
+        )
+        self._drop(held, ack=True)
 
     def _wait_for_lease(self, held: Held, left_us: int, then: Callable[[Held], None]) -> None:
         """The task runs under another holder's lease: this copy gives up its place among the

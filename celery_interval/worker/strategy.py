@@ -16,7 +16,7 @@ from celery.worker.strategy import hybrid_to_proto2, proto1_to_proto2
 
 from celery_interval.errors import ConfigurationError
 from celery_interval.headers import MARK_HEADER, START_HEADER, drop_internal_headers
-from celery_interval.placement import placement_of
+from celery_interval.placement import Arrival, placement_of
 from celery_interval.worker.consumer import service_for
 from celery_interval.worker.delivery import consumed_queue, taken_back
 from celery_interval.worker.held import Held
@@ -98,11 +98,7 @@ def interval_strategy(task: Any, app: Any, consumer: Any, **_: Any) -> Any:
         queue = consumed_queue(message) or _queue_of(task, req)
         try:
             bucket, interval_us, task_id, retries = placement_of(
-                task,
-                req.request_dict,
-                req.args,
-                req.kwargs,
-                queue,
+                Arrival(task, req.request_dict, req.args, req.kwargs, queue),
                 service.settings.interval_us,
             )
         except ConfigurationError as exc:
