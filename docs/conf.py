@@ -23,6 +23,7 @@ extensions = [
     "sphinx.ext.autodoc",
     "sphinx_click",
     "interval_settings",
+    "module_map",
 ]
 
 source_suffix = {".rst": "restructuredtext", ".md": "markdown"}
