@@ -12,7 +12,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -252,8 +252,3 @@ def celery_cli(pool: Pool, *args: str, timeout_s: float = 30.0) -> subprocess.Co
         text=True,
         timeout=timeout_s,
     )
-
-
-def iter_logs(pool: Pool) -> Iterator[str]:
-    for w in pool.workers:
-        yield w.log()
