@@ -86,13 +86,13 @@ def test_status_over_thousands_of_stored_tenant_buckets(run: Any, redis_server: 
         shops = [f"api:shop-{i:04d}" for i in range(3000)]
         grant_each(store, shops)
         grant_each(store, [f"mail:t{i}" for i in range(500)])
-        busy = {"api:shop-0007": 6, "api:shop-2500": 4, "api:shop-1234": 3}
+        busy = {"api:shop-0007": 9, "api:shop-2500": 7, "api:shop-1234": 5}
         for bucket, grants in busy.items():
             # a second ticket, then more
             store.grant(TaskCopy(bucket, "x", 0), Pace(API_INTERVAL_US))
             for n in range(grants - 2):
                 store.grant(TaskCopy(bucket, f"y{n}", 0), Pace(API_INTERVAL_US))
-            # Paused, a bucket's virtual time stands still: its backlog stays 2-5 s ahead
+            # Paused, a bucket's virtual time stands still: its backlog stays 4-8 s ahead
             # however long this test takes on a slow host.
             store.pause(bucket, API_INTERVAL_US)
         store.pause("gone:x", API_INTERVAL_US)  # a bucket of a queue no longer configured
@@ -103,7 +103,7 @@ def test_status_over_thousands_of_stored_tenant_buckets(run: Any, redis_server: 
     assert (default["total"], default["shown"], default["unconfigured"]) == (3502, 20, 1)
     assert len(default["queues"]) == 20
     assert [r["queue"] for r in default["queues"][:3]] == list(busy), "most backed up first"
-    assert default["queues"][0]["tickets"] == 6
+    assert default["queues"][0]["tickets"] == 9
     nexts = [r["next_slot_in_s"] for r in default["queues"]]
     assert nexts == sorted(nexts, reverse=True)
 

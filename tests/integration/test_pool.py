@@ -160,7 +160,9 @@ def test_pause_and_unpause_through_the_cli(make_pool: Any, broker: str) -> None:
     # A small hold cap leaves tasks in the broker for the worker that starts while paused.
     pool = make_pool(INTERVAL_S, broker=broker, conf={"interval_max_held": 10})
     pool.start(3)
-    ids = pool.send(120)
+    # Enough tasks that the run after the unpause lasts seconds: the late worker learns of the
+    # parked tasks within a poll or two and must take part.
+    ids = pool.send(200)
     pool.wait_records(20, timeout_s=30)
     paused = celery_cli(pool, "control", "pause_queue", pool.queue, "--timeout", "2")
     assert paused.returncode == 0, paused.stderr
@@ -175,7 +177,7 @@ def test_pause_and_unpause_through_the_cli(make_pool: Any, broker: str) -> None:
     assert not started_while_paused, started_while_paused[:3]
     resumed = celery_cli(pool, "control", "unpause_queue", pool.queue, "--timeout", "2")
     assert resumed.returncode == 0, resumed.stderr
-    records = pool.wait_records(120)
+    records = pool.wait_records(200)
     assert_exactly_once(records, ids)
     assert_spacing(pool, records, INTERVAL_S)
     assert any(r["host"] == late.name for r in records), "the late worker never ran a task"
