@@ -39,6 +39,15 @@ def redis_client(redis_server: RedisProc) -> Iterator[redis.Redis[Any]]:
         client.close()
 
 
+@pytest.fixture(scope="module")
+def cluster_client() -> Iterator[redis.RedisCluster[Any]]:
+    """A RedisCluster client of a private one-node cluster (redis-py's cluster code paths)."""
+    with RedisProc(cluster=True) as server:
+        client: redis.RedisCluster[Any] = redis.RedisCluster(host="127.0.0.1", port=server.port)
+        yield client
+        client.close()
+
+
 @pytest.fixture
 def redis_store(redis_client: redis.Redis[Any]) -> Iterator[RedisStore]:
     """A RedisStore (default key prefix, Redis TIME clock) on the flushed private server."""

@@ -38,7 +38,8 @@ def _default_text(setting: Any) -> list[nodes.Node]:
     return [nodes.literal(literal, literal)]
 
 
-def _row(cells: list[list[nodes.Node]]) -> nodes.row:
+def table_row(cells: list[list[nodes.Node]]) -> nodes.row:
+    """One table row, a paragraph per cell."""
     row = nodes.row()
     for content in cells:
         entry = nodes.entry()
@@ -61,7 +62,7 @@ class IntervalSettings(SphinxDirective):
         for width in (25, 15, 60):
             group += nodes.colspec(colwidth=width)
         head = nodes.thead()
-        head += _row(
+        head += table_row(
             [
                 [nodes.Text("setting ("), nodes.literal("app.conf", "app.conf"), nodes.Text(")")],
                 [nodes.Text("default")],
@@ -72,7 +73,7 @@ class IntervalSettings(SphinxDirective):
         for setting in defaults.SETTINGS:
             key = nodes.literal(setting.key, setting.key)
             target = nodes.target("", "", ids=[f"setting-{setting.key}"])
-            body += _row([[target, key], _default_text(setting), _inline(setting.meaning)])
+            body += table_row([[target, key], _default_text(setting), _inline(setting.meaning)])
         group += head
         group += body
         table += group

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from docutils import nodes
+from interval_settings import table_row
 from sphinx.util.docutils import SphinxDirective
 
 PACKAGE = Path(__file__).resolve().parents[2] / "celery_interval"
@@ -43,12 +44,7 @@ class ModuleMap(SphinxDirective):
         body = nodes.tbody()
         for name, path in _modules():
             self.env.note_dependency(str(path))
-            row = nodes.row()
-            for cell in (nodes.literal(name, name), nodes.Text(_summary(path))):
-                entry = nodes.entry()
-                entry += nodes.paragraph("", "", cell)
-                row += entry
-            body += row
+            body += table_row([[nodes.literal(name, name)], [nodes.Text(_summary(path))]])
         group += body
         table += group
         return [table]

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -241,14 +240,6 @@ def test_ledger_max_is_validated_and_passed_on(redis_server: RedisProc) -> None:
     assert store.ledger("off") == []
     store.close()
     assert isinstance(store_from_url("memory://", ledger_max=5), MemoryStore)  # ignored
-
-
-@pytest.fixture(scope="module")
-def cluster_client() -> Iterator[redis.RedisCluster[Any]]:
-    with RedisProc(cluster=True) as server:
-        client: redis.RedisCluster[Any] = redis.RedisCluster(host="127.0.0.1", port=server.port)
-        yield client
-        client.close()
 
 
 def test_ledger_lives_in_the_bucket_hash_slot(cluster_client: redis.RedisCluster[Any]) -> None:

@@ -390,15 +390,6 @@ def test_lua_matches_model_on_redis6(redis6_client: redis.Redis[Any]) -> None:
     _run_differential(redis6_client, max_examples=25)
 
 
-@pytest.fixture(scope="module")
-def cluster_client() -> Iterator[redis.RedisCluster[Any]]:
-    """A RedisCluster client of a private one-node cluster (redis-py's cluster code paths)."""
-    with RedisProc(cluster=True) as server:
-        client: redis.RedisCluster[Any] = redis.RedisCluster(host="127.0.0.1", port=server.port)
-        yield client
-        client.close()
-
-
 def test_lua_matches_model_on_cluster(cluster_client: redis.RedisCluster[Any]) -> None:
     cluster_client.flushdb()
     _run_differential(cluster_client, max_examples=25, cluster=True)  # type: ignore[arg-type]
