@@ -5,6 +5,7 @@ from __future__ import annotations
 from fnmatch import fnmatchcase
 from typing import Any
 
+from celery_interval import signals
 from celery_interval.app_store import store_of
 from celery_interval.buckets import is_bucket_name, queue_of
 from celery_interval.config import settings_of
@@ -64,6 +65,7 @@ def pause(app: Any, queue: str, *, broadcast: bool = True) -> Status:
     """Pause ``queue`` cluster-wide: persisted in the store, broadcast to live workers."""
     interval_us = configured_interval_us(app, queue)
     result = store_of(app).pause(queue, interval_us)
+    signals.queue_paused.send(sender=queue, bucket=queue, status=result)
     if broadcast:
         app.control.broadcast("pause_queue", arguments={"queue": queue})
     return result
@@ -73,6 +75,7 @@ def unpause(app: Any, queue: str, *, broadcast: bool = True) -> Status:
     """Resume ``queue``; granted slots shift by the pause length, live workers wake at once."""
     interval_us = configured_interval_us(app, queue)
     result = store_of(app).unpause(queue, interval_us)
+    signals.queue_unpaused.send(sender=queue, bucket=queue, status=result)
     if broadcast:
         app.control.broadcast("unpause_queue", arguments={"queue": queue})
     return result
@@ -83,6 +86,9 @@ def set_interval(app: Any, queue: str, interval: object, *, broadcast: bool = Tr
     new_interval_us = parse_interval_us(interval, name="interval")
     interval_us = configured_interval_us(app, queue)
     result = store_of(app).set_interval(queue, interval_us, new_interval_us)
+    signals.interval_changed.send(
+        sender=queue, bucket=queue, status=result, interval_s=result.interval_us / 1e6, action="set"
+    )
     if broadcast:
         app.control.broadcast("set_interval", arguments={"queue": queue, "interval": str(interval)})
     return result
@@ -92,6 +98,7 @@ def reset(app: Any, queue: str) -> None:
     """Forget ``queue``'s state: a new epoch, its first start one interval from now."""
     configured_interval_us(app, queue)
     store_of(app).reset(queue)
+    signals.bucket_reset.send(sender=queue, bucket=queue)
 
 
 def status(app: Any, queue: str) -> Status:

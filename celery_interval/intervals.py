@@ -7,7 +7,7 @@ import re
 
 from celery_interval.errors import ConfigurationError, short_repr
 
-__all__ = ["MAX_INTERVAL_S", "US_PER_S", "parse_interval_us"]
+__all__ = ["MAX_INTERVAL_S", "US_PER_S", "parse_interval_us", "rate_text"]
 
 US_PER_S = 1_000_000
 #: The longest interval: a task held longer outlives any broker's redelivery timeout, and the
@@ -60,3 +60,15 @@ def _to_us(seconds: float, name: str, original: object) -> int:
     if interval_us < 1:
         raise ConfigurationError(f"{said}: shorter than one microsecond")
     return interval_us
+
+
+def rate_text(interval_us: int) -> str:
+    """An interval as people read it: ``one start every 0.5s (2/s)``, ``… every 60s (1/m)``."""
+    per_s = US_PER_S / interval_us
+    if per_s >= 1:
+        rate = f"{per_s:.4g}/s"
+    elif per_s * 60 >= 1:
+        rate = f"{per_s * 60:.4g}/m"
+    else:
+        rate = f"{per_s * 3600:.4g}/h"
+    return f"one start every {interval_us / US_PER_S:g}s ({rate})"

@@ -16,8 +16,15 @@ from celery_interval.config import settings_of
 __all__ = ["status"]
 
 
+def _not_found(exc: Exception) -> bool:
+    """Whether a passive declare failed as the queue does not exist: it holds no message (a
+    Redis broker's empty queue is no key at all)."""
+    return getattr(exc, "code", None) == 404 or "NOT_FOUND" in str(exc)
+
+
 def _queue_depths(app: Any, queues: list[str]) -> dict[str, int | None]:
-    """Each queue's broker depth (None where the broker does not answer), on one connection."""
+    """Each queue's broker depth: 0 for a queue that does not exist, None where the broker does
+    not answer; on one connection."""
     depths: dict[str, int | None] = dict.fromkeys(queues)
     if not queues:
         return depths
@@ -31,22 +38,36 @@ def _queue_depths(app: Any, queues: list[str]) -> dict[str, int | None]:
                         depths[queue] = int(reply.message_count)
                     finally:
                         channel.close()
-                except Exception:
-                    depths[queue] = None
+                except Exception as exc:
+                    depths[queue] = 0 if _not_found(exc) else None
     except Exception:
         pass
     return depths
 
 
-def _held_per_worker(app: Any, timeout_s: float, buckets: list[str]) -> dict[str, dict[str, Any]]:
-    """Each worker's ``interval_stats`` of ``buckets`` (held counts only, no task lists)."""
+def held_per_worker(
+    app: Any, timeout_s: float, buckets: list[str] | None = None
+) -> tuple[dict[str, dict[str, Any]], str | None]:
+    """Each answering worker's ``interval_stats`` of ``buckets`` (all when None; held counts,
+    no task lists), and why the question failed (None when it did not)."""
+    arguments: dict[str, Any] = {"top": 0, "tasks": 0}
+    if buckets is not None:
+        arguments["buckets"] = buckets
     try:
-        replies = app.control.inspect(timeout=timeout_s)._request(
-            "interval_stats", top=0, tasks=0, buckets=buckets
+        replies = app.control.broadcast(
+            "interval_stats", arguments=arguments, reply=True, timeout=timeout_s
         )
-        return replies or {}
-    except Exception:
-        return {}
+    except Exception as exc:
+        return {}, f"cannot ask the workers: {exc}"
+    answers: dict[str, dict[str, Any]] = {}
+    errors: list[str] = []
+    for reply in replies or ():
+        for worker, stats in reply.items():
+            if isinstance(stats, dict) and "error" not in stats:
+                answers[worker] = stats
+            else:
+                errors.append(f"worker {worker}: {stats}")
+    return answers, "; ".join(errors) or None
 
 
 #: ``--sort`` keys: the most backed-up (latest next slot) or most ticketed first, or by name.
@@ -113,7 +134,7 @@ def status(
     if top:
         rows = rows[:top]
     names = [row["queue"] for row in rows]
-    per_worker = _held_per_worker(app, timeout_s, names) if names else {}
+    per_worker, held_error = held_per_worker(app, timeout_s, names) if names else ({}, None)
     configured = set(settings_of(app).buckets())
     depths = _queue_depths(app, [name for name in names if name in configured])
     overflows = {name: overflow_queue_name(queue_of(name), name) for name in names}
@@ -124,6 +145,7 @@ def status(
             worker: stats.get(row["queue"], {}).get("held", 0)
             for worker, stats in per_worker.items()
         }
+        row["held_total"] = sum(row["held"].values())
         row["broker_depth"] = depths.get(row["queue"])
     if as_json:
         click.echo(
@@ -133,6 +155,8 @@ def status(
                     "total": total,
                     "shown": len(rows),
                     "unconfigured": len(unconfigured),
+                    "workers": sorted(per_worker),
+                    "workers_error": held_error,
                 }
             )
         )
@@ -146,15 +170,19 @@ def status(
     for col in columns:
         table.add_column(col)
     for row in rows:
-        held = ", ".join(f"{w}={n}" for w, n in sorted(row["held"].items())) or "-"
+        held = ", ".join(f"{w}={n}" for w, n in sorted(row["held"].items()))
+        if row["queue"] in configured:
+            depth = "?" if row["broker_depth"] is None else str(row["broker_depth"])
+        else:
+            depth = "-"  # a tenant bucket shares its queue's depth
         table.add_row(
             row["queue"],
             f"{row['interval_s']:g}" + (" (set)" if row["overridden"] else ""),
             "yes" if row["paused"] else "no",
             str(row["tickets"]),
             f"{row['next_slot_in_s']:.3f}",
-            held,
-            "?" if row["broker_depth"] is None else str(row["broker_depth"]),
+            held or ("?" if held_error else "-"),
+            depth,
             str(row["parked"]),
         )
     # Piped or captured output keeps whole bucket names (a terminal's width would cut them).
@@ -164,3 +192,7 @@ def status(
     if unconfigured:
         more += f"; {len(unconfigured)} stored buckets have no configured interval"
     console.print(f"showing {len(rows)} of {total} buckets{more}", highlight=False)
+    if held_error:
+        console.print(f"held: {held_error}", highlight=False)
+    elif names and not per_worker:
+        console.print(f"held: no worker answered within {timeout_s:g}s", highlight=False)

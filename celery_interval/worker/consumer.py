@@ -10,6 +10,7 @@ from celery.worker.state import reserved_requests
 from celery_interval.config import settings_of
 from celery_interval.stores import store_for_settings
 from celery_interval.stores.overflow import overflow_index_for
+from celery_interval.worker.notify import Notify
 from celery_interval.worker.service import IntervalService
 
 __all__ = ["free_processes", "service_for"]
@@ -34,6 +35,7 @@ def service_for(c: Any) -> IntervalService:
             qos=lambda: c.qos,
             overflow_index=overflow_index_for(store, settings.key_prefix),
             call_soon=c.call_soon,
+            notify=Notify(lambda: getattr(c, "event_dispatcher", None), c),
         )
         c.interval_service = service
     return service

@@ -1,40 +1,68 @@
-"""Remote control commands: pause_queue, unpause_queue, set_interval, inspect interval_stats."""
+"""Remote control commands: pause_queue, unpause_queue, set_interval, inspect interval_stats;
+and ``inspect scheduled``, which also lists the interval tasks held for their slot."""
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
+from celery.worker import control as celery_control
 from celery.worker.control import control_command, inspect_command
 
 from celery_interval import control
 from celery_interval.errors import ConfigurationError, StoreUnavailable
 
-__all__ = ["interval_stats", "pause_queue", "set_interval", "unpause_queue"]
+__all__ = ["interval_stats", "pause_queue", "scheduled", "set_interval", "unpause_queue"]
+
+logger = logging.getLogger("celery_interval.worker")
+
+_celery_scheduled = celery_control.Panel.data["scheduled"]
+#: The event each command sends on success: ``interval-<this>``.
+_EVENTS = {"pause_queue": "paused", "unpause_queue": "unpaused", "set_interval": "set"}
 
 
 def _service(state: Any) -> Any:
     return getattr(state.consumer, "interval_service", None)
 
 
-def _run(action: Any) -> dict[str, Any]:
+def _run(state: Any, command: str, queue: Any, action: Any) -> dict[str, Any]:
     """The command's reply: ``ok`` with the bucket's status, or ``error`` (an unknown queue,
-    a bad or missing argument, an unreachable store) naming what was wrong."""
+    a bad or missing argument, an unreachable store) naming what was wrong; logged in one line
+    and, for a success, sent as an ``interval-<action>`` event."""
     try:
-        return {"ok": control.status_dict(action())}
+        status = control.status_dict(action())
     except (ConfigurationError, StoreUnavailable) as exc:
+        logger.warning("interval: control %s %s failed: %s", command, queue, exc)
         return {"error": str(exc)}
+    logger.info(
+        "interval: control %s %s: interval %gs%s, %s, ticket %d",
+        command,
+        queue,
+        status["interval_s"],
+        " (set)" if status["overridden"] else "",
+        "paused" if status["paused"] else "running",
+        status["tickets"],
+    )
+    service = _service(state)
+    if service is not None:
+        service.notify.control(_EVENTS[command], queue, status)
+    return {"ok": status}
 
 
 @control_command(args=[("queue", str)], signature="<queue>")
 def pause_queue(state: Any, queue: Any = None, **_: Any) -> dict[str, Any]:
     """Pause starts of an interval queue on every worker (state kept in the store)."""
-    return _run(lambda: control.pause(state.app, queue, broadcast=False))
+    return _run(
+        state, "pause_queue", queue, lambda: control.pause(state.app, queue, broadcast=False)
+    )
 
 
 @control_command(args=[("queue", str)], signature="<queue>")
 def unpause_queue(state: Any, queue: Any = None, **_: Any) -> dict[str, Any]:
     """Resume starts of an interval queue; held tasks keep their order and spacing."""
-    reply = _run(lambda: control.unpause(state.app, queue, broadcast=False))
+    reply = _run(
+        state, "unpause_queue", queue, lambda: control.unpause(state.app, queue, broadcast=False)
+    )
     service = _service(state)
     if "ok" in reply and service is not None:
         for bucket in list(service.paused):
@@ -48,7 +76,12 @@ def unpause_queue(state: Any, queue: Any = None, **_: Any) -> dict[str, Any]:
 )
 def set_interval(state: Any, queue: Any = None, interval: Any = None, **_: Any) -> dict[str, Any]:
     """Change an interval queue's interval for the whole pool (kept in the store)."""
-    return _run(lambda: control.set_interval(state.app, queue, interval, broadcast=False))
+    return _run(
+        state,
+        "set_interval",
+        queue,
+        lambda: control.set_interval(state.app, queue, interval, broadcast=False),
+    )
 
 
 @inspect_command(args=[("top", int), ("match", str)], signature="[top=20 [match=GLOB]]")
@@ -76,3 +109,14 @@ def interval_stats(
         return {}
     snapshot: dict[str, Any] = service.snapshot(top=top, match=match, buckets=buckets, tasks=tasks)
     return snapshot
+
+
+@inspect_command(alias="dump_schedule")
+def scheduled(state: Any, **kwargs: Any) -> list[dict[str, Any]]:
+    """List of currently scheduled ETA/countdown tasks, and of the interval tasks held for their
+    slot (``eta``: the slot once granted; ``interval``: bucket, ticket and state)."""
+    listed: list[dict[str, Any]] = list(_celery_scheduled(state, **kwargs))
+    service = _service(state)
+    if service is not None:
+        listed.extend(service.scheduled())
+    return listed

@@ -52,21 +52,26 @@ class Held:
     epoch: int = 0
     ticket: int = 0
     slot_us: int = 0
+    #: The slot on this worker's wall clock (Unix seconds), once granted.
+    slot_wall_s: float | None = None
     entry: Any = None
     state: HeldState = HeldState.NEW
     ticketed: bool = False
     #: Taken back from its bucket's overflow queue: its turn, never parked again.
     unparked: bool = False
+    #: ``task-received`` went out for this delivery.
+    announced: bool = False
     received_ns: int = field(default_factory=time.monotonic_ns)
 
     @property
     def key(self) -> tuple[str, str, int]:
         return (self.bucket, self.task_id, self.retries)
 
-    def granted(self, epoch: int, ticket: int, slot_us: int) -> None:
+    def granted(self, epoch: int, ticket: int, slot_us: int, slot_wall_s: float) -> None:
         """This message holds ``ticket`` at ``slot_us`` of ``epoch`` (its own grant, or the
-        ticket of a revoked message handed over to it)."""
+        ticket of a revoked message handed over to it), due at ``slot_wall_s`` here."""
         self.epoch, self.ticket, self.slot_us = epoch, ticket, slot_us
+        self.slot_wall_s = slot_wall_s
         self.request.request_dict[TICKET_HEADER] = ticket
         self.state = HeldState.GRANTED
 

@@ -15,6 +15,7 @@ from celery_interval.worker.done import DoneMarks
 from celery_interval.worker.held import Held
 from celery_interval.worker.holding import Holding
 from celery_interval.worker.leases import Leases
+from celery_interval.worker.notify import Notify, iso_of
 from celery_interval.worker.outage import StoreOutage
 from celery_interval.worker.overflow import Overflow
 from celery_interval.worker.pause import PausedTasks
@@ -47,11 +48,13 @@ class IntervalService:
         qos: Callable[[], Any],
         overflow_index: OverflowIndex | None = None,
         call_soon: Callable[..., Any] | None = None,
+        notify: Notify | None = None,
     ) -> None:
         self.settings = settings
         self.store = store
         self.timer = timer
         self.hostname = hostname
+        self.notify = notify or Notify(lambda: None)
         self._call_soon = call_soon
         self._loop_thread = threading.get_ident()
         self.overflow: Overflow | None = None
@@ -84,6 +87,7 @@ class IntervalService:
             self.done,
             self.leases,
             self.outage,
+            notify=self.notify,
         )
 
     def receive(self, held: Held) -> None:
@@ -93,6 +97,7 @@ class IntervalService:
             return
         self.holding.add(held)
         self.slots.admit(held)
+        self.notify.received(held)
         self.holding.apply_caps(held.queue)
 
     def from_pool(self, fn: Callable[..., Any], *args: Any) -> None:
@@ -142,6 +147,24 @@ class IntervalService:
         """Flush pending done marks and release the store."""
         self.done.flush()
         self.store.close()
+
+    def scheduled(self) -> list[dict[str, Any]]:
+        """The tasks held here for their slot, as ``inspect scheduled`` lists ETA tasks."""
+        return [
+            {
+                "eta": iso_of(held.slot_wall_s) or (req.eta and req.eta.isoformat()),
+                "priority": held.rank,
+                "request": req.info(),
+                "interval": {
+                    "bucket": held.bucket,
+                    "ticket": held.ticket,
+                    "state": held.state.value,
+                },
+            }
+            for items in self.holding.held.values()
+            for held in items
+            for req in (held.request,)
+        ]
 
     def snapshot(
         self,

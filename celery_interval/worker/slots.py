@@ -23,6 +23,7 @@ from celery_interval.worker.done import DoneMarks
 from celery_interval.worker.held import Held, HeldState
 from celery_interval.worker.holding import Holding
 from celery_interval.worker.leases import Leases
+from celery_interval.worker.notify import Notify
 from celery_interval.worker.outage import StoreOutage
 from celery_interval.worker.pause import PausedTasks
 from celery_interval.worker.pool import Pool
@@ -55,6 +56,8 @@ class SlotCycle:
         done: DoneMarks,
         leases: Leases,
         outage: StoreOutage,
+        *,
+        notify: Notify,
     ) -> None:
         self.settings = settings
         self.store = store
@@ -64,6 +67,7 @@ class SlotCycle:
         self.done = done
         self.leases = leases
         self.outage = outage
+        self.notify = notify
         self.clock = StoreClock()
         self._epochs: dict[str, int] = {}
         self.pool = Pool(timer, pool_slots, claim=self._claim)
@@ -91,9 +95,11 @@ class SlotCycle:
         )
         claimed: Claim | None = None
         marks: list[TaskCopy] = []
+        op = "grant"
         sent_ns = time.monotonic_ns()
         try:
             if self.pool.free() > 0 and not self.pool.waiting and not held.request.revoked():
+                op = "take"
                 marks = self.done.take()
                 grant, claimed = self.store.take(
                     TaskCopy(held.bucket, held.task_id, held.retries),
@@ -116,12 +122,15 @@ class SlotCycle:
             raise
         received_ns = time.monotonic_ns()
         self.outage.answered()
-        self._on_grant(held, grant, claimed is None)
+        store = (op, (received_ns - sent_ns) / 1e9)
+        self._on_grant(held, grant, store, arm=claimed is None)
         if claimed is not None:
             self.clock.observe(claimed.now_us, sent_ns, received_ns)
-            self._on_claim(held, claimed, sent_ns, received_ns)
+            self._on_claim(held, claimed, (sent_ns, received_ns), None)
 
-    def _on_grant(self, held: Held, grant: Grant, arm: bool = True) -> None:
+    def _on_grant(
+        self, held: Held, grant: Grant, store: tuple[str, float], *, arm: bool = True
+    ) -> None:
         stats = self.holding.stats[held.bucket]
         if grant.outcome is Outcome.DUPLICATE:
             self._drop_duplicate(held, "already done")
@@ -132,8 +141,9 @@ class SlotCycle:
         stats.grants += 1
         stats.interval_us = held.interval_us
         stats.last_paused = grant.paused
-        held.granted(grant.epoch, grant.ticket, grant.slot_us)
+        held.granted(grant.epoch, grant.ticket, grant.slot_us, time.time() + grant.delay_us / 1e6)
         self.holding.due_at(held.bucket, time.monotonic_ns() + grant.delay_us * 1000)
+        self.notify.granted(held, grant.delay_us / 1e6, store)
         logger.info(
             "interval %s: task %s ticket %d slot in %.3fs%s (held here: %d)",
             held.bucket,
@@ -169,7 +179,9 @@ class SlotCycle:
         received_ns = time.monotonic_ns()
         self.clock.observe(result.now_us, sent_ns, received_ns)
         self.outage.answered()
-        self._on_claim(held, result, sent_ns, received_ns)
+        self._on_claim(
+            held, result, (sent_ns, received_ns), ("claim", (received_ns - sent_ns) / 1e9)
+        )
 
     def _hand_over(self, held: Held) -> None:
         """A ticketed task was revoked or expired: the next task queued here for its bucket
@@ -187,7 +199,9 @@ class SlotCycle:
             held.ticket,
             successor.request.id,
         )
-        successor.granted(held.epoch, held.ticket, held.slot_us)
+        wall_s = held.slot_wall_s or time.time()
+        successor.granted(held.epoch, held.ticket, held.slot_us, wall_s)
+        self.notify.granted(successor, max(0.0, wall_s - time.time()), None)
         self._claim(successor)
 
     def _reach_us(self) -> tuple[int, int]:
@@ -197,10 +211,22 @@ class SlotCycle:
         handoff_us = self.settings.handoff_us + self.clock.one_way_us()
         return lead_for(self.settings.lead_us, handoff_us), handoff_us
 
-    def _on_claim(self, held: Held, result: Claim, sent_ns: int, received_ns: int) -> None:
+    def _on_claim(
+        self,
+        held: Held,
+        result: Claim,
+        trip_ns: tuple[int, int],
+        store: tuple[str, float] | None,
+    ) -> None:
+        """Act on a claim's outcome; ``trip_ns``: when the call went and its reply came."""
         stats = self.holding.stats[held.bucket]
         outcome = result.outcome
         stats.last_paused = outcome is Outcome.PAUSED
+        late_s = None
+        if outcome is Outcome.OK:
+            late_s = max(0, result.now_us + result.delay_us - held.slot_us) / 1e6
+        self.notify.claimed(held, outcome, late_s, store)
+        sent_ns, received_ns = trip_ns
         if outcome is Outcome.OK:
             stats.claims += 1
             start_ns = self.clock.local_ns(
@@ -274,6 +300,7 @@ class SlotCycle:
         elif self.store.posts_done:
             held.request.request_dict[MARK_HEADER] = True
         self._forget(held)
+        self.notify.received(held)
         held.release(held.request)
 
     def _drop(self, held: Held, *, ack: bool) -> None:

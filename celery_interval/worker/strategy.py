@@ -10,6 +10,7 @@ from typing import Any
 from celery import signals
 from celery.app import trace as _app_trace
 from celery.utils.imports import symbol_by_name
+from celery.utils.saferepr import saferepr as safe_repr
 from celery.worker.request import create_request_cls
 from celery.worker.state import task_reserved
 from celery.worker.strategy import hybrid_to_proto2, proto1_to_proto2
@@ -40,7 +41,6 @@ def interval_strategy(task: Any, app: Any, consumer: Any, **_: Any) -> Any:
         service.slots.pool.accepted,
     )
     acks_late = bool(getattr(task, "acks_late", False))
-    sends_events = bool(eventer and eventer.enabled and task.send_events)
     # kombu's Redis transport serves priority 0 first; AMQP brokers the highest number.
     lower_first = getattr(consumer.connection.transport, "driver_type", "") == "redis"
 
@@ -80,20 +80,6 @@ def interval_strategy(task: Any, app: Any, consumer: Any, **_: Any) -> Any:
             logger.info(_app_trace.LOG_RECEIVED, context, extra={"data": context})
         if req.revoked():
             return
-        signals.task_received.send(sender=consumer, request=req)
-        if sends_events:  # as Celery's own strategy sends it, for Flower and event consumers
-            eventer.send(
-                "task-received",
-                uuid=req.id,
-                name=req.name,
-                args=req.argsrepr,
-                kwargs=req.kwargsrepr,
-                root_id=req.root_id,
-                parent_id=req.parent_id,
-                retries=req.request_dict.get("retries", 0),
-                eta=req.eta and req.eta.isoformat(),
-                expires=req.expires and req.expires.isoformat(),
-            )
         drop_internal_headers(req.request_dict)
         queue = consumed_queue(message) or _queue_of(task, req)
         try:
@@ -102,6 +88,7 @@ def interval_strategy(task: Any, app: Any, consumer: Any, **_: Any) -> Any:
                 service.settings.interval_us,
             )
         except ConfigurationError as exc:
+            service.notify.received_request(req)
             _fail(req, exc)
             return
         if _broadcast(message, queue):
@@ -239,6 +226,7 @@ def _fail(req: Any, exc: ConfigurationError) -> None:
     """A message we cannot place in a bucket fails visibly instead of running unlimited."""
     logger.error("interval: task %s cannot be scheduled: %s", req.id, exc)
     req.task.backend.mark_as_failure(req.id, exc, request=req._context, store_result=True)
+    req.send_event("task-failed", exception=safe_repr(exc), traceback="")
     req.acknowledge()
     # As for a task that raised: error trackers and monitoring hooked to task_failure see it.
     signals.task_failure.send(

@@ -29,6 +29,7 @@ class Request:
     id: str
     request_dict: dict[str, Any] = field(default_factory=dict)
     acked: bool = False
+    task: Any = None
 
     def revoked(self) -> bool:
         return False

@@ -224,6 +224,8 @@ def test_a_bucket_made_once_the_store_is_an_interval_old_starts_at_once(store: S
         TaskCopy("c", "t1", 0), Pace(I_US), ClaimTerms("h1", LEASE_US, MAX_LEAD_US)
     )
     assert taken.delay_us == 0 and claimed is not None and claimed.outcome is Outcome.OK
+    reset_ns = time.monotonic_ns()
     store.reset("c")
     again = store.grant(TaskCopy("c", "t2", 0), Pace(I_US))
-    assert again.delay_us >= I_US + MAX_LEAD_US - 5_000, "a reset keeps the first wait"
+    since_reset_us = (time.monotonic_ns() - reset_ns) // 1000  # a loaded host is slow here
+    assert again.delay_us >= I_US + MAX_LEAD_US - since_reset_us, "a reset keeps the first wait"
