@@ -82,6 +82,8 @@ def main(argv: list[str] | None = None) -> int:
     unknown = [e for e in args.extras if e not in CHECKS]
     if unknown:
         parser.error(f"unknown extra(s) {unknown}; known: {', '.join(CHECKS)}")
+    # pip builds a local project in place: leave no build/ or egg-info behind that was not there
+    leftovers = [p for p in (ROOT / "build", ROOT / "celery_interval.egg-info") if not p.exists()]
     where = Path(tempfile.mkdtemp(prefix="check-extras-"))
     print(f"venvs and logs in {where}", flush=True)
     verdicts = []
@@ -94,7 +96,10 @@ def main(argv: list[str] | None = None) -> int:
         verdicts.append((ok, line))
         if not args.keep:
             shutil.rmtree(where / f"venv-{extra}", ignore_errors=True)
-    print("\n".join(line for _, line in verdicts))
+    for path in leftovers:
+        shutil.rmtree(path, ignore_errors=True)
+    if len(verdicts) > 1:
+        print("summary:\n" + "\n".join(line for _, line in verdicts))
     if not args.keep and all(ok for ok, _ in verdicts):
         shutil.rmtree(where, ignore_errors=True)
     return 0 if all(ok for ok, _ in verdicts) else 1
