@@ -10,7 +10,7 @@ from typing import Any
 from celery_interval.config import settings_of
 from celery_interval.stores import Store, store_for_settings
 
-__all__ = ["store_of"]
+__all__ = ["forget_store", "store_of"]
 
 _stores: weakref.WeakKeyDictionary[Any, tuple[int, Store]] = weakref.WeakKeyDictionary()
 _lock = threading.Lock()
@@ -24,3 +24,11 @@ def store_of(app: Any) -> Store:
         if made is None or made[0] != pid:
             made = _stores[app] = (pid, store_for_settings(settings_of(app)))
         return made[1]
+
+
+def forget_store(app: Any) -> None:
+    """Drop this process's store client for ``app`` (after its store settings changed)."""
+    with _lock:
+        made = _stores.pop(app, None)
+    if made is not None and made[0] == os.getpid():
+        made[1].close()
