@@ -23,6 +23,7 @@ __all__ = [
     "claim",
     "clamp_lead",
     "done",
+    "done_mark",
     "expires_in_us",
     "grant",
     "new_state",
@@ -31,6 +32,7 @@ __all__ = [
     "set_interval",
     "status",
     "take",
+    "throttle",
     "unpause",
     "virtual_now",
 ]
@@ -69,6 +71,8 @@ class BucketState:
     current_slot_us: int
     last_start_us: int
     interval_override_us: int | None
+    #: The slot a throttled task keeps (``throttle``): no other copy starts in it.
+    reserved_us: int | None = None
 
 
 @dataclass(frozen=True)
@@ -90,12 +94,15 @@ class Done:
 @dataclass(frozen=True)
 class Granted:
     """This (task_id, retries) holds ticket ``ticket`` at ``slot_us`` of ``epoch``: a copy
-    granted again gets the same slot while no later ticket has started."""
+    granted again gets the same slot while no later ticket has started; a ``front`` one (a
+    throttled task's place, ``throttle``) keeps it even after later starts, and is not marked
+    done by the ack of the run that was throttled."""
 
     epoch: int
     ticket: int
     slot_us: int
     expires_real_us: int
+    front: bool = False
 
 
 Mark = Lease | Done | Granted
@@ -236,7 +243,7 @@ def grant(
     if (
         isinstance(mark, Granted)
         and mark.epoch == state.epoch
-        and mark.slot_us >= state.current_slot_us
+        and (mark.front or mark.slot_us >= state.current_slot_us)
     ):
         delay_us = max(0, mark.slot_us - v)
         again = Grant(Outcome.OK, state.epoch, mark.ticket, mark.slot_us, delay_us, paused)
@@ -277,6 +284,9 @@ def claim(
     spacing_us = effective_interval(state, interval_us)
     earliest_us = state.last_start_us + spacing_us
     slot_us = slot.slot_us
+    front = isinstance(mark, Granted) and mark.front and mark.epoch == state.epoch
+    if state.reserved_us is not None and not front:
+        earliest_us = max(earliest_us, state.reserved_us + spacing_us)
     if isinstance(mark, Lease):
         if mark.holder != terms.holder:
             held_us = mark.expires_real_us - now_us
@@ -286,7 +296,7 @@ def claim(
         # The holder never heard of its admitted start (the reply was lost) and that start has
         # passed: admit a new one, an interval after the last, as if that one had happened.
         slot_us = state.current_slot_us
-    elif slot.epoch != state.epoch or slot_us < state.current_slot_us:
+    elif slot.epoch != state.epoch or (slot_us < state.current_slot_us and not front):
         return state, mark, Claim(Outcome.RETICKET, state.epoch, 0, now_us)
     else:
         earliest_us = max(slot_us, earliest_us)
@@ -296,7 +306,12 @@ def claim(
     # The handoff is at most one interval: a task that reaches its process later than that
     # cannot start exactly anyway, and a longer wait only idles the process.
     start_us = max(v + min(max(0, terms.handoff_us), lead_us, spacing_us), earliest_us)
-    state = replace(state, last_start_us=start_us, current_slot_us=slot_us)
+    state = replace(
+        state,
+        last_start_us=start_us,
+        current_slot_us=max(slot_us, state.current_slot_us) if front else slot_us,
+        reserved_us=None if front else state.reserved_us,
+    )
     lease = Lease(terms.holder, start_us, now_us + terms.lease_us)
     return state, lease, Claim(Outcome.OK, state.epoch, start_us - v, now_us)
 
@@ -337,6 +352,49 @@ def take(
 def done(now_us: int, dedupe_ttl_us: int) -> Done:
     """The message was acknowledged: every later copy of (task_id, retries) is a duplicate."""
     return Done(now_us + dedupe_ttl_us)
+
+
+def done_mark(mark: Mark | None, now_us: int, dedupe_ttl_us: int) -> Mark:
+    """The mark after an ack of the copy: ``done``, except for a throttled task's live place
+    (the ack is the throttled run's; the copy sent again still has to run)."""
+    if isinstance(mark, Granted) and mark.front and mark.expires_real_us > now_us:
+        return mark
+    return done(now_us, dedupe_ttl_us)
+
+
+def throttle(
+    state: BucketState | None,
+    mark: Mark | None,
+    now_us: int,
+    interval_us: int,
+    retry_after_us: int,
+    ticket: int,
+    *,
+    born_us: int,
+) -> tuple[BucketState, Mark, Status]:
+    """The called service said "retry after ``retry_after_us``": no start of the bucket before
+    then, and the throttled copy keeps its place, the first slot after, ahead of every ticket.
+
+    Every slot shifts (``offset``) so that the next start, one interval after the last, comes
+    ``retry_after_us`` from now at the earliest. That slot is ``reserved``: the throttled copy's
+    mark becomes a ``front`` grant of it (its copy sent again gets it), and every other claim
+    starts an interval after it at the earliest.
+    """
+    if state is None:
+        state = new_state(now_us, interval_us, born_us)
+    spacing_us = effective_interval(state, interval_us)
+    v = virtual_now(state, now_us)
+    slot_us = state.last_start_us + spacing_us
+    shift_us = max(0, v + max(0, retry_after_us) - slot_us)
+    state = replace(
+        state,
+        offset_us=state.offset_us + shift_us,
+        tat_us=max(state.tat_us, slot_us + spacing_us),
+        reserved_us=slot_us,
+    )
+    v -= shift_us
+    place = Granted(state.epoch, ticket, slot_us, now_us + slot_us - v + GRANTED_TTL_US, True)
+    return state, place, status(state, now_us, interval_us, born_us=born_us)
 
 
 def renew(mark: Mark | None, now_us: int, holder: str, lease_us: int) -> tuple[Mark | None, bool]:

@@ -16,6 +16,7 @@ from celery_interval.schedule import (
     BucketState,
     Claim,
     ClaimTerms,
+    Granted,
     Lease,
     Mark,
     Outcome,
@@ -106,7 +107,18 @@ class Model:
 
     def op_done(self, task: str, retries: int, ttl_us: int) -> None:
         key = (task, retries)
-        self.marks[key] = schedule.done(self.now_us, ttl_us)
+        self.marks[key] = schedule.done_mark(self.marks.get(key), self.now_us, ttl_us)
+
+    def op_throttle(self, task: str, retries: int, retry_after_us: int) -> tuple[Any, ...]:
+        """The service throttled ``task``'s run: its copy sent again claims the kept slot."""
+        key = (task, retries)
+        self.state, mark, st = schedule.throttle(
+            self.state, self.marks.get(key), self.now_us, self.interval_us, retry_after_us,
+            ticket=1, born_us=self.born(),
+        )  # fmt: skip
+        self._put(key, mark)
+        self.granted[key] = (mark.epoch, mark.slot_us) if isinstance(mark, Granted) else (0, 0)
+        return ("throttled", st.next_slot_in_us)
 
     def op_renew(self, task: str, retries: int, holder: str, lease_us: int) -> tuple[str, bool]:
         key = (task, retries)
@@ -183,6 +195,10 @@ def done(task: str, retries: int = 0, ttl_us: int = 100 * I_US) -> Step:
 
 def renew(task: str, holder: str, lease_us: int, retries: int = 0) -> Step:
     return ("renew", task, retries, holder, lease_us)
+
+
+def throttle(task: str, retry_after_us: int, retries: int = 0) -> Step:
+    return ("throttle", task, retries, retry_after_us)
 
 
 PAUSE: Step = ("pause",)
@@ -482,6 +498,60 @@ def test_control(name: str, steps: list[Step], expected: list[Any]) -> None:
     run_table(steps, expected)
 
 
+# -- throttle ---------------------------------------------------------------------------------
+
+THROTTLE_TABLE = [
+    (
+        "no start for retry_after; the throttled task keeps the first slot, the rest follow",
+        [at(-ML), grant("a"), grant("b"), grant("c"), at(1_000), claim("a"), at(1_200),
+         throttle("a", 3_000), at(2_000), claim("b"), grant("a"), at(4_199), claim("a"),
+         at(4_200), claim("a"), claim("b"), at(5_200), claim("b"), at(6_200), claim("c"),
+         STARTS],
+        [("OK", 1, 1_000, ML + 1_000), ("OK", 2, 2_000, ML + 2_000),
+         ("OK", 3, 3_000, ML + 3_000), ("OK", 0), ("throttled", 5_000), ("WAIT", 3_200),
+         ("OK", 1, 2_000, 2_200), ("WAIT", 1), ("OK", 0), ("WAIT", 1_000), ("OK", 0),
+         ("OK", 0), ("starts", 1_000, 4_200, 5_200, 6_200)],
+    ),
+    (
+        "a short retry_after: the throttled task still takes the next slot, ahead of b",
+        [at(-ML), grant("a"), grant("b"), at(1_000), claim("a"), at(1_100), throttle("a", 0),
+         at(2_000), claim("b"), grant("a"), claim("a"), at(3_000), claim("b"), STARTS],
+        [("OK", 1, 1_000, ML + 1_000), ("OK", 2, 2_000, ML + 2_000), ("OK", 0),
+         ("throttled", 1_900), ("WAIT", 1_000), ("OK", 1, 2_000, 0), ("OK", 0), ("OK", 0),
+         ("starts", 1_000, 2_000, 3_000)],
+    ),
+    (
+        "a throttled task that never comes back costs one interval",
+        [at(-ML), grant("a"), grant("b"), at(1_000), claim("a"), throttle("a", 0), at(2_000),
+         claim("b"), at(3_000), claim("b"), STARTS],
+        [("OK", 1, 1_000, ML + 1_000), ("OK", 2, 2_000, ML + 2_000), ("OK", 0),
+         ("throttled", 2_000), ("WAIT", 1_000), ("OK", 0), ("starts", 1_000, 3_000)],
+    ),
+    (
+        "the throttled run's ack keeps the place; the ack of the run that follows marks done",
+        [at(-ML), grant("a"), at(1_000), claim("a"), throttle("a", 500), done("a"), grant("a"),
+         at(2_000), claim("a"), done("a"), grant("a")],
+        [("OK", 1, 1_000, ML + 1_000), ("OK", 0), ("throttled", 2_000), ("OK", 1, 2_000, 1_000),
+         ("OK", 0), ("DUPLICATE",)],
+    ),
+    (
+        "a throttle while paused waits its retry_after after the unpause",
+        [at(-ML), grant("a"), grant("b"), at(1_000), claim("a"), PAUSE, throttle("a", 2_000),
+         at(5_000), UNPAUSE, grant("a"), claim("a"), at(7_000), claim("a"), STARTS],
+        [("OK", 1, 1_000, ML + 1_000), ("OK", 2, 2_000, ML + 2_000), ("OK", 0),
+         ("throttled", 3_000), ("OK", 1, 2_000, 2_000), ("WAIT", 2_000), ("OK", 0),
+         ("starts", 1_000, 7_000)],
+    ),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("name", "steps", "expected"), THROTTLE_TABLE, ids=[t[0] for t in THROTTLE_TABLE]
+)
+def test_throttle(name: str, steps: list[Step], expected: list[Any]) -> None:
+    run_table(steps, expected)
+
+
 def test_state_loss_after_a_lead_claim_keeps_spacing() -> None:
     """P5 across state loss: the lost state had admitted a start a full MAX_LEAD_US ahead.
 
@@ -536,6 +606,10 @@ ops = st.one_of(
     ),
     st.tuples(st.just("pause")),
     st.tuples(st.just("unpause")),
+    st.tuples(
+        st.just("throttle"), st.sampled_from(TASKS), st.integers(0, 1),
+        st.sampled_from([0, 500, 5_000]),
+    ),
     st.tuples(st.just("set_interval"), st.sampled_from([200, 1_000, 3_000])),
     st.tuples(st.just("lose")),
     st.tuples(st.just("advance"), st.integers(IDLE_US, IDLE_US + 3_000)),
@@ -599,9 +673,11 @@ def test_state_loss_right_after_lead_claims_keeps_spacing(
 
 
 def check_sequence(steps: list[Step], m: Model | None = None) -> Model:
-    """Run ``steps`` on a Model, asserting P5 (real start spacing) and P8 (within an epoch)."""
+    """Run ``steps`` on a Model, asserting P5 (real start spacing) and P8 (within an epoch), and
+    that no start is admitted before a throttle's retry_after has passed."""
     m = Model() if m is None else m
     last_start_us: int | None = None  # the latest start, real µs
+    quiet_until_us = 0  # the latest throttle's end, real µs
     for step in _expand(steps):
         before = m.state
         effective_us = I_US if before is None else schedule.effective_interval(before, I_US)
@@ -629,6 +705,7 @@ def check_sequence(steps: list[Step], m: Model | None = None) -> Model:
             if len(m.starts_real_us) > n_starts and not re_claim:
                 assert m.state is not None
                 start_us = m.starts_real_us[-1] + T0_US
+                assert start_us >= quiet_until_us, "a start inside a throttle's retry_after"
                 if last_start_us is not None:
                     assert start_us - last_start_us >= effective_us, (
                         f"two starts {start_us - last_start_us} µs apart "
@@ -638,6 +715,8 @@ def check_sequence(steps: list[Step], m: Model | None = None) -> Model:
                 last_start_us = start_us
         else:
             m.run([step])
+            if step[0] == "throttle":
+                quiet_until_us = max(quiet_until_us, m.now_us + step[3])
         after = m.state
         if before is not None and after is not None and before.epoch == after.epoch:
             assert after.tat_us >= before.tat_us
