@@ -130,8 +130,11 @@ class ModelStore(ABC):
         for bucket, group in by_bucket.items():
             with self._locked(bucket) as txn:
                 for copy in group:
+                    mark = txn.mark(copy.task_id, copy.retries)
                     txn.set_mark(
-                        copy.task_id, copy.retries, schedule.done(txn.now_us, dedupe_ttl_us)
+                        copy.task_id,
+                        copy.retries,
+                        schedule.done_mark(mark, txn.now_us, dedupe_ttl_us),
                     )
 
     #: A file store is shared by every process; MemoryStore says otherwise.
@@ -150,6 +153,19 @@ class ModelStore(ABC):
             mark, renewed = schedule.renew(txn.mark(task_id, retries), txn.now_us, holder, lease_us)
             txn.set_mark(task_id, retries, mark)
             return renewed
+
+    def throttle(
+        self, copy: TaskCopy, interval_us: int, retry_after_us: int, *, ticket: int = 0
+    ) -> Status:
+        """Atomically defer the bucket's starts and keep the first slot after for ``copy``
+        (``schedule.throttle``)."""
+        return self._step(
+            copy,
+            interval_us,
+            lambda s, m, n, b: schedule.throttle(
+                s, m, n, interval_us, retry_after_us, ticket, born_us=b
+            ),
+        )
 
     def pause(self, bucket: str, interval_us: int) -> Status:
         """Atomically freeze the bucket's virtual time (idempotent); returns the new status."""

@@ -108,6 +108,14 @@ class Store(Protocol):
         """Atomically extend ``holder``'s live lease to now + ``lease_us``; False if none."""
         ...
 
+    def throttle(
+        self, copy: TaskCopy, interval_us: int, retry_after_us: int, *, ticket: int = 0
+    ) -> Status:
+        """Atomically defer every start of the bucket by ``retry_after_us`` from now and keep
+        the first slot after it for ``copy`` (``schedule.throttle``); ``ticket`` is the ticket
+        the copy ran under (the mark and the ledger keep it)."""
+        ...
+
     def pause(self, bucket: str, interval_us: int) -> Status:
         """Atomically freeze the bucket's virtual time (idempotent); returns the new status."""
         ...

@@ -54,15 +54,15 @@ def status_from_reply(reply: Sequence[Any]) -> Status:
 
 def decode_mark(raw: str | bytes | None) -> Mark | None:
     """Parse a mark value (``L|holder|start_us|expires_real_us``, ``D|expires_real_us`` or
-    ``G|epoch|ticket|slot_us|expires_real_us``)."""
+    ``G|epoch|ticket|slot_us|expires_real_us``, or ``F|…`` as ``G|…`` for a front grant)."""
     if raw is None:
         return None
     value = as_text(raw)
     if value.startswith("D|"):
         return Done(int(value[2:]))
-    if value.startswith("G|"):
+    if value.startswith(("G|", "F|")):
         epoch, ticket, slot_us, until_us = (int(x) for x in value[2:].split("|"))
-        return Granted(epoch, ticket, slot_us, until_us)
+        return Granted(epoch, ticket, slot_us, until_us, value[0] == "F")
     if value.startswith("L|"):
         head, start_us, expires_us = value.rsplit("|", 2)
         return Lease(head[2:], int(start_us), int(expires_us))

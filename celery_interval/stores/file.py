@@ -32,8 +32,11 @@ _STATE_FIELDS = (
     "current_slot_us",
     "last_start_us",
     "interval_override_us",
+    "reserved_us",
 )
-_NULLABLE_FIELDS = frozenset({"paused_at_real_us", "interval_override_us"})
+_NULLABLE_FIELDS = frozenset({"paused_at_real_us", "interval_override_us", "reserved_us"})
+#: Fields a file written before they existed lacks: they read as None.
+_OPTIONAL_FIELDS = frozenset({"reserved_us"})
 
 
 # POSIX locks belong to the process: threads of one process do not exclude each other with
@@ -273,6 +276,8 @@ def _encode(bucket: str, record: _Record, now_us: int) -> bytes:
                 slot_us=mark.slot_us,
                 expires_real_us=mark.expires_real_us,
             )
+            if mark.front:
+                row["front"] = True
         else:
             row.update(kind="done", expires_real_us=mark.expires_real_us)
         rows.append(row)
@@ -323,7 +328,11 @@ def _decode(raw: bytes, path: Path, bucket: str) -> _Record:
         state = None
     elif isinstance(raw_state, dict):
         state = BucketState(
-            **{name: integer(raw_state, name, name in _NULLABLE_FIELDS) for name in _STATE_FIELDS}
+            **{
+                name: integer(raw_state, name, name in _NULLABLE_FIELDS)
+                for name in _STATE_FIELDS
+                if name in raw_state or name not in _OPTIONAL_FIELDS
+            }
         )
     else:
         raise corrupt("state is not an object")
@@ -345,9 +354,9 @@ def _decode(raw: bytes, path: Path, bucket: str) -> _Record:
         elif kind == "done":
             marks[key] = Done(integer(row, "expires_real_us"))
         elif kind == "granted":
-            marks[key] = Granted(
-                *(integer(row, name) for name in ("epoch", "ticket", "slot_us", "expires_real_us"))
-            )
+            names = ("epoch", "ticket", "slot_us", "expires_real_us")
+            epoch, ticket, slot_us, until_us = (integer(row, name) for name in names)
+            marks[key] = Granted(epoch, ticket, slot_us, until_us, row.get("front") is True)
         else:
             raise corrupt(f"unknown mark kind {kind!r}")
     optional = [integer(doc, name, True) if name in doc else None

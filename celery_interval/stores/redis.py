@@ -71,6 +71,7 @@ SCRIPT_NAMES = (
     "set_interval",
     "status",
     "reset",
+    "throttle",
 )
 
 #: Errors meaning "the store cannot be reached right now": held tasks are retried later.
@@ -303,6 +304,16 @@ class RedisStore:
         r = self._run("renew", [self._mark_key(bucket, task_id, retries)], [holder, lease_us])
         return bool(int(r))
 
+    def throttle(
+        self, copy: TaskCopy, interval_us: int, retry_after_us: int, *, ticket: int = 0
+    ) -> Status:
+        r = self._run(
+            "throttle",
+            self._task_keys(copy),
+            [interval_us, retry_after_us, ticket, copy.task_id, copy.retries, self._ledger_max],
+        )
+        return status_from_reply(r)
+
     def pause(self, bucket: str, interval_us: int) -> Status:
         return status_from_reply(
             self._run("pause", self._control_keys(bucket), [interval_us, self._ledger_max])
@@ -382,6 +393,7 @@ class RedisStore:
                 current_slot_us=f["c"],
                 last_start_us=f["l"],
                 interval_override_us=f.get("i"),
+                reserved_us=f.get("h"),
             )
         except KeyError as exc:
             raise StoreError(f"interval state of bucket {bucket!r} lacks field {exc}") from None

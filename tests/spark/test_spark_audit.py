@@ -364,12 +364,18 @@ def test_audit_of_a_real_pool_run(
 
     doc = main([str(export)], tmp_path / "audit")
     (row,) = doc["buckets"]
-    assert (row["bucket"], row["starts"], row["violations"]) == (pool.queue, 60, 0)
+    # A pool process that reaches its task after the admitted start (a loaded host) claims a
+    # new start for it: a readmit, one body, two admitted starts.
+    assert (row["bucket"], row["starts"] - row["readmits"], row["violations"]) == (
+        pool.queue,
+        60,
+        0,
+    )
     assert (row["duplicate_starts"], row["ok"], doc["ok"]) == (0, True, True)
     assert (row["interval_s"], row["interval_source"]) == (0.02, "ledger")
     assert row["min_gap_s"] >= 0.02 and row["grants"] >= 60  # a re-ticket is granted again
     names = {w.name for w in workers}
     assert {w["worker"] for w in row["workers"]} <= names
-    assert sum(w["starts"] for w in row["workers"]) == 60
+    assert sum(w["starts"] for w in row["workers"]) == row["starts"]
     assert row["utilization"] > 0.5
     assert (tmp_path / "audit" / "bucket-000-gaps.png").exists()

@@ -300,6 +300,23 @@ class Differential(RuleBasedStateMachine):
         expected = self.model.renew(bucket, task, retry, holder, lease)
         assert self.redis.renew(bucket, task, retry, holder, lease) is expected
 
+    @rule(
+        bucket=buckets,
+        task=tasks,
+        retry=retries,
+        interval=intervals_us,
+        retry_after=st.sampled_from([0, 1, 999, 2_000_000, 90_000_000]),
+        ticket=st.integers(0, 9),
+    )
+    def throttle(
+        self, bucket: str, task: str, retry: int, interval: int, retry_after: int, ticket: int
+    ) -> None:
+        copy = TaskCopy(bucket, task, retry)
+        expected, got = self._compared(
+            bucket, "throttle", copy, interval, retry_after, ticket=ticket
+        )
+        assert got == expected
+
     @rule(bucket=buckets, interval=intervals_us)
     def pause(self, bucket: str, interval: int) -> None:
         expected, got = self._compared(bucket, "pause", bucket, interval)

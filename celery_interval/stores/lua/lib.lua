@@ -3,12 +3,14 @@
 -- (exact below 2^53); every number written to Redis goes through fmt() ('%d'), because
 -- Redis formats plain Lua numbers with 14 significant digits and would round µs values.
 -- State hash fields: e=epoch o=offset_us p=paused_at_real_us (absent: not paused)
--- t=tat_us n=ticket c=current_slot_us l=last_start_us i=interval_override_us (absent: none).
+-- t=tat_us n=ticket c=current_slot_us l=last_start_us i=interval_override_us (absent: none)
+-- h=reserved_us (a throttled task's kept slot; absent: none).
 -- A reset bucket's hash holds only r=<reset time>, until its next state is made.
 -- The store's birth marker: the key <prefix>born (µs), set by the first script that makes a
 -- state and finds it missing; scripts on a Cluster get no such key (see born_us).
 -- Mark strings: lease "L|<holder>|<start_us>|<expires_real_us>", done "D|<expires_real_us>",
--- granted "G|<epoch>|<ticket>|<slot_us>|<expires_real_us>".
+-- granted "G|<epoch>|<ticket>|<slot_us>|<expires_real_us>", a throttled task's front grant
+-- the same with "F" for "G".
 -- The ledger: a capped Stream per bucket (same hash tag); scripts append one entry per grant,
 -- claim and control action with ledger_append (cap 0 = ledger off).
 
@@ -34,13 +36,13 @@ end
 
 -- The state at key, or nil and the time of the bucket's reset (nil if none) when it has none.
 local function load_state(key)
-  local r = redis.call('HMGET', key, 'e', 'o', 'p', 't', 'n', 'c', 'l', 'i', 'r')
+  local r = redis.call('HMGET', key, 'e', 'o', 'p', 't', 'n', 'c', 'l', 'i', 'r', 'h')
   if r[1] == false then
     return nil, num(r[9])
   end
   return {
     e = num(r[1]), o = num(r[2]), p = num(r[3]), t = num(r[4]),
-    n = num(r[5]), c = num(r[6]), l = num(r[7]), i = num(r[8]),
+    n = num(r[5]), c = num(r[6]), l = num(r[7]), i = num(r[8]), h = num(r[10]),
   }
 end
 
@@ -61,7 +63,7 @@ end
 -- one interval after it.
 local function new_state(now, interval, born)
   local last = math.max(now - interval, born + MAX_LEAD_US)
-  return { e = now, o = 0, p = nil, t = last + interval, n = 0, c = 0, l = last, i = nil }
+  return { e = now, o = 0, p = nil, t = last + interval, n = 0, c = 0, l = last, i = nil, h = nil }
 end
 
 -- schedule.new_state's born_us: the birth marker at born_key (set to now when missing, if
@@ -129,7 +131,7 @@ local function keep_until(key, s, now, interval)
   end
 end
 
--- Write the whole state (absent fields for nil p and i), over a reset's r.
+-- Write the whole state (absent fields for nil p, i and h), over a reset's r.
 local function save_state(key, s, now, interval)
   redis.call('DEL', key)
   redis.call('HSET', key, 'e', fmt(s.e), 'o', fmt(s.o), 't', fmt(s.t), 'n', fmt(s.n),
@@ -139,6 +141,9 @@ local function save_state(key, s, now, interval)
   end
   if s.i ~= nil then
     redis.call('HSET', key, 'i', fmt(s.i))
+  end
+  if s.h ~= nil then
+    redis.call('HSET', key, 'h', fmt(s.h))
   end
   keep_until(key, s, now, interval)
 end
@@ -165,7 +170,7 @@ local function save_fields(key, s, is_new, now, interval, ...)
 end
 
 -- The mark at key as {kind='L', holder, start, exp}, {kind='D', exp} or
--- {kind='G', e, ticket, slot, exp}, or nil.
+-- {kind='G', e, ticket, slot, exp, front}, or nil.
 local function load_mark(key)
   local raw = redis.call('GET', key)
   if not raw then
@@ -175,10 +180,10 @@ local function load_mark(key)
   if kind == 'D' then
     return { kind = 'D', exp = tonumber(string.sub(raw, 3)) }
   end
-  if kind == 'G' then
-    local e, ticket, slot, exp = string.match(raw, '^G|(%-?%d+)|(%-?%d+)|(%-?%d+)|(%-?%d+)$')
+  if kind == 'G' or kind == 'F' then
+    local e, ticket, slot, exp = string.match(raw, '^.|(%-?%d+)|(%-?%d+)|(%-?%d+)|(%-?%d+)$')
     return { kind = 'G', e = tonumber(e), ticket = tonumber(ticket), slot = tonumber(slot),
-      exp = tonumber(exp) }
+      exp = tonumber(exp), front = kind == 'F' }
   end
   local holder, start, exp = string.match(raw, '^L|(.*)|(%-?%d+)|(%-?%d+)$')
   return { kind = 'L', holder = holder, start = tonumber(start), exp = tonumber(exp) }
@@ -198,7 +203,8 @@ local function put_mark(key, m, now)
   if m.kind == 'D' then
     value = 'D|' .. fmt(m.exp)
   elseif m.kind == 'G' then
-    value = 'G|' .. fmt(m.e) .. '|' .. fmt(m.ticket) .. '|' .. fmt(m.slot) .. '|' .. fmt(m.exp)
+    value = (m.front and 'F|' or 'G|') .. fmt(m.e) .. '|' .. fmt(m.ticket) .. '|' .. fmt(m.slot)
+      .. '|' .. fmt(m.exp)
   else
     value = 'L|' .. m.holder .. '|' .. fmt(m.start) .. '|' .. fmt(m.exp)
   end

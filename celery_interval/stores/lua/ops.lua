@@ -25,7 +25,7 @@ local function grant_op(keys, argv)
   local paused = s.p ~= nil and 1 or 0
   local m = live(load_mark(keys[2]), now)
   local outcome, ticket, slot, delay, again = 'DUPLICATE', 0, 0, 0, nil
-  local reuse = m ~= nil and m.kind == 'G' and m.e == s.e and m.slot >= s.c
+  local reuse = m ~= nil and m.kind == 'G' and m.e == s.e and (m.front or m.slot >= s.c)
   if (m ~= nil and m.kind == 'D') or reuse then
     if is_new then
       save_state(keys[1], s, now, interval)
@@ -68,7 +68,9 @@ end
 -- ledger only), ARGV[11] ledger_max (0 = no ledger), ARGV[12] handoff_us (clamped to
 -- 0..min(lead, interval))
 -- Returns {outcome, epoch, delay_us, now_us}: OK (start_in), WAIT (wait), HELD (lease left),
--- PAUSED, DUPLICATE, RETICKET (0). Saves a new epoch; drops an expired mark; OK leases
+-- PAUSED, DUPLICATE, RETICKET (0). A throttled task's front grant keeps its slot after later
+-- starts (no RETICKET) and frees the reserved slot (h); every other claim starts an interval
+-- after the reserved slot at the earliest. Saves a new epoch; drops an expired mark; OK leases
 -- (a granted mark is no lease: it only gives a redelivered copy the same slot).
 -- Ledger: op=claim:<outcome> now task r ticket slot holder epoch interval (effective), plus
 -- for OK start (real µs) and late (virtual start - slot, >= 0; again=1 when the holder
@@ -113,6 +115,10 @@ local function claim_op(keys, argv)
   local v = virtual_now(s, now)
   local spacing = effective_interval(s, interval)
   local earliest = s.l + spacing
+  local front = m ~= nil and m.kind == 'G' and m.front and m.e == s.e
+  if s.h ~= nil and not front then
+    earliest = math.max(earliest, s.h + spacing)
+  end
   local readmit = nil
   if m ~= nil and m.kind ~= 'G' then
     if m.kind == 'D' then
@@ -130,7 +136,7 @@ local function claim_op(keys, argv)
     -- new one an interval after the last, as if that one had happened.
     slot = s.c
     readmit = 1
-  elseif epoch ~= s.e or slot < s.c then
+  elseif epoch ~= s.e or (slot < s.c and not front) then
     return reply(s, 'RETICKET', 0)
   else
     earliest = math.max(slot, earliest)
@@ -141,8 +147,13 @@ local function claim_op(keys, argv)
   end
   local start = math.max(v + math.min(math.max(0, handoff), lead, spacing), earliest)
   s.l = start
-  s.c = slot
-  save_fields(keys[1], s, false, now, interval, 'l', 'c')
+  if front then
+    s.c = math.max(slot, s.c)
+    s.h = nil
+  else
+    s.c = slot
+  end
+  save_fields(keys[1], s, false, now, interval, 'l', 'c', 'h')
   put_mark(keys[2], { kind = 'L', holder = holder, start = start, exp = now + lease }, now)
   if readmit then
     return reply(s, 'OK', start - v, 'start', now + start - v, 'late', start - slot,
