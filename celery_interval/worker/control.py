@@ -76,3 +76,12 @@ def interval_stats(
         return {}
     snapshot: dict[str, Any] = service.snapshot(top=top, match=match, buckets=buckets, tasks=tasks)
     return snapshot
+
+
+@control_command(args=[("queue", str)], signature="<queue>")
+def unset_interval(state: Any, queue: Any = None, **_: Any) -> dict[str, Any]:
+    """Drop an interval queue's set_interval override: its configured interval is back."""
+    return _run(lambda: control.unset_interval(state.app, queue, broadcast=False).status)
+
+
+__all__ += ["unset_interval"]
