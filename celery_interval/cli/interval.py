@@ -79,8 +79,8 @@ def set_(ctx: click.Context, queue: str, interval_value: str, as_json: bool) -> 
 @click.pass_context
 @fail_on_interval_errors
 def unset(ctx: click.Context, queue: str, as_json: bool) -> None:
-    """Drop QUEUE's interval set by `set`: its configured interval is back (no new epoch;
-    tickets, pause and granted slots are kept)."""
+    """Drop QUEUE's interval override (from set): its configured interval is back, with no
+    new epoch (tickets, pause and granted slots are kept)."""
     result = control.unset_interval(app_of(ctx), queue)
     shown = describe_interval(result.status.interval_us)
     done = "override dropped" if result.dropped else "no interval override to drop"
