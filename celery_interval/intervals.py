@@ -31,7 +31,9 @@ _RATE = re.compile(rf"^\s*{_NUMBER}\s*/\s*([a-zA-Z]+)\s*$")
 _DURATION = re.compile(rf"^\s*{_NUMBER}\s*([a-zA-Z]+)\s*$")
 #: Seconds per unit of a rate, ``N/unit``: starts per second, minute or hour (Celery's forms).
 _RATE_UNIT_S = {
-    "s": 1, "sec": 1, "second": 1, "m": 60, "min": 60, "minute": 60, "h": 3600, "hour": 3600,
+    "s": 1, "sec": 1, "secs": 1, "second": 1, "seconds": 1,
+    "m": 60, "min": 60, "mins": 60, "minute": 60, "minutes": 60,
+    "h": 3600, "hour": 3600, "hours": 3600,
 }  # fmt: skip
 #: Seconds per unit of a duration, ``N unit``: only units no one reads as a rate.
 _DURATION_UNIT_S = {
@@ -69,7 +71,7 @@ def _string_seconds(value: str, said: str) -> float:
     rate = _RATE.match(value)
     if rate:
         count, unit = float(rate.group(1)), rate.group(2).lower()
-        per_s = _RATE_UNIT_S.get(unit.rstrip("s") if len(unit) > 1 else unit)
+        per_s = _RATE_UNIT_S.get(unit)
         if per_s is None:
             raise ConfigurationError(f"{said}: not an interval (no rate unit {unit!r}); {FORMS}")
         if count <= 0:

@@ -44,6 +44,8 @@ BAD_INTERVALS: list[object] = [
     "1/day",
     "500 m s",
     "1e3ms",
+    "10/ms",  # no rate per millisecond, and not per minute either
+    "10/ss",
 ]
 
 GOOD_INTERVALS: list[tuple[object, int]] = [
@@ -68,6 +70,8 @@ GOOD_INTERVALS: list[tuple[object, int]] = [
     ("250MS", 250_000),
     ("10/sec", 100_000),
     ("30/min", 2_000_000),
+    ("4/seconds", 250_000),
+    ("2/hours", 1_800_000_000),
     (100, 100_000_000),  # a bare number is seconds between starts, however large
 ]
 
@@ -93,7 +97,7 @@ def test_good_interval(value: object, expected_us: int) -> None:
     assert parse_interval_us(value) == expected_us
 
 
-@pytest.mark.parametrize("value", ["fast", "100/x", "2x", "", "1/day"])
+@pytest.mark.parametrize("value", ["fast", "100/x", "2x", "", "1/day", "10/ms"])
 def test_a_value_that_is_no_interval_says_what_is_meant(value: str) -> None:
     with pytest.raises(ConfigurationError) as info:
         parse_interval_us(value, name="interval_queues['api']")
