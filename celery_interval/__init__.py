@@ -6,7 +6,7 @@ from importlib.metadata import PackageNotFoundError
 from importlib.metadata import version as _version
 
 import celery_interval.worker.control as _control_commands  # noqa: F401  (registers commands)
-from celery_interval.control import pause, reset, set_interval, status, unpause
+from celery_interval.control import pause, reset, set_interval, status, unpause, unset_interval
 from celery_interval.errors import (
     ConfigurationError,
     IntervalError,
@@ -37,4 +37,5 @@ __all__ = [
     "set_interval",
     "status",
     "unpause",
+    "unset_interval",
 ]

@@ -12,7 +12,7 @@ from celery_interval.config import settings_of
 from celery_interval.errors import UnknownBucket, short_repr
 from celery_interval.intervals import parse_interval_us
 from celery_interval.placement import is_paced
-from celery_interval.schedule import Status
+from celery_interval.schedule import Status, Unset
 from celery_interval.stores.scan import read_statuses, store_buckets
 
 __all__ = [
@@ -24,6 +24,7 @@ __all__ = [
     "status_dict",
     "statuses",
     "unpause",
+    "unset_interval",
 ]
 
 
@@ -91,6 +92,23 @@ def set_interval(app: Any, queue: str, interval: object, *, broadcast: bool = Tr
     )
     if broadcast:
         app.control.broadcast("set_interval", arguments={"queue": queue, "interval": str(interval)})
+    return result
+
+
+def unset_interval(app: Any, queue: str, *, broadcast: bool = True) -> Unset:
+    """Drop ``queue``'s ``set_interval`` override for the whole pool: its configured interval
+    is back, with no new epoch (``dropped`` is False when it had none: nothing changed)."""
+    interval_us = configured_interval_us(app, queue)
+    result = store_of(app).unset_interval(queue, interval_us)
+    signals.interval_changed.send(
+        sender=queue,
+        bucket=queue,
+        status=result.status,
+        interval_s=result.status.interval_us / 1e6,
+        action="unset",
+    )
+    if broadcast:
+        app.control.broadcast("unset_interval", arguments={"queue": queue})
     return result
 
 

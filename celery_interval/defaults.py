@@ -39,8 +39,8 @@ SETTINGS: tuple[Setting, ...] = (
     Setting(
         "interval_queues",
         {},
-        "Bucket (queue) → interval: seconds (``0.5``) or a rate (``'10/s'``, ``'30/m'``, "
-        "``'100/h'``); above 0, at most one day.",
+        "Bucket (queue) → interval: seconds between starts (``0.5``, ``'500ms'``, ``'2s'``) "
+        "or a rate of starts (``'10/s'``, ``'30/m'``, ``'100/h'``); above 0, at most one day.",
     ),
     Setting(
         "interval_store_url",

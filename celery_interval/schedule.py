@@ -20,6 +20,7 @@ __all__ = [
     "Pace",
     "Slot",
     "Status",
+    "Unset",
     "claim",
     "clamp_lead",
     "done",
@@ -34,6 +35,7 @@ __all__ = [
     "take",
     "throttle",
     "unpause",
+    "unset_interval",
     "virtual_now",
 ]
 
@@ -180,6 +182,15 @@ class Status:
     current_slot_us: int
     last_start_us: int
     virtual_now_us: int
+
+
+@dataclass(frozen=True)
+class Unset:
+    """An ``unset_interval``'s answer: the bucket's status after it, and whether an override
+    was dropped (False: the bucket had none, and nothing changed)."""
+
+    status: Status
+    dropped: bool
 
 
 def new_state(now_us: int, interval_us: int, born_us: int) -> BucketState:
@@ -443,12 +454,26 @@ def set_interval(
     """Override the configured interval; a longer one also pushes ``tat`` (never backwards)."""
     if state is None:
         state = new_state(now_us, interval_us, born_us)
+    return _respaced(state, interval_us, new_interval_us)
+
+
+def unset_interval(state: BucketState | None, interval_us: int) -> tuple[BucketState | None, bool]:
+    """Drop the override, and say whether there was one: the configured ``interval_us`` is
+    back, by ``set_interval``'s rule (a longer one pushes ``tat``, a shorter one leaves it).
+    Epoch, tickets, pause and granted slots are kept; a bucket with no override (or no state)
+    is returned as it is."""
+    if state is None or state.interval_override_us is None:
+        return state, False
+    return _respaced(state, interval_us, None), True
+
+
+def _respaced(state: BucketState, interval_us: int, override_us: int | None) -> BucketState:
+    """``state`` under the override ``override_us`` (None: none); when the effective interval
+    grows, ``tat`` moves on by the difference, never backwards."""
     old_us = effective_interval(state, interval_us)
-    return replace(
-        state,
-        interval_override_us=new_interval_us,
-        tat_us=state.tat_us + max(0, new_interval_us - old_us),
-    )
+    state = replace(state, interval_override_us=override_us)
+    grown_us = max(0, effective_interval(state, interval_us) - old_us)
+    return replace(state, tat_us=state.tat_us + grown_us)
 
 
 def status(state: BucketState | None, now_us: int, interval_us: int, *, born_us: int) -> Status:

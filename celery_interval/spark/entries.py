@@ -47,7 +47,7 @@ TBIN_US = 1_000_000
 #: The gap histogram: bins of a tenth of the interval, the last one for 4 intervals and more.
 HIST_PER_INTERVAL = 10
 HIST_BINS = 4 * HIST_PER_INTERVAL + 1
-_CONTROLS = ("pause", "unpause", "set_interval")
+_CONTROLS = ("pause", "unpause", "set_interval", "unset_interval")
 #: Besides starts, the entries the running windows read: intervals set, pauses opened, closed.
 _TIMELINE_OPS = (*_CONTROLS, "reset")
 #: The fields only a start's later steps read.
@@ -150,8 +150,8 @@ def annotate(ledger: DataFrame, intervals_us: Mapping[str, int] | None = None) -
     between the claims (``now``): a claim may come up to ``lead`` before the start it admits,
     and the interval governs starts. The interval a gap must clear is the later start's: from
     ``intervals_us`` (``--interval-of``) when given, else the ``interval`` the claim entry
-    records, else the one the latest control entry (pause, unpause, set_interval) recorded
-    before it."""
+    records, else the one the latest control entry (pause, unpause, set_interval,
+    unset_interval) recorded before it."""
     w = _by_time()
     before = w.rowsBetween(Window.unboundedPreceding, -1)
     upto = w.rowsBetween(Window.unboundedPreceding, Window.currentRow)

@@ -8,7 +8,17 @@ from contextlib import AbstractContextManager
 from typing import Protocol, TypeVar
 
 from celery_interval import schedule
-from celery_interval.schedule import BucketState, Claim, ClaimTerms, Grant, Mark, Pace, Slot, Status
+from celery_interval.schedule import (
+    BucketState,
+    Claim,
+    ClaimTerms,
+    Grant,
+    Mark,
+    Pace,
+    Slot,
+    Status,
+    Unset,
+)
 from celery_interval.stores.base import DoneBatch, TaskCopy
 
 __all__ = ["BucketTxn", "ModelStore"]
@@ -186,6 +196,17 @@ class ModelStore(ABC):
             interval_us,
             lambda s, n, i, b: schedule.set_interval(s, n, i, new_interval_us, born_us=b),
         )
+
+    def unset_interval(self, bucket: str, interval_us: int) -> Unset:
+        """Atomically drop the bucket's override; a bucket with none is left as it is."""
+        with self._locked(bucket) as txn:
+            state, dropped = schedule.unset_interval(txn.state, interval_us)
+            if state is not None:
+                _put(txn, state, interval_us)
+                status = schedule.status(state, txn.now_us, interval_us, born_us=txn.now_us)
+                return Unset(status, dropped)
+        # No state, nothing written: read it as ``status`` does (no birth marker is set).
+        return Unset(self.status(bucket, interval_us), dropped=False)
 
     def reset(self, bucket: str) -> None:
         """Atomically forget the bucket's state (marks are kept: dedupe survives a reset).

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import NamedTuple, Protocol
 
-from celery_interval.schedule import Claim, ClaimTerms, Grant, Pace, Slot, Status
+from celery_interval.schedule import Claim, ClaimTerms, Grant, Pace, Slot, Status, Unset
 
 __all__ = ["ClaimArgs", "DoneBatch", "Store", "TaskCopy"]
 
@@ -126,6 +126,11 @@ class Store(Protocol):
 
     def set_interval(self, bucket: str, interval_us: int, new_interval_us: int) -> Status:
         """Atomically override the bucket's interval with ``new_interval_us``."""
+        ...
+
+    def unset_interval(self, bucket: str, interval_us: int) -> Unset:
+        """Atomically drop the bucket's override (``schedule.unset_interval``): its configured
+        ``interval_us`` is back; a bucket with none is left as it is (``dropped`` is False)."""
         ...
 
     def reset(self, bucket: str) -> None:

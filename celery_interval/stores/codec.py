@@ -6,9 +6,19 @@ from collections.abc import Sequence
 from typing import Any
 
 from celery_interval.errors import StoreError
-from celery_interval.schedule import Claim, Done, Grant, Granted, Lease, Mark, Outcome, Status
+from celery_interval.schedule import (
+    Claim,
+    Done,
+    Grant,
+    Granted,
+    Lease,
+    Mark,
+    Outcome,
+    Status,
+    Unset,
+)
 
-__all__ = ["as_text", "claim_of", "decode_mark", "grant_of", "status_from_reply"]
+__all__ = ["as_text", "claim_of", "decode_mark", "grant_of", "status_from_reply", "unset_of"]
 
 
 def as_text(value: Any) -> str:
@@ -50,6 +60,11 @@ def status_from_reply(reply: Sequence[Any]) -> Status:
         last_start_us=last,
         virtual_now_us=v,
     )
+
+
+def unset_of(reply: Sequence[Any]) -> Unset:
+    """Decode unset_interval.lua's reply: the status array, then dropped (0|1)."""
+    return Unset(status_from_reply(reply[:-1]), bool(int(reply[-1])))
 
 
 def decode_mark(raw: str | bytes | None) -> Mark | None:

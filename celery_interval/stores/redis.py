@@ -35,9 +35,17 @@ from celery_interval.schedule import (
     Pace,
     Slot,
     Status,
+    Unset,
 )
 from celery_interval.stores.base import DoneBatch, TaskCopy
-from celery_interval.stores.codec import as_text, claim_of, decode_mark, grant_of, status_from_reply
+from celery_interval.stores.codec import (
+    as_text,
+    claim_of,
+    decode_mark,
+    grant_of,
+    status_from_reply,
+    unset_of,
+)
 from celery_interval.stores.line import ScriptLine
 from celery_interval.stores.posted import PostedLine
 from celery_interval.stores.redis_client import (
@@ -69,6 +77,7 @@ SCRIPT_NAMES = (
     "pause",
     "unpause",
     "set_interval",
+    "unset_interval",
     "status",
     "reset",
     "throttle",
@@ -331,6 +340,11 @@ class RedisStore:
                 self._control_keys(bucket),
                 [interval_us, new_interval_us, self._ledger_max],
             )
+        )
+
+    def unset_interval(self, bucket: str, interval_us: int) -> Unset:
+        return unset_of(
+            self._run("unset_interval", self._control_keys(bucket), [interval_us, self._ledger_max])
         )
 
     def reset(self, bucket: str) -> None:

@@ -7,7 +7,7 @@ from typing import Any
 
 from celery_interval.config import settings_of
 from celery_interval.errors import ConfigurationError
-from celery_interval.intervals import rate_text
+from celery_interval.intervals import describe_interval
 from celery_interval.stores import mask_url
 
 __all__ = ["banner_text", "extend_banner"]
@@ -21,12 +21,12 @@ def banner_text(app: Any) -> str:
     settings = settings_of(app)
     consumed = set(getattr(app.amqp.queues, "consume_from", None) or ())
     lines = [
-        f"  . {queue}: {rate_text(interval_us)}"
+        f"  . {queue}: {describe_interval(interval_us)}"
         + ("" if queue in consumed else "; not consumed here")
         for queue, interval_us in sorted(settings.queues_us.items())
     ]
     lines += [
-        f"  . {bucket} (bucket): {rate_text(interval_us)}"
+        f"  . {bucket} (bucket): {describe_interval(interval_us)}"
         for bucket, interval_us in sorted(settings.extra_buckets_us.items())
     ]
     lines.append(f"  . store: {mask_url(settings.store_url)}")

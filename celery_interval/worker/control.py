@@ -1,4 +1,4 @@
-"""Remote control commands: pause_queue, unpause_queue, set_interval, inspect interval_stats;
+"""Remote control: pause_queue, unpause_queue, set_interval, unset_interval, interval_stats;
 and ``inspect scheduled``, which also lists the interval tasks held for their slot."""
 
 from __future__ import annotations
@@ -12,13 +12,25 @@ from celery.worker.control import control_command, inspect_command
 from celery_interval import control
 from celery_interval.errors import ConfigurationError, StoreUnavailable
 
-__all__ = ["interval_stats", "pause_queue", "scheduled", "set_interval", "unpause_queue"]
+__all__ = [
+    "interval_stats",
+    "pause_queue",
+    "scheduled",
+    "set_interval",
+    "unpause_queue",
+    "unset_interval",
+]
 
 logger = logging.getLogger("celery_interval.worker")
 
 _celery_scheduled = celery_control.Panel.data["scheduled"]
 #: The event each command sends on success: ``interval-<this>``.
-_EVENTS = {"pause_queue": "paused", "unpause_queue": "unpaused", "set_interval": "set"}
+_EVENTS = {
+    "pause_queue": "paused",
+    "unpause_queue": "unpaused",
+    "set_interval": "set",
+    "unset_interval": "unset",
+}
 
 
 def _service(state: Any) -> Any:
@@ -109,6 +121,17 @@ def interval_stats(
         return {}
     snapshot: dict[str, Any] = service.snapshot(top=top, match=match, buckets=buckets, tasks=tasks)
     return snapshot
+
+
+@control_command(args=[("queue", str)], signature="<queue>")
+def unset_interval(state: Any, queue: Any = None, **_: Any) -> dict[str, Any]:
+    """Drop an interval queue's set_interval override: its configured interval is back."""
+    return _run(
+        state,
+        "unset_interval",
+        queue,
+        lambda: control.unset_interval(state.app, queue, broadcast=False).status,
+    )
 
 
 @inspect_command(alias="dump_schedule")

@@ -151,6 +151,7 @@ PYTHON_COMMANDS: dict[str, Callable[[Celery, Any], object]] = {
     "pause": lambda app, q: celery_interval.pause(app, q, broadcast=False),
     "unpause": lambda app, q: celery_interval.unpause(app, q, broadcast=False),
     "set_interval": lambda app, q: celery_interval.set_interval(app, q, "10/s", broadcast=False),
+    "unset_interval": lambda app, q: celery_interval.unset_interval(app, q, broadcast=False),
     "status": celery_interval.status,
     "reset": celery_interval.reset,
 }
@@ -191,6 +192,7 @@ INTERVAL_CLI_ROWS: list[tuple[tuple[str, ...], str]] = [
     (("pause", "nope"), "unknown interval bucket 'nope'; configured: {q}"),
     (("unpause", "nope"), "unknown interval bucket 'nope'; configured: {q}"),
     (("set", "nope", "1"), "unknown interval bucket 'nope'; configured: {q}"),
+    (("unset", "nope"), "unknown interval bucket 'nope'; configured: {q}"),
     (("reset", "nope"), "unknown interval bucket 'nope'; configured: {q}"),
     (("status", "nope"), "unknown interval bucket 'nope'; configured: {q}"),
     (("pause",), "Missing argument 'QUEUE'"),
@@ -242,6 +244,7 @@ CONTROL_ROWS: list[tuple[tuple[str, ...], str]] = [
     (("pause_queue", "nope"), "unknown interval bucket 'nope'; configured: {q}"),
     (("unpause_queue", "nope"), "unknown interval bucket 'nope'; configured: {q}"),
     (("set_interval", "nope", "1"), "unknown interval bucket 'nope'; configured: {q}"),
+    (("unset_interval", "nope"), "unknown interval bucket 'nope'; configured: {q}"),
     (("pause_queue", "nope:tenant"), "unknown interval bucket 'nope:tenant'; configured: {q}"),
     *((("set_interval", "{q}", v), f"interval='{v}'") for v in BAD_INTERVAL_ARGS),
     (("set_interval", "{q}", "-1"), "No such option '-1'"),  # Celery's own parser

@@ -12,6 +12,10 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
+from celery_interval.schedule import Pace
+from celery_interval.stores.base import TaskCopy
+from celery_interval.stores.redis import RedisStore
+
 
 @pytest.fixture
 def run(monkeypatch: pytest.MonkeyPatch, redis_server: Any, redis_client: Any) -> Any:
@@ -61,6 +65,114 @@ def test_pause_unpause_and_set(run: Any) -> None:
     assert (row["interval_s"], row["overridden"]) == (0.1, True)
 
 
+def test_set_says_the_interval_both_ways(run: Any) -> None:
+    result = run("set", "api", "10/s")
+    assert result.stdout == "api: interval 0.1s (one start every 0.1 s = 10/s)\n"
+    assert result.stderr == ""
+    bare = run("set", "api", "100")  # valid (100 s between starts), maybe meant as 100/s
+    assert bare.exit_code == 0, bare.output
+    assert bare.stdout == "api: interval 100s (one start every 100 s = 0.01/s)\n"
+    assert bare.stderr == (
+        "note: a bare number is seconds between starts; for 100 starts a second write 100/s\n"
+    )
+    assert status(run, "api")["interval_s"] == 100.0
+    assert run("set", "api", "500ms").stdout.startswith("api: interval 0.5s ")
+
+
+def test_unset_goes_back_to_the_configured_interval(run: Any, redis_client: Any) -> None:
+    store = RedisStore(redis_client)
+    for i in range(3):
+        store.grant(TaskCopy("api", f"t{i}", 0), Pace(1_000_000))
+    assert run("pause", "api").exit_code == 0
+    assert run("set", "api", "3s").exit_code == 0
+    before = status(run, "api")
+    assert (before["interval_s"], before["overridden"], before["tickets"]) == (3.0, True, 3)
+    result = run("unset", "api")
+    assert result.exit_code == 0, result.output
+    assert result.stdout == (
+        "api: override dropped; interval 1s (one start every 1 s = 1/s), as configured\n"
+    )
+    after = status(run, "api")
+    assert (after["interval_s"], after["overridden"]) == (1.0, False)
+    kept = ("epoch", "tickets", "paused", "exists")
+    assert {k: after[k] for k in kept} == {k: before[k] for k in kept}, "no new epoch"
+    again = run("unset", "api")
+    assert again.exit_code == 0, "unsetting a bucket with no override is no error"
+    assert again.stdout == (
+        "api: no interval override to drop; interval 1s (one start every 1 s = 1/s), "
+        "as configured\n"
+    )
+    ops = [(f["op"], f.get("changed")) for _id, f in store.ledger("api")]
+    assert ops[-2:] == [("unset_interval", "1"), ("unset_interval", "0")]
+    assert [f["interval"] for _id, f in store.ledger("api")][-2:] == ["1000000", "1000000"]
+    fresh = run("unset", "mail")  # no state at all: none is made
+    assert fresh.exit_code == 0 and "no interval override to drop" in fresh.stdout
+    assert store.read_state("mail") is None
+
+
+STATUS_KEYS = {"queue", "exists", "epoch", "interval_s", "overridden", "paused", "tickets",
+               "next_slot_in_s"}  # fmt: skip
+
+
+def json_of(result: Any) -> dict[str, Any]:
+    """The one JSON object a ``--json`` command printed on stdout."""
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    assert len(lines) == 1, result.stdout
+    obj: dict[str, Any] = json.loads(lines[0])
+    return obj
+
+
+def test_json_on_every_subcommand(run: Any, redis_client: Any, tmp_path: Any) -> None:
+    paused = json_of(run("pause", "api", "--json"))
+    assert set(paused) == STATUS_KEYS and (paused["queue"], paused["paused"]) == ("api", True)
+    unpaused = json_of(run("unpause", "api", "--json"))
+    assert set(unpaused) == STATUS_KEYS and unpaused["paused"] is False
+    assert unpaused["epoch"] == paused["epoch"]
+    set_ = run("set", "mail", "100", "--json")
+    assert "note: a bare number" in set_.stderr, "the note stays off stdout"
+    changed = json_of(set_)
+    assert set(changed) == STATUS_KEYS and changed["queue"] == "mail"
+    assert (changed["interval_s"], changed["overridden"]) == (100.0, True)
+    unset = json_of(run("unset", "mail", "--json"))
+    assert set(unset) == STATUS_KEYS | {"dropped"}
+    assert (unset["interval_s"], unset["overridden"], unset["dropped"]) == (2.0, False, True)
+    assert json_of(run("unset", "mail", "--json"))["dropped"] is False
+    assert json_of(run("reset", "api", "--yes", "--json")) == {"queue": "api", "reset": True}
+    asked = run("reset", "api", "--json", input="y\n")
+    assert "reset api?" in asked.stderr, "the question goes to stderr"
+    assert json_of(asked) == {"queue": "api", "reset": True}
+    out = tmp_path / "ledger.jsonl"
+    exported = json_of(run("ledger", "export", "--out", str(out), "--bucket", "mail", "--json"))
+    assert exported == {"entries": 3, "per_bucket": {"mail": 3}, "out": str(out)}
+    assert len(out.read_text().splitlines()) == 3
+    to_stdout = run("ledger", "export", "--out", "-", "--json")
+    assert to_stdout.exit_code == 2 and to_stdout.stdout == ""
+    assert "--json needs --out FILE or DIR" in to_stdout.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "named"),
+    [
+        (("set", "api", "fast", "--json"), "interval='fast': not an interval; give seconds"),
+        (("set", "api", "100/x", "--json"), "interval='100/x': not an interval"),
+        (("set", "api", "2m", "--json"), "interval='2m': ambiguous; write '2min'"),
+        (("pause", "nope", "--json"), "unknown interval bucket 'nope'"),
+        (("unpause", "nope", "--json"), "unknown interval bucket 'nope'"),
+        (("unset", "nope", "--json"), "unknown interval bucket 'nope'"),
+        (("reset", "nope", "--yes", "--json"), "unknown interval bucket 'nope'"),
+    ],
+)
+def test_json_errors_are_one_line_on_stderr(
+    run: Any, redis_client: Any, args: tuple[str, ...], named: str
+) -> None:
+    result = run(*args)
+    assert result.exit_code == 1 and result.stdout == ""
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1 and named in lines[0], result.stderr
+    assert list(redis_client.scan_iter()) == [], "a refused command wrote to the store"
+
+
 def test_reset_asks_unless_yes(run: Any) -> None:
     run("pause", "api")
     declined = run("reset", "api", input="n\n")
@@ -78,6 +190,7 @@ def test_reset_asks_unless_yes(run: Any) -> None:
         (("set", "api", "nan"), "'nan'"),
         (("pause", "nope"), "'nope'"),
         (("unpause", "nope"), "'nope'"),
+        (("unset", "nope"), "'nope'"),
         (("status", "nope"), "'nope'"),
         (("reset", "nope", "--yes"), "'nope'"),
     ],

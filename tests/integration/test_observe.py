@@ -150,6 +150,6 @@ def test_events_inspect_and_status_show_every_interval_task(make_pool: Any, brok
     for worker in pool.workers:
         log = worker.log()
         assert "[interval queues]" in log
-        assert f". {pool.queue}: one start every 0.1s (10/s)" in log
+        assert f". {pool.queue}: 0.1s (one start every 0.1 s = 10/s)" in log
         assert f"interval: control pause_queue {pool.queue}: interval 0.1s, paused" in log, log
         assert f"interval: control unpause_queue {pool.queue}: interval 0.1s, running" in log

@@ -206,6 +206,39 @@ def test_set_interval_mid_run_for_the_whole_pool(make_pool: Any) -> None:
     assert min(b - a for a, b in itertools.pairwise(after)) >= 50_000
 
 
+def test_unset_interval_reaches_every_worker(make_pool: Any) -> None:
+    """`celery control unset_interval`: each worker drops the override in the store (the first
+    finds it, the others find none), the epoch stays, and starts go back to the configured
+    spacing."""
+    import celery_interval
+    from celery_interval.defaults import KEY_PREFIX
+    from celery_interval.stores.keys import ledger_key
+
+    pool = make_pool(INTERVAL_S)
+    pool.start(2)
+    set_ = celery_cli(pool, "control", "set_interval", pool.queue, "0.05", "--timeout", "2")
+    assert set_.returncode == 0, set_.stderr
+    before = celery_interval.status(pool.app, pool.queue)
+    assert (before.overridden, before.interval_us) == (True, 50_000)
+    result = celery_cli(pool, "control", "unset_interval", pool.queue, "--timeout", "2")
+    assert result.returncode == 0, result.stderr
+    replies = [ln for ln in result.stdout.splitlines() if ln.startswith("->")]
+    assert len(replies) == 2 and all(ln.endswith("OK") for ln in replies), result.stdout
+    unset_at_us = pool.store_now_us()
+    after = celery_interval.status(pool.app, pool.queue)
+    assert (after.overridden, after.interval_us) == (False, round(INTERVAL_S * 1e6))
+    assert after.epoch == before.epoch, "no new epoch"
+    entries = pool.recorder.xrange(ledger_key(KEY_PREFIX, pool.queue))
+    changed = [f[b"changed"] for _id, f in entries if f[b"op"] == b"unset_interval"]
+    assert sorted(changed) == [b"0", b"1"], "one entry per worker, one of them dropped it"
+    ids = pool.send(60)
+    records = pool.wait_records(60)
+    assert_exactly_once(records, ids)
+    gaps = [b - a for a, b in itertools.pairwise(claim_times_us(pool)) if a > unset_at_us]
+    assert len(gaps) >= 50
+    assert 20_000 <= min(gaps) < 50_000, "the configured 20 ms spacing is back"
+
+
 def test_revoke_retry_tenants_and_plain_tasks(make_pool: Any) -> None:
     pool = make_pool(INTERVAL_S, env_extra={"CI_TEST_TENANT_INTERVAL": "0.1"})
     pool.start(3)

@@ -75,8 +75,11 @@ def exercise(store: Any, bucket: str = "api") -> None:
     assert store.set_interval(bucket, INTERVAL_US, 2 * INTERVAL_US).interval_us == 2 * INTERVAL_US
     status = store.status(bucket, INTERVAL_US)
     assert (status.exists, status.ticket, status.overridden) == (True, 2, True)
+    unset = store.unset_interval(bucket, INTERVAL_US)
+    assert unset.dropped and (unset.status.interval_us, unset.status.ticket) == (INTERVAL_US, 2)
     ops = [fields["op"] for _, fields in store.ledger(bucket)]
-    assert ops[:3] == ["grant:OK", "grant:OK", "claim:OK"] and ops[-1] == "set_interval"
+    assert ops[:3] == ["grant:OK", "grant:OK", "claim:OK"]
+    assert ops[-2:] == ["set_interval", "unset_interval"]
     store.reset(bucket)
     assert not store.status(bucket, INTERVAL_US).exists
     index = overflow_index_for(store, KEY_PREFIX)

@@ -198,6 +198,28 @@ def test_known_answers(spark: Any, ledgers: list[str]) -> None:  # noqa: F811
     ]
 
 
+def test_an_unset_interval_entry_gives_the_interval_of_the_starts_after_it(
+    spark: Any,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    """Claims that record no interval, after an override and its unset: the unset's entry (the
+    configured interval again) governs them, not the dropped override."""
+    from celery_interval.spark import audit
+
+    led = Ledger("unset")
+    led.control("set_interval", -1.0, interval_us=2 * S)
+    led.start("u1", 0.0, "w1@a", interval_us=None)
+    led.start("u2", 2.0, "w1@a", interval_us=None)  # 2 s >= 2 s
+    led.control("unset_interval", 2.5, interval_us=S // 2)
+    led.start("u3", 3.0, "w1@a", interval_us=None)  # 1 s >= 0.5 s
+    led.start("u4", 3.5, "w1@a", interval_us=None)  # 0.5 s: less than the dropped 2 s
+    path = write_jsonl(tmp_path / "unset.jsonl", led.rows)
+    got = by_bucket(audit.audit(audit.read_ledgers(spark, [str(path)])).summary.collect())
+    unset = got["unset"]
+    assert (unset["interval_s"], unset["interval_source"]) == (0.5, "control")
+    assert (unset["starts"], unset["violations"], unset["ok"]) == (4, 0, True)
+
+
 def test_repeats_are_dropped_alike_by_normalize_and_by_the_audit(
     spark: Any,  # noqa: F811
     ledgers: list[str],

@@ -293,6 +293,7 @@ ops = st.one_of(
     st.tuples(st.just("pause"), st.sampled_from(BUCKETS)),
     st.tuples(st.just("unpause"), st.sampled_from(BUCKETS)),
     st.tuples(st.just("set_interval"), st.sampled_from(BUCKETS), st.sampled_from([300, 2_000])),
+    st.tuples(st.just("unset_interval"), st.sampled_from(BUCKETS)),
     st.tuples(st.just("reset"), st.sampled_from(BUCKETS)),
     st.tuples(st.just("status"), st.sampled_from(BUCKETS)),
 )  # fmt: skip

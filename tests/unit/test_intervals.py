@@ -7,7 +7,12 @@ from pathlib import Path
 import pytest
 
 from celery_interval.errors import ConfigurationError
-from celery_interval.intervals import parse_interval_us
+from celery_interval.intervals import (
+    FORMS,
+    bare_seconds_note,
+    describe_interval,
+    parse_interval_us,
+)
 from celery_interval.stores import mask_url, store_from_url
 from celery_interval.stores.file import FileStore
 from celery_interval.stores.memory import MemoryStore
@@ -31,6 +36,16 @@ BAD_INTERVALS: list[object] = [
     [],
     "",
     1e-9,
+    "100/x",
+    "2x",
+    "2m",
+    "2h",
+    "0ms",
+    "1/day",
+    "500 m s",
+    "1e3ms",
+    "10/ms",  # no rate per millisecond, and not per minute either
+    "10/ss",
 ]
 
 GOOD_INTERVALS: list[tuple[object, int]] = [
@@ -44,6 +59,20 @@ GOOD_INTERVALS: list[tuple[object, int]] = [
     (" 4 / sec ", 250_000),
     ("1/hour", 3_600_000_000),
     (0.000001, 1),
+    ("500ms", 500_000),
+    ("2s", 2_000_000),
+    ("2 s", 2_000_000),
+    (" 1.5 sec ", 1_500_000),
+    ("2seconds", 2_000_000),
+    ("1.5min", 90_000_000),
+    ("2 minutes", 120_000_000),
+    (".5s", 500_000),
+    ("250MS", 250_000),
+    ("10/sec", 100_000),
+    ("30/min", 2_000_000),
+    ("4/seconds", 250_000),
+    ("2/hours", 1_800_000_000),
+    (100, 100_000_000),  # a bare number is seconds between starts, however large
 ]
 
 
@@ -66,6 +95,63 @@ def test_bad_interval_names_the_key(value: object) -> None:
 @pytest.mark.parametrize(("value", "expected_us"), GOOD_INTERVALS, ids=repr)
 def test_good_interval(value: object, expected_us: int) -> None:
     assert parse_interval_us(value) == expected_us
+
+
+@pytest.mark.parametrize("value", ["fast", "100/x", "2x", "", "1/day", "10/ms"])
+def test_a_value_that_is_no_interval_says_what_is_meant(value: str) -> None:
+    with pytest.raises(ConfigurationError) as info:
+        parse_interval_us(value, name="interval_queues['api']")
+    message = str(info.value)
+    assert message.startswith(f"interval_queues['api']={value!r}: not an interval")
+    assert message.endswith(FORMS)
+    assert "seconds between starts (0.5, '500ms', '2s')" in FORMS
+    assert "a rate of starts ('10/s', '30/m', '100/h')" in FORMS
+
+
+@pytest.mark.parametrize(
+    ("value", "meant"),
+    [
+        ("2m", "write '2min' for 2 minutes between starts, or '2/m' for 2 starts a minute"),
+        ("2h", "write '120min' for 2 hours between starts, or '2/h' for 2 starts an hour"),
+    ],
+)
+def test_minutes_and_hours_without_a_slash_are_ambiguous(value: str, meant: str) -> None:
+    with pytest.raises(ConfigurationError) as info:
+        parse_interval_us(value, name="interval")
+    assert str(info.value) == f"interval={value!r}: ambiguous; {meant}"
+
+
+@pytest.mark.parametrize(
+    ("interval_us", "shown"),
+    [
+        (100_000_000, "100s (one start every 100 s = 0.01/s)"),
+        (100_000, "0.1s (one start every 0.1 s = 10/s)"),
+        (2_000_000, "2s (one start every 2 s = 0.5/s)"),
+        (36_000_000, "36s (one start every 36 s = 0.02778/s)"),
+        (1, "0.000001s (one start every 0.000001 s = 1000000/s)"),
+        (1_234_567, "1.234567s (one start every 1.234567 s = 0.81/s)"),
+        (86_400_000_000, "86400s (one start every 86400 s = 0.00001157/s)"),
+    ],
+)
+def test_describe_interval_reads_both_ways(interval_us: int, shown: str) -> None:
+    assert describe_interval(interval_us) == shown
+
+
+@pytest.mark.parametrize(
+    ("value", "noted"),
+    [(100, True), ("100", True), (60.0, True), (59.9, False), ("100s", False),
+     ("100/s", False), ("2min", False), (0.5, False)],
+)  # fmt: skip
+def test_a_long_bare_number_is_noted_as_maybe_a_rate(value: object, noted: bool) -> None:
+    note = bare_seconds_note(value, parse_interval_us(value))
+    if noted:
+        count = str(value).removesuffix(".0")
+        assert note == (
+            f"note: a bare number is seconds between starts; for {count} starts a second "
+            f"write {count}/s"
+        )
+    else:
+        assert note is None
 
 
 def test_configuration_error_is_a_value_error() -> None:

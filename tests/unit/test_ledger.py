@@ -95,6 +95,8 @@ def test_every_operation_appends_its_entry(redis_client: redis.Redis[Any]) -> No
     for _ in range(2):
         expected = model.set_interval("api", I_US, 2 * I_US)
         assert store.set_interval("api", I_US, 2 * I_US) == expected
+    for _ in range(2):
+        assert store.unset_interval("api", I_US) == model.unset_interval("api", I_US)
     t_unpause = clock.now_us = t_pause + 1_000
     for _ in range(2):
         assert store.unpause("api", I_US) == model.unpause("api", I_US)
@@ -128,8 +130,10 @@ def test_every_operation_appends_its_entry(redis_client: redis.Redis[Any]) -> No
         grant_entry("t4", 0, 3, slot2 + I_US, I_US - 350, now=t_pause, paused=1),
         control_entry("set_interval", t_pause, 1, 2 * I_US, 1),
         control_entry("set_interval", t_pause, 0, 2 * I_US, 1),
-        control_entry("unpause", t_unpause, 1, 2 * I_US, 0),
-        control_entry("unpause", t_unpause, 0, 2 * I_US, 0),
+        control_entry("unset_interval", t_pause, 1, I_US, 1),
+        control_entry("unset_interval", t_pause, 0, I_US, 1),
+        control_entry("unpause", t_unpause, 1, I_US, 0),
+        control_entry("unpause", t_unpause, 0, I_US, 0),
         {"op": "reset", "now": str(t_reset)},
     ]
     raw: Any = redis_client.xrange(store.ledger_key("api"), count=1)
@@ -145,6 +149,9 @@ def test_new_epochs_are_logged_as_changes(redis_client: redis.Redis[Any]) -> Non
     store.set_interval("b", I_US, I_US)  # an override equal to the configured interval: a change
     store.set_interval("b", I_US, I_US)
     store.pause("c", I_US)
+    store.unset_interval("d", I_US)  # no state: nothing to drop, and no state is made
+    assert store.read_state("d") is None
+    assert fields_of(store, "d") == [control_entry("unset_interval", T_US, 0, I_US, 0)]
     assert fields_of(store, "a") == [control_entry("unpause", T_US, 1, I_US, 0)]
     assert fields_of(store, "b") == [
         control_entry("set_interval", T_US, 1, I_US, 0),
@@ -165,6 +172,7 @@ def _every_operation(store: RedisStore, bucket: str, clock: Clock | None = None)
     store.done([TaskCopy(bucket, "t1", 0)], I_US)
     store.pause(bucket, I_US)
     store.set_interval(bucket, I_US, 2 * I_US)
+    store.unset_interval(bucket, I_US)
     store.unpause(bucket, I_US)
     store.status(bucket, I_US)
     store.renew(bucket, "t1", 0, "w1", LEASE_US)
@@ -202,7 +210,8 @@ def test_real_clock_entries(redis_client: redis.Redis[Any]) -> None:
     _every_operation(store, "api")
     entries = fields_of(store, "api")
     assert [e["op"] for e in entries] == [  # a new epoch's first claim waits: max lead + I
-        "grant:OK", "claim:WAIT", "claim:WAIT", "pause", "set_interval", "unpause", "reset",
+        "grant:OK", "claim:WAIT", "claim:WAIT", "pause", "set_interval", "unset_interval",
+        "unpause", "reset",
     ]  # fmt: skip
     nows = [int(e["now"]) for e in entries]
     assert nows == sorted(nows) and nows[0] >= seconds * 1_000_000 + micros
@@ -251,7 +260,7 @@ def test_ledger_lives_in_the_bucket_hash_slot(cluster_client: redis.RedisCluster
         _every_operation(store, bucket, clock)  # each script's keys: state, mark, ledger
         ops = [f["op"] for f in fields_of(store, bucket)]
         assert ops == ["grant:OK", "claim:OK", "claim:HELD", "pause", "set_interval",
-                       "unpause", "reset"]  # fmt: skip
+                       "unset_interval", "unpause", "reset"]  # fmt: skip
         node = cluster_client.get_default_node()
         slots = {
             cluster_client.execute_command("CLUSTER KEYSLOT", key, target_nodes=node)

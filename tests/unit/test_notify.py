@@ -1,5 +1,5 @@
 """What a worker tells onlookers: signals of grants, claims and control actions; event groups;
-the banner; intervals as people read them."""
+the banner."""
 
 from __future__ import annotations
 
@@ -10,7 +10,6 @@ from typing import Any
 from celery import Celery
 
 from celery_interval import control, signals
-from celery_interval.intervals import rate_text
 from celery_interval.stores.memory import MemoryStore
 from celery_interval.worker.banner import banner_text
 from celery_interval.worker.notify import Notify
@@ -118,16 +117,8 @@ def test_the_banner_names_queues_intervals_and_a_masked_store() -> None:
     app.conf.interval_queues = {"api": 0.5, "mail": "2/m"}
     text = banner_text(app)
     assert "[interval queues]" in text
-    assert ". api: one start every 0.5s (2/s); not consumed here" in text
-    assert ". mail: one start every 30s (2/m)" in text
+    assert ". api: 0.5s (one start every 0.5 s = 2/s); not consumed here" in text
     assert "s3cret" not in text and "10.0.0.5:6379/2" in text
-    assert ". mail: one start every 30s (2/m); not consumed here" in text
+    assert ". mail: 30s (one start every 30 s = 0.03333/s); not consumed here" in text
     app.amqp.queues.select(["api", "mail"])  # a worker run with -Q api,mail
     assert "not consumed" not in banner_text(app)
-
-
-def test_rate_text_reads_as_people_say_it() -> None:
-    assert rate_text(100_000) == "one start every 0.1s (10/s)"
-    assert rate_text(1_000_000) == "one start every 1s (1/s)"
-    assert rate_text(90_000_000) == "one start every 90s (40/h)"
-    assert rate_text(7_200_000_000) == "one start every 7200s (0.5/h)"

@@ -332,6 +332,11 @@ class Differential(RuleBasedStateMachine):
         expected, got = self._compared(bucket, "set_interval", bucket, interval, new_interval)
         assert got == expected
 
+    @rule(bucket=buckets, interval=intervals_us)
+    def unset_interval(self, bucket: str, interval: int) -> None:
+        expected, got = self._compared(bucket, "unset_interval", bucket, interval)
+        assert got == expected
+
     @rule(bucket=buckets)
     def reset(self, bucket: str) -> None:
         self.model.reset(bucket)
@@ -668,6 +673,9 @@ def test_born_on_the_store_clock(redis_store: RedisStore, redis_client: redis.Re
     assert redis_client.pttl("ci:{b}:s") > 0
     redis_store.set_interval("b", 50_000, 60_000)
     assert redis_client.pttl("ci:{b}:s") == -1, "an overridden bucket is kept"
+    assert redis_store.unset_interval("b", 50_000).dropped
+    assert redis_client.pttl("ci:{b}:s") > 0, "without its override it may expire again"
+    redis_store.set_interval("b", 50_000, 60_000)
     reset_ns = time.monotonic_ns()
     redis_store.reset("b")
     assert redis_client.hkeys("ci:{b}:s") == [b"r"] and redis_client.pttl("ci:{b}:s") == -1

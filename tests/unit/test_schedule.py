@@ -139,6 +139,10 @@ class Model:
             self.state, self.now_us, self.interval_us, new_interval_us, born_us=self.born()
         )
 
+    def op_unset_interval(self) -> tuple[str, bool]:
+        self.state, dropped = schedule.unset_interval(self.state, self.interval_us)
+        return ("dropped", dropped)
+
     def op_lose(self) -> None:
         """The store lost everything (a restart without persistence), its birth marker too."""
         self.state = self.born_us = self.reset_us = self.expires_real_us = None
@@ -202,6 +206,7 @@ def throttle(task: str, retry_after_us: int, retries: int = 0) -> Step:
 
 
 PAUSE: Step = ("pause",)
+UNSET: Step = ("unset_interval",)
 UNPAUSE: Step = ("unpause",)
 LOSE: Step = ("lose",)
 STATUS: Step = ("status",)
@@ -488,6 +493,38 @@ CONTROL_TABLE = [
         [("OK", 1, 1_000, ML + 1_000), ("OK", 2, 2_000, ML + 2_000), ("OK", 0), ("WAIT", 250),
          ("OK", 0), ("starts", 5_000, 5_250)],
     ),
+    (
+        "unset_interval down: the configured interval is back, tat and granted slots are kept",
+        [at(-ML), grant("a"), set_interval(3_000), grant("b"), UNSET, STATUS, grant("c"),
+         at(1_000), claim("a"), at(4_000), claim("b"), at(7_000), claim("c"), STARTS, RECORD],
+        [("OK", 1, 1_000, ML + 1_000), ("OK", 2, 4_000, ML + 4_000), ("dropped", True),
+         ("status", 2, ML + 7_000, I_US, False), ("OK", 3, 7_000, ML + 7_000), ("OK", 0),
+         ("OK", 0), ("OK", 0), ("starts", 1_000, 4_000, 7_000),
+         ("record", 8_000, 3, 7_000, 7_000)],
+    ),
+    (
+        "unset_interval up: tat pushed by the difference, claims follow the configured spacing",
+        [at(-ML), set_interval(250), grant("a"), grant("b"), UNSET, grant("c"), at(1_000),
+         claim("a"), at(1_250), claim("b"), at(2_000), claim("b"), at(2_250), claim("c"),
+         at(3_000), claim("c"), STARTS],
+        [("OK", 1, 1_000, ML + 1_000), ("OK", 2, 1_250, ML + 1_250), ("dropped", True),
+         ("OK", 3, 2_250, ML + 2_250), ("OK", 0), ("WAIT", 750), ("OK", 0), ("WAIT", 750),
+         ("OK", 0), ("starts", 1_000, 2_000, 3_000)],
+    ),
+    (
+        "unset_interval keeps a pause, the epoch and the tickets",
+        [at(-ML), grant("a"), set_interval(3_000), PAUSE, UNSET, STATUS, UNSET, at(500),
+         UNPAUSE, at(1_500 + ML), claim("a"), RECORD],
+        [("OK", 1, 1_000, ML + 1_000), ("dropped", True), ("status", 1, ML + 4_000, I_US, True),
+         ("dropped", False), ("OK", 0), ("record", 4_000, 1, 1_000, 1_000)],
+    ),
+    (
+        "unset_interval with no state or no override changes nothing",
+        [at(0), UNSET, STATUS, grant("a"), UNSET, RECORD],
+        [("dropped", False), ("status", 0, ML + 1_000, I_US, False),
+         ("OK", 1, ML + 1_000, ML + 1_000), ("dropped", False),
+         ("record", ML + 2_000, 1, -T0_US, ML)],
+    ),
 ]  # fmt: skip
 
 
@@ -611,6 +648,7 @@ ops = st.one_of(
         st.sampled_from([0, 500, 5_000]),
     ),
     st.tuples(st.just("set_interval"), st.sampled_from([200, 1_000, 3_000])),
+    st.tuples(st.just("unset_interval")),
     st.tuples(st.just("lose")),
     st.tuples(st.just("advance"), st.integers(IDLE_US, IDLE_US + 3_000)),
     st.tuples(st.just("advance_to_expiry"), st.sampled_from([-1, 0, 1])),

@@ -141,6 +141,26 @@ def test_set_interval_and_status(store: Store) -> None:
     assert g2.slot_us - g1.slot_us == 2 * I_US
 
 
+def test_unset_interval_goes_back_to_the_configured_interval(store: Store) -> None:
+    none = store.unset_interval("fresh", I_US)
+    assert not none.dropped and not none.status.exists, "no state: nothing made"
+    assert store.status("fresh", I_US).exists is False
+    g1 = store.grant(TaskCopy("b", "t1", 0), Pace(I_US))
+    assert store.unset_interval("b", I_US).dropped is False, "no override: nothing to drop"
+    store.set_interval("b", I_US, 3 * I_US)
+    store.pause("b", I_US)
+    unset = store.unset_interval("b", I_US)
+    assert unset.dropped and not unset.status.overridden and unset.status.interval_us == I_US
+    assert unset.status.paused and unset.status.epoch == g1.epoch and unset.status.ticket == 1
+    after = store.status("b", I_US)
+    assert (after.overridden, after.interval_us, after.paused) == (False, I_US, True)
+    assert store.unset_interval("b", I_US).dropped is False, "dropped once only"
+    g2, g3 = (store.grant(TaskCopy("b", f"t{i}", 0), Pace(I_US)) for i in (2, 3))
+    assert (g2.ticket, g3.ticket) == (2, 3) and g2.epoch == g1.epoch, "no new epoch"
+    assert g2.slot_us - g1.slot_us == 3 * I_US, "the tat the override pushed is kept"
+    assert g3.slot_us - g2.slot_us == I_US, "new grants are spaced by the configured interval"
+
+
 def test_reset_starts_a_new_epoch_and_old_tickets_reticket(store: Store) -> None:
     g = store.grant(TaskCopy("b", "t1", 0), Pace(I_US))
     store.reset("b")

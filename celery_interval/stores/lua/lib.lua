@@ -112,6 +112,14 @@ local function effective_interval(s, interval)
   return interval
 end
 
+-- schedule._respaced: s under the override override (nil: none); when the effective interval
+-- grows, tat moves on by the difference, never backwards.
+local function respace(s, interval, override)
+  local old = effective_interval(s, interval)
+  s.i = override
+  s.t = s.t + math.max(0, effective_interval(s, interval) - old)
+end
+
 -- schedule.expires_in_us: how long after a write at now the state may go; nil: keep it.
 local function expires_in(s, now, interval)
   if s.p ~= nil or s.i ~= nil then

@@ -9,9 +9,7 @@ local interval = tonumber(ARGV[2])
 local new_interval = tonumber(ARGV[3])
 local s, is_new = load_or_new(KEYS[1], KEYS[3], now, interval)
 local changed = (is_new or s.i ~= new_interval) and 1 or 0
-local old = effective_interval(s, interval)
-s.i = new_interval
-s.t = s.t + math.max(0, new_interval - old)
+respace(s, interval, new_interval)
 save_fields(KEYS[1], s, is_new, now, interval, 'i', 't')
 ledger_append(KEYS[2], tonumber(ARGV[4]), {
   'op', 'set_interval', 'now', now, 'changed', changed,
