@@ -6,7 +6,9 @@ import click
 
 from celery_interval import control
 from celery_interval.cli.common import app_of, fail_on_interval_errors
+from celery_interval.cli.exporter import exporter
 from celery_interval.cli.status import status
+from celery_interval.cli.top import top
 from celery_interval.config import settings_of
 
 __all__ = ["interval"]
@@ -18,6 +20,8 @@ def interval() -> None:
 
 
 interval.add_command(status)
+interval.add_command(exporter)
+interval.add_command(top)
 
 
 @interval.command()

@@ -12,41 +12,10 @@ from celery_interval import control
 from celery_interval.buckets import overflow_queue_name, queue_of
 from celery_interval.cli.common import app_of, fail_on_interval_errors
 from celery_interval.config import settings_of
+from celery_interval.monitor.fleet import held_per_worker as _held_per_worker
+from celery_interval.monitor.fleet import queue_depths as _queue_depths
 
 __all__ = ["status"]
-
-
-def _queue_depths(app: Any, queues: list[str]) -> dict[str, int | None]:
-    """Each queue's broker depth (None where the broker does not answer), on one connection."""
-    depths: dict[str, int | None] = dict.fromkeys(queues)
-    if not queues:
-        return depths
-    try:
-        with app.connection_for_read() as conn:
-            for queue in queues:
-                try:
-                    channel = conn.channel()  # a failed passive declare closes its channel
-                    try:
-                        reply = channel.queue_declare(queue, passive=True)
-                        depths[queue] = int(reply.message_count)
-                    finally:
-                        channel.close()
-                except Exception:
-                    depths[queue] = None
-    except Exception:
-        pass
-    return depths
-
-
-def _held_per_worker(app: Any, timeout_s: float, buckets: list[str]) -> dict[str, dict[str, Any]]:
-    """Each worker's ``interval_stats`` of ``buckets`` (held counts only, no task lists)."""
-    try:
-        replies = app.control.inspect(timeout=timeout_s)._request(
-            "interval_stats", top=0, tasks=0, buckets=buckets
-        )
-        return replies or {}
-    except Exception:
-        return {}
 
 
 #: ``--sort`` keys: the most backed-up (latest next slot) or most ticketed first, or by name.
