@@ -244,11 +244,15 @@ class Collector:
             if lates:
                 row.late_p50_s = percentile(lates, 50)
                 row.late_p95_s = percentile(lates, 95)
+        # The interval in force: an override, else the one the store last acted on (its
+        # ledger's latest entry: a task's own ``interval`` included), else the configured one.
         status = self._statuses.get(name)
+        interval_us = tally.interval_us
         if status is not None:
-            row.interval_s = status.interval_us / 1e6
             row.paused = status.paused
             row.overridden = status.overridden
-        elif tally.interval_us is not None:
-            row.interval_s = tally.interval_us / 1e6
+            if status.overridden or interval_us is None:
+                interval_us = status.interval_us
+        if interval_us is not None:
+            row.interval_s = interval_us / 1e6
         return row

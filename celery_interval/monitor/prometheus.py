@@ -19,6 +19,7 @@ LABELS = ["bucket", "queue"]
 def _prometheus() -> Any:
     try:
         import prometheus_client
+        import prometheus_client.core  # the metric families
     except ImportError:
         raise ConfigurationError(
             "the exporter needs prometheus_client: pip install 'celery-interval[prometheus]'"

@@ -75,9 +75,10 @@ class BucketTally:
         self.entries += 1
         self.ops[op] += 1
         recorded = _int(fields, "interval")
-        if op in CONTROL_OPS and recorded is not None:
-            self._control_interval_us = recorded
-            self.interval_us = recorded
+        if recorded is not None:
+            self.interval_us = recorded  # the interval the store last acted on
+            if op in CONTROL_OPS:
+                self._control_interval_us = recorded
         if is_grant(fields):
             self.grants += 1
         if not is_start(fields):
@@ -87,8 +88,6 @@ class BucketTally:
             self.readmits += 1
         start = start_time_us(fields)
         interval = recorded if recorded is not None else self._control_interval_us
-        if interval is not None:
-            self.interval_us = interval
         task = fields.get("task", "")
         if self.last_start_us is not None and interval is not None:
             gap = start - self.last_start_us
