@@ -8,8 +8,15 @@ from typing import Any
 __all__ = ["held_per_worker", "queue_depths"]
 
 
+def _not_found(exc: Exception) -> bool:
+    """Whether a passive declare failed because the queue does not exist (AMQP 404; a Redis
+    broker's queue with no message left reads so too)."""
+    return getattr(exc, "reply_code", None) == 404 or "NOT_FOUND" in str(exc)
+
+
 def queue_depths(app: Any, queues: list[str]) -> dict[str, int | None]:
-    """Each queue's broker depth (None where the broker does not answer), on one connection."""
+    """Each queue's broker depth (0 for a queue the broker does not have, None where it does
+    not answer), on one connection."""
     depths: dict[str, int | None] = dict.fromkeys(queues)
     if not queues:
         return depths
@@ -23,8 +30,8 @@ def queue_depths(app: Any, queues: list[str]) -> dict[str, int | None]:
                         depths[queue] = int(reply.message_count)
                     finally:
                         channel.close()
-                except Exception:
-                    depths[queue] = None
+                except Exception as exc:
+                    depths[queue] = 0 if _not_found(exc) else None
     except Exception:
         pass
     return depths

@@ -287,6 +287,7 @@ def test_the_exporter_counts_what_real_workers_ran(exporter: tuple[Pool, Any]) -
     assert sum(bodies.values()) == n_queue + len(keys) * per_key
     assert set(values(metrics, "celery_interval_claim_violations_total").values()) == {0}
     assert values(metrics, "celery_interval_paused")[q] == 0
+    assert values(metrics, "celery_interval_waiting")[q] == 0  # all ran: an empty queue
     intervals = values(metrics, "celery_interval_interval_seconds")
     tenants = {f"{q}:{key}": 0.1 for key in keys}  # the tenant task's own interval
     assert {b: intervals[b] for b in bodies} == pytest.approx({q: 0.05, **tenants})
