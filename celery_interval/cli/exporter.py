@@ -50,15 +50,6 @@ def non_empty_glob(ctx: click.Context, param: click.Parameter, value: str) -> st
     help="Only buckets whose names match, e.g. 'api:*'.",
 )
 @click.option(
-    "--window",
-    "window_s",
-    default=60.0,
-    show_default=True,
-    type=float,
-    callback=positive_seconds,
-    help="Seconds of starts the rate in `interval top` covers (not exported).",
-)
-@click.option(
     "--timeout",
     "timeout_s",
     default=1.0,
@@ -75,7 +66,6 @@ def exporter(
     addr: str,
     interval_s: float,
     match: str,
-    window_s: float,
     timeout_s: float,
 ) -> None:
     """Serve every bucket's starts, grants, violations, held and waiting tasks, pause state,
@@ -90,13 +80,16 @@ def exporter(
     collector = Collector(
         app,
         match=match,
-        window_s=window_s,
         rescan_s=max(5.0, interval_s),
         inspect_timeout_s=min(timeout_s, interval_s),
         events=True,
     )
     metrics = FrameMetrics()
-    server = serve(metrics, port, addr)
+    try:
+        server = serve(metrics, port, addr)
+    except BaseException:
+        collector.stop()
+        raise
     stop = threading.Event()
 
     def on_signal(signum: int, _frame: Any) -> None:

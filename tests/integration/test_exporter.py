@@ -136,12 +136,16 @@ def test_the_metrics_of_a_hand_written_ledger(run: Any, redis_client: redis.Redi
         (("exporter", "--interval", "-1"), "-1"),
     ],
 )
-def test_bad_options_fail_in_one_line_naming_the_value(
-    run: Any, args: tuple[str, ...], named: str
-) -> None:
+def test_bad_options_fail_naming_the_value(run: Any, args: tuple[str, ...], named: str) -> None:
     result = run(*args)
     assert result.exit_code == 2
     assert named in result.output
+
+
+def test_an_address_it_cannot_listen_on_fails_in_one_line(run: Any) -> None:
+    result = run("exporter", "--addr", "256.0.0.1", "--port", str(_free_port()))
+    assert result.exit_code == 1
+    assert result.output.startswith("Error: --addr='256.0.0.1'") and result.output.count("\n") == 1
 
 
 # --- the store call events -----------------------------------------------------------------
