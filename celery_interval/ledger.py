@@ -34,6 +34,7 @@ __all__ = [
     "LedgerReader",
     "entry_record",
     "export",
+    "id_key",
     "parse_since_us",
     "reader_for_app",
 ]
@@ -66,7 +67,8 @@ def entry_record(bucket: str, entry_id: str, fields: dict[str, str]) -> dict[str
     return record
 
 
-def _id_key(entry_id: str) -> tuple[int, int]:
+def id_key(entry_id: str) -> tuple[int, int]:
+    """A stream entry id (``<ms>-<seq>``) as a pair that sorts as the stream does."""
     ms, _, seq = entry_id.partition("-")
     return int(ms), int(seq or 0)
 
@@ -91,6 +93,20 @@ class LedgerReader:
                     found.add(bucket)
         return sorted(found)
 
+    def client(self) -> redis.Redis:
+        """The redis-py client the reader pages with (for a follower of the streams)."""
+        return self._client
+
+    def ledger_key(self, bucket: str) -> str:
+        """The key of ``bucket``'s ledger Stream."""
+        return self._store.ledger_key(bucket)
+
+    @contextlib.contextmanager
+    def guard(self, op: str) -> Iterator[None]:
+        """Raise redis-py's errors during ``op`` as ``StoreUnavailable``."""
+        with self._errors(op):
+            yield
+
     def now_us(self) -> int:
         """The store's clock (Redis ``TIME``) in µs: what ``now`` in the entries is read from."""
         with self._errors("time"):
@@ -108,12 +124,12 @@ class LedgerReader:
             newest: Any = self._client.xrevrange(self._store.ledger_key(bucket), count=1)
         if not newest:
             return
-        end = _id_key(as_text(newest[0][0]))
+        end = id_key(as_text(newest[0][0]))
         start = "-" if since_us is None else f"{max(0, since_us // 1000 - _SINCE_MARGIN_MS)}-0"
         while True:
             page = self._store.ledger(bucket, start_id=start, count=chunk)
             for entry_id, fields in page:
-                if _id_key(entry_id) > end:
+                if id_key(entry_id) > end:
                     return
                 record = entry_record(bucket, entry_id, fields)
                 if since_us is None or int(record.get("now", 0)) >= since_us:

@@ -9,7 +9,9 @@ import click
 
 from celery_interval import control
 from celery_interval.cli.common import app_of, fail_on_interval_errors
+from celery_interval.cli.exporter import exporter
 from celery_interval.cli.status import status
+from celery_interval.cli.top import top
 from celery_interval.config import settings_of
 from celery_interval.intervals import bare_seconds_note, describe_interval
 from celery_interval.schedule import Status
@@ -35,6 +37,8 @@ def interval() -> None:
 
 
 interval.add_command(status)
+interval.add_command(exporter)
+interval.add_command(top)
 
 
 @interval.command()

@@ -12,62 +12,9 @@ from celery_interval import control
 from celery_interval.buckets import overflow_queue_name, queue_of
 from celery_interval.cli.common import app_of, fail_on_interval_errors
 from celery_interval.config import settings_of
+from celery_interval.monitor.fleet import held_per_worker, queue_depths
 
 __all__ = ["status"]
-
-
-def _not_found(exc: Exception) -> bool:
-    """Whether a passive declare failed as the queue does not exist: it holds no message (a
-    Redis broker's empty queue is no key at all)."""
-    return getattr(exc, "code", None) == 404 or "NOT_FOUND" in str(exc)
-
-
-def _queue_depths(app: Any, queues: list[str]) -> dict[str, int | None]:
-    """Each queue's broker depth: 0 for a queue that does not exist, None where the broker does
-    not answer; on one connection."""
-    depths: dict[str, int | None] = dict.fromkeys(queues)
-    if not queues:
-        return depths
-    try:
-        with app.connection_for_read() as conn:
-            for queue in queues:
-                try:
-                    channel = conn.channel()  # a failed passive declare closes its channel
-                    try:
-                        reply = channel.queue_declare(queue, passive=True)
-                        depths[queue] = int(reply.message_count)
-                    finally:
-                        channel.close()
-                except Exception as exc:
-                    depths[queue] = 0 if _not_found(exc) else None
-    except Exception:
-        pass
-    return depths
-
-
-def held_per_worker(
-    app: Any, timeout_s: float, buckets: list[str] | None = None
-) -> tuple[dict[str, dict[str, Any]], str | None]:
-    """Each answering worker's ``interval_stats`` of ``buckets`` (all when None; held counts,
-    no task lists), and why the question failed (None when it did not)."""
-    arguments: dict[str, Any] = {"top": 0, "tasks": 0}
-    if buckets is not None:
-        arguments["buckets"] = buckets
-    try:
-        replies = app.control.broadcast(
-            "interval_stats", arguments=arguments, reply=True, timeout=timeout_s
-        )
-    except Exception as exc:
-        return {}, f"cannot ask the workers: {exc}"
-    answers: dict[str, dict[str, Any]] = {}
-    errors: list[str] = []
-    for reply in replies or ():
-        for worker, stats in reply.items():
-            if isinstance(stats, dict) and "error" not in stats:
-                answers[worker] = stats
-            else:
-                errors.append(f"worker {worker}: {stats}")
-    return answers, "; ".join(errors) or None
 
 
 #: ``--sort`` keys: the most backed-up (latest next slot) or most ticketed first, or by name.
@@ -136,9 +83,9 @@ def status(
     names = [row["queue"] for row in rows]
     per_worker, held_error = held_per_worker(app, timeout_s, names) if names else ({}, None)
     configured = set(settings_of(app).buckets())
-    depths = _queue_depths(app, [name for name in names if name in configured])
+    depths = queue_depths(app, [name for name in names if name in configured])
     overflows = {name: overflow_queue_name(queue_of(name), name) for name in names}
-    parked = _queue_depths(app, list(overflows.values()))
+    parked = queue_depths(app, list(overflows.values()))
     for row in rows:
         row["parked"] = parked.get(overflows[row["queue"]]) or 0
         row["held"] = {

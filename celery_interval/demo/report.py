@@ -9,6 +9,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from celery_interval.starts import is_start, is_violation
+
 __all__ = ["RunFigures", "body_slack_us", "figures_from", "percentile"]
 
 
@@ -79,7 +81,7 @@ def figures_from(
         op, now = _field(fields, "op"), int(_field(fields, "now") or 0)
         if now < since_us:
             continue
-        if op == "claim:OK" and _field(fields, "again") != "1":
+        if is_start({"op": op, "again": _field(fields, "again")}):
             claims.append((int(_field(fields, "start") or 0), int(_field(fields, "late") or 0)))
         elif op in ("pause", "unpause"):
             pauses.append((op, now))
@@ -94,7 +96,7 @@ def figures_from(
         tasks=tasks,
         completed=len(set(ids)),
         duplicates=len(ids) - len(set(ids)),
-        violations=sum(1 for g in gaps if g < interval_us),
+        violations=sum(1 for g in gaps if is_violation(g, interval_us)),
         min_gap_s=min(gaps) / 1e6 if gaps else math.nan,
         interval_s=interval_s,
         workers=workers,

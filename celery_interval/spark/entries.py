@@ -9,6 +9,8 @@ from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 from pyspark.sql.types import LongType, StringType, StructField, StructType
 
+from celery_interval.starts import AGAIN, CONTROL_OPS, GRANT_OP, START_OP
+
 __all__ = [
     "AUDIT_FIELDS",
     "HIST_BINS",
@@ -47,7 +49,7 @@ TBIN_US = 1_000_000
 #: The gap histogram: bins of a tenth of the interval, the last one for 4 intervals and more.
 HIST_PER_INTERVAL = 10
 HIST_BINS = 4 * HIST_PER_INTERVAL + 1
-_CONTROLS = ("pause", "unpause", "set_interval", "unset_interval")
+_CONTROLS = CONTROL_OPS
 #: Besides starts, the entries the running windows read: intervals set, pauses opened, closed.
 _TIMELINE_OPS = (*_CONTROLS, "reset")
 #: The fields only a start's later steps read.
@@ -87,7 +89,8 @@ def keyed(raw: DataFrame) -> DataFrame:
     valid = F.col("bucket").isNotNull() & F.col("op").isNotNull() & F.col("now").isNotNull()
     # An entry without an id (a hand-made ledger) is never taken for another one.
     unique_id = F.concat(F.lit("row-"), F.monotonically_increasing_id().cast("string"))
-    is_start = (F.col("op") == "claim:OK") & ~flag("again")
+    # celery_interval.starts.is_start, as a Column
+    is_start = (F.col("op") == START_OP) & ~flag(AGAIN)
     is_control = F.col("op").isin(*_TIMELINE_OPS)
     return (
         typed_columns(raw, AUDIT_FIELDS)
@@ -195,7 +198,7 @@ def annotate(ledger: DataFrame, intervals_us: Mapping[str, int] | None = None) -
         .when(is_start & F.col("c_iv").isNotNull(), SOURCES.index("control"))
         .alias("interval_source"),
         gap_us.alias("gap_us"),
-        (gap_us < interval_us).alias("violation"),
+        (gap_us < interval_us).alias("violation"),  # celery_interval.starts.is_violation
         F.when(is_start, worker_of(F.col("holder"))).alias("worker"),
         F.when(is_start, F.floor((start - F.col("t0")) / TBIN_US)).alias("tbin"),
         hbin.cast("int").alias("hbin"),
@@ -226,16 +229,16 @@ KINDS = ("grants", "regrants", "waits", "held", "paused_claims", "retickets", "d
 def kind_of() -> Column:
     """The index in ``KINDS`` of the outcome an entry counts under (null: none). A number,
     so that the aggregations over it stay hash-based."""
-    op, again = F.col("op"), flag("again")
+    op, again = F.col("op"), flag(AGAIN)
     kinds = {
-        "grants": (op == "grant:OK") & ~again,
-        "regrants": (op == "grant:OK") & again,
+        "grants": (op == GRANT_OP) & ~again,
+        "regrants": (op == GRANT_OP) & again,
         "waits": op == "claim:WAIT",
         "held": op.isin("grant:HELD", "claim:HELD"),
         "paused_claims": op == "claim:PAUSED",
         "retickets": op == "claim:RETICKET",
         "dedupe_drops": op.isin("grant:DUPLICATE", "claim:DUPLICATE"),
-        "reclaims": (op == "claim:OK") & again,
+        "reclaims": (op == START_OP) & again,
     }
     chosen = F.lit(None).cast("int")
     for n, name in reversed(list(enumerate(KINDS))):
