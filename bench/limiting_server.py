@@ -15,6 +15,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
+#: The environment variable through which bench workers find the server's base URL.
+ENV_API = "BENCH_API_URL"
 #: How a 429 names its wait: integer seconds (ceil), an HTTP date, or no Retry-After at all.
 RETRY_AFTER_MODES = ("seconds", "date", "none")
 
