@@ -219,6 +219,10 @@ def summarize(
         ),
         "recovery_s": recovery_s(events, drop_t, p.seconds),
         "drop_at_s": drop_t,
+        #: [accepted, rejected] per second of the run, from the server's counts
+        "per_second": [[s["accepted"], s["rejected"]] for s in stats["series"]][
+            : math.ceil(p.seconds)
+        ],
         "enqueue_s": enqueued_s,
     }
 
@@ -252,7 +256,7 @@ def _window_share(events: list[tuple[float, bool]], start: float) -> float:
 def table(rows: list[dict[str, Any]], p: Params) -> str:
     header = [
         "system", "calls", "429 share (before / after drop)", "goodput ÷ limit (before / after)",
-        "completed", "retries", "peak calls/s", "recovery after drop",
+        "completed", "peak calls/s", "recovery after drop",
     ]  # fmt: skip
     cells = [
         [
@@ -263,13 +267,12 @@ def table(rows: list[dict[str, Any]], p: Params) -> str:
             f"{r['goodput']:.2f} ({r['goodput_before']:.2f} / {r['goodput_after']:.2f})",
             f"{r['completed']}/{p.tasks}"
             + (f" ({r['duplicates']} dup)" if r["duplicates"] else ""),
-            str(r["retries"]),
             str(r["peak_calls_per_s"]),
             "no" if r["recovery_s"] is None else f"{r['recovery_s']:.2f} s",
         ]
         for r in rows
     ]
-    return markdown_table(header, cells, "lrrrrrrr")
+    return markdown_table(header, cells, "lrrrrrr")
 
 
 def _pct(x: float | None) -> str:
