@@ -26,8 +26,10 @@ run out. The users believe the limit is ``--believed-rate`` (default 1.5 x R). S
 Reported per system: calls, 429 share (all, before and after the drop), goodput (accepted
 calls per second) as a fraction of the server's limit in each phase (the first phase can pass
 1.0 by up to B / (R x T/2): the bucket starts full), completed tasks, and recovery: the
-seconds from the drop until the 429 share of every later 1 s window is below 5 % (a system
-never over the limit after the drop recovers in 0 s; "no" when it has not by 1 s before T).
+seconds from the drop to the start of the first 1 s window (windows stepped by 50 ms) from
+which every later window has a 429 share below 5 % (a system never over the limit after the
+drop recovers in 0 s; "no" when it has not by 2 s before T). A system whose calls simply
+stopped counts as recovered: read recovery next to its goodput after the drop.
 ``--json`` prints one object ``{"results": [...], "skipped": [...], "params": {...}}``.
 """
 
@@ -232,9 +234,9 @@ def _share(events: list[tuple[float, bool]]) -> float | None:
 
 
 def recovery_s(events: list[tuple[float, bool]], drop_t: float, end_t: float) -> float | None:
-    """Seconds from ``drop_t`` until the 429 share of every later 1 s window (stepped by 50 ms,
-    up to ``end_t``) stays below 5 %; None when the last such window is not, or when fewer than
-    two seconds of windows are left after the first good one."""
+    """Seconds from ``drop_t`` to the start of the first 1 s window (stepped by 50 ms, the last
+    ending by ``end_t``) from which every window's 429 share is below 5 %; None when that start
+    is less than 2 s before ``end_t`` (or there is no window at all)."""
     starts = [
         drop_t + k * WINDOW_STEP_S
         for k in range(int((end_t - WINDOW_S - drop_t) / WINDOW_STEP_S) + 1)
