@@ -17,6 +17,7 @@ from celery_interval.errors import (
 from celery_interval.install import install
 from celery_interval.intervals import parse_interval_us
 from celery_interval.task import IntervalTask
+from celery_interval.throttled import Throttled
 
 try:
     __version__ = _version("celery-interval")
@@ -29,6 +30,7 @@ __all__ = [
     "IntervalTask",
     "StoreError",
     "StoreUnavailable",
+    "Throttled",
     "UnknownBucket",
     "install",
     "parse_interval_us",

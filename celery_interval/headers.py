@@ -14,6 +14,7 @@ __all__ = [
     "MARK_HEADER",
     "NESTING_HEADER",
     "PARKED_HEADER",
+    "RESEND_HEADER",
     "SEND_HEADER",
     "SEND_ONCE",
     "SPIN_HEADER",
@@ -32,6 +33,9 @@ NESTING_HEADER = "replaced_task_nesting"
 #: the id sent again are dropped as duplicates (the Spark fan-out's re-runs).
 SEND_HEADER = "interval_send"
 SEND_ONCE = "once"
+#: On a throttled task sent again: it keeps its send code (the store kept its place under it),
+#: and a worker queues it first for a ticket (its kept slot is the next).
+RESEND_HEADER = "interval_resend"
 #: On a parked copy in an overflow queue: the queue the task was sent to.
 PARKED_HEADER = "interval_parked"
 #: The start deadline on the worker host's monotonic clock (ns).
@@ -57,14 +61,20 @@ INTERNAL_HEADERS = (
     CLAIM_HEADER,
     MARK_HEADER,
     PARKED_HEADER,
+    RESEND_HEADER,
 )
 
 
 def stamp_send(headers: Any = None, **_: Any) -> None:
     """``before_task_publish``: give this send of the task its own code, unless it is to be
-    run once per task id (a copied code, from a retry's or a replacement's headers, is renewed).
+    run once per task id (a copied code, from a retry's or a replacement's headers, is renewed)
+    or it is a throttled task sent again (``RESEND_HEADER``: it keeps its code).
     """
-    if isinstance(headers, dict) and headers.get(SEND_HEADER) != SEND_ONCE:
+    if not isinstance(headers, dict):
+        return
+    if headers.get(RESEND_HEADER):  # its code as it was (none, if it was sent without)
+        return
+    if headers.get(SEND_HEADER) != SEND_ONCE:
         headers[SEND_HEADER] = os.urandom(4).hex()
 
 

@@ -13,7 +13,8 @@ from celery_interval.errors import ConfigurationError, short_repr
 from celery_interval.headers import BUCKET_HEADER, START_HEADER
 from celery_interval.intervals import parse_interval_us
 from celery_interval.placement import PACED_STRATEGY
-from celery_interval.worker import started
+from celery_interval.throttled import Throttled
+from celery_interval.worker import started, throttling
 
 __all__ = ["IntervalTask"]
 
@@ -54,7 +55,10 @@ class IntervalTask(Task):  # type: ignore[misc]
         request = self.request
         if request.get(START_HEADER) is not None:
             started.before_body(self.app, request)
-        return super().__call__(*args, **kwargs)
+        try:
+            return super().__call__(*args, **kwargs)
+        except Throttled as exc:
+            throttling.throttled(self, exc)
 
 
 def _check_options(cls: type[IntervalTask]) -> None:

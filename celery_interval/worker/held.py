@@ -59,6 +59,8 @@ class Held:
     ticketed: bool = False
     #: Taken back from its bucket's overflow queue: its turn, never parked again.
     unparked: bool = False
+    #: A throttled task sent again: first for a ticket (its kept slot), never parked.
+    resent: bool = False
     #: ``task-received`` went out for this delivery.
     announced: bool = False
     received_ns: int = field(default_factory=time.monotonic_ns)

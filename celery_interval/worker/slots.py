@@ -80,7 +80,7 @@ class SlotCycle:
             held.state = HeldState.ETA
             self._arm(held, eligible_in_us / 1e6, self.tickets.enqueue)
         else:
-            self.tickets.enqueue(held)
+            self.tickets.enqueue(held, front=held.resent)
 
     def pool_freed(self) -> None:
         """A pool process finished a task (on the loop's thread): fill soon."""

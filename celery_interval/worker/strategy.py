@@ -16,7 +16,12 @@ from celery.worker.state import task_reserved
 from celery.worker.strategy import hybrid_to_proto2, proto1_to_proto2
 
 from celery_interval.errors import ConfigurationError
-from celery_interval.headers import MARK_HEADER, START_HEADER, drop_internal_headers
+from celery_interval.headers import (
+    MARK_HEADER,
+    RESEND_HEADER,
+    START_HEADER,
+    drop_internal_headers,
+)
 from celery_interval.placement import Arrival, placement_of
 from celery_interval.worker.consumer import service_for
 from celery_interval.worker.delivery import consumed_queue, taken_back
@@ -80,6 +85,7 @@ def interval_strategy(task: Any, app: Any, consumer: Any, **_: Any) -> Any:
             logger.info(_app_trace.LOG_RECEIVED, context, extra={"data": context})
         if req.revoked():
             return
+        resent = bool(req.request_dict.get(RESEND_HEADER))
         drop_internal_headers(req.request_dict)
         queue = consumed_queue(message) or _queue_of(task, req)
         try:
@@ -117,7 +123,8 @@ def interval_strategy(task: Any, app: Any, consumer: Any, **_: Any) -> Any:
                 rank=_rank((req.delivery_info or {}).get("priority"), lower_first),
                 acks_late=acks_late,
                 release=release_with_callbacks,
-                unparked=taken_back(message),
+                unparked=taken_back(message) or resent,
+                resent=resent,
             )
         )
 

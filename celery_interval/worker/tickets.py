@@ -64,7 +64,13 @@ class Tickets:
         took = False
         pool = self.pool
         try:
-            while queued and not pool.waiting and self.ticketed[bucket] < pool.free():
+            while (
+                queued
+                and not pool.waiting
+                and (
+                    self.ticketed[bucket] < pool.free() or queued[0].resent  # its slot is kept
+                )
+            ):
                 held = queued.popleft()
                 if held.request.revoked():  # revoked or expired: no ticket, no slot
                     self._forget(held)

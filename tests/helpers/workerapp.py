@@ -5,13 +5,15 @@ from __future__ import annotations
 import json
 import os
 import time
+import urllib.error
+import urllib.request
 from typing import Any
 
 import redis
 from celery import Celery
 from celery.signals import task_failure, task_prerun, worker_process_init
 
-from celery_interval import IntervalTask
+from celery_interval import IntervalTask, Throttled
 from celery_interval.demo import app as demo_app
 
 
@@ -114,6 +116,29 @@ if os.environ.get("CI_TEST_BROKER"):
             time.sleep(sleep_s)
         _record(self, "end", i)
         return i
+
+    def _call_api(task: Any, i: int, url: str) -> int:
+        """One GET of a (limiting) HTTP server; a 429 raises ``Throttled`` from its headers."""
+        _record(task, "start", i)
+        try:
+            with urllib.request.urlopen(url, timeout=10) as reply:
+                status = int(reply.status)
+        except urllib.error.HTTPError as exc:
+            if exc.code != 429:
+                raise
+            throttled = Throttled.from_response(exc)
+            _record(task, "throttled", i, throttled.retry_after_s)
+            raise throttled from None
+        _record(task, "ok", i, status)
+        return i
+
+    @app.task(base=IntervalTask, bind=True, name="workerapp.call_api")
+    def call_api(self: Any, i: int, url: str) -> int:
+        return _call_api(self, i, url)
+
+    @app.task(base=IntervalTask, bind=True, name="workerapp.call_api_late", acks_late=True)
+    def call_api_late(self: Any, i: int, url: str) -> int:
+        return _call_api(self, i, url)
 
     @app.task(
         base=IntervalTask,

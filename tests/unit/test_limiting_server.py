@@ -4,30 +4,16 @@ from __future__ import annotations
 
 import email.utils
 import http.client
-import importlib.util
 import json
-import sys
 import time
 from collections.abc import Iterator
-from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
 
-BENCH = Path(__file__).resolve().parents[2] / "bench"
+from tests.helpers.limiting import limiting_server
 
-
-def _load() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("limiting_server", BENCH / "limiting_server.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault("limiting_server", module)
-    spec.loader.exec_module(module)
-    return module
-
-
-ls = _load()
+ls = limiting_server()
 
 
 class Client:

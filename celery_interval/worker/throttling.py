@@ -1,0 +1,71 @@
+"""A throttled run, in the pool process: defer the bucket, keep the task's place, send it again."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from typing import Any, NoReturn
+
+from celery.exceptions import Retry
+
+from celery_interval.app_store import store_of
+from celery_interval.errors import StoreUnavailable
+from celery_interval.headers import BUCKET_HEADER, CLAIM_HEADER, RESEND_HEADER, SEND_HEADER
+from celery_interval.stores.base import ClaimArgs
+from celery_interval.throttled import Throttled
+
+__all__ = ["throttled"]
+
+logger = logging.getLogger("celery_interval.worker")
+
+
+def throttled(task: Any, exc: Throttled) -> NoReturn:
+    """``task``'s body raised ``exc``: no start of its bucket for ``exc.retry_after_s``, its
+    place kept in the store, the same message (same task id, retries and send code) published
+    again; the run ends in Celery's RETRY state (``Retry``), with no retry spent.
+
+    With the store unreachable nothing can be deferred or kept: the task is sent again as a
+    new message with a countdown of the wait (a plain retry that spends no retry either).
+    """
+    request = task.request
+    claimed = request.get(CLAIM_HEADER)
+    if not isinstance(claimed, ClaimArgs):  # not started through a slot (apply(), eager)
+        raise exc
+    store = store_of(task.app)
+    headers: dict[str, Any] = {}
+    for name in (SEND_HEADER, BUCKET_HEADER):
+        if request.get(name) is not None:
+            headers[name] = request.get(name)
+    options: dict[str, Any] = {}
+    try:
+        with contextlib.suppress(StoreUnavailable):
+            store.prepare_post()  # a done mark posted as the body began lands first
+        status = store.throttle(
+            claimed.copy, claimed.interval_us, exc.retry_after_us, ticket=claimed.ticket
+        )
+        headers[RESEND_HEADER] = True
+        logger.warning(
+            "interval %s: task %s throttled (%s): no start of the bucket for %.3fs, next start "
+            "in %.3fs; it keeps its place (ticket %d)",
+            claimed.bucket,
+            request.id,
+            exc,
+            exc.retry_after_s,
+            status.next_slot_in_us / 1e6,
+            claimed.ticket,
+        )
+    except StoreUnavailable as outage:
+        options["countdown"] = exc.retry_after_s
+        logger.warning(
+            "interval %s: task %s throttled (%s) with the store unreachable (%s): sent again "
+            "to run in %.3fs, the bucket not deferred",
+            claimed.bucket,
+            request.id,
+            exc,
+            outage,
+            exc.retry_after_s,
+        )
+    sig = task.signature_from_request(request, retries=request.retries, **options)
+    sig.set(headers={**(sig.options.get("headers") or {}), **headers})
+    sig.apply_async()
+    raise Retry(str(exc), exc=exc, when=exc.retry_after_s, sig=sig)
