@@ -41,6 +41,14 @@ def receiving(pool: Pool) -> Iterator[list[dict[str, Any]]]:
     thread = threading.Thread(target=capture, daemon=True)
     thread.start()
     assert ready.wait(10), "the event receiver did not start"
+    # A Redis broker subscribes the receiver on its first read: until a probe comes through,
+    # an event sent may be missed.
+    deadline = time.monotonic() + 20
+    while not any(e["type"] == "test-probe" for e in list(seen)):
+        assert time.monotonic() < deadline, "the event receiver never saw its probe"
+        with pool.app.events.default_dispatcher() as dispatcher:
+            dispatcher.send("test-probe")
+        time.sleep(0.1)
     try:
         yield seen
     finally:
