@@ -11,6 +11,7 @@ __all__ = [
     "GRANT_OP",
     "READMIT",
     "START_OP",
+    "THROTTLE_OP",
     "is_grant",
     "is_readmit",
     "is_start",
@@ -27,6 +28,9 @@ GRANT_OP = "grant:OK"
 AGAIN = "again"
 #: Set (1) on a start admitted anew because the holder's earlier admitted start passed unheard.
 READMIT = "readmit"
+#: The op of a throttled run (``Throttled``): the task's next start is its run again, not a
+#: duplicate of it.
+THROTTLE_OP = "throttle"
 #: The control entries that record the interval in force (``interval``) without a start.
 CONTROL_OPS = ("pause", "unpause", "set_interval", "unset_interval")
 

@@ -6,6 +6,7 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from celery_interval.spark.entries import KINDS, flag
+from celery_interval.starts import THROTTLE_OP
 
 __all__ = [
     "KLL_K",
@@ -94,9 +95,10 @@ def sketch_cells(entries: DataFrame) -> DataFrame:
 
 
 def duplicate_cells(entries: DataFrame, examples: int = 10) -> DataFrame:
-    """Per bucket where a (task, retries) was started by more than one delivery (holder):
-    ``duplicate_starts`` (the starts after each task's first holder's) and up to ``examples``
-    of those ``duplicate_tasks``; an entry (bucket, id) is read once however often repeated."""
+    """Per bucket where a (task, retries) was started by more deliveries (holders) than its one
+    run and one more per throttle (``Throttled``: it runs again, by design):
+    ``duplicate_starts`` (the starts beyond those) and up to ``examples`` of those
+    ``duplicate_tasks``; an entry (bucket, id) is read once however often repeated."""
     keys = ("bucket", "task", "r")
     # The distinct holders first: only counts in the buffers, so hash-aggregated, no sort.
     holders = (
@@ -106,11 +108,20 @@ def duplicate_cells(entries: DataFrame, examples: int = 10) -> DataFrame:
         .groupBy(*keys)
         .agg(F.count(F.lit(1)).alias("holders"))
     )
+    throttles = (
+        entries.where(F.col("op") == THROTTLE_OP)
+        .select(*keys, "id")
+        .distinct()
+        .groupBy(*keys)
+        .agg(F.count(F.lit(1)).alias("throttles"))
+    )
+    extra = F.col("holders") - 1 - F.coalesce(F.col("throttles"), F.lit(0))
     return (
-        holders.where(F.col("holders") > 1)
+        holders.join(throttles, list(keys), "left")
+        .where(extra > 0)
         .groupBy("bucket")
         .agg(
-            F.sum(F.col("holders") - 1).alias("duplicate_starts"),
+            F.sum(extra).alias("duplicate_starts"),
             F.slice(F.sort_array(F.collect_set("task")), 1, examples).alias("duplicate_tasks"),
         )
     )

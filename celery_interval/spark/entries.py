@@ -9,7 +9,7 @@ from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 from pyspark.sql.types import LongType, StringType, StructField, StructType
 
-from celery_interval.starts import AGAIN, CONTROL_OPS, GRANT_OP, START_OP
+from celery_interval.starts import AGAIN, CONTROL_OPS, GRANT_OP, START_OP, THROTTLE_OP
 
 __all__ = [
     "AUDIT_FIELDS",
@@ -92,6 +92,7 @@ def keyed(raw: DataFrame) -> DataFrame:
     # celery_interval.starts.is_start, as a Column
     is_start = (F.col("op") == START_OP) & ~flag(AGAIN)
     is_control = F.col("op").isin(*_TIMELINE_OPS)
+    is_throttle = F.col("op") == THROTTLE_OP  # its task runs again: ``cube.duplicate_cells``
     return (
         typed_columns(raw, AUDIT_FIELDS)
         .where(valid)
@@ -99,8 +100,11 @@ def keyed(raw: DataFrame) -> DataFrame:
             "bucket",
             "now",
             F.coalesce(F.col("id"), unique_id).alias("id"),
-            F.when(is_start | is_control, F.col("op")).alias("op"),
-            *[F.when(is_start, F.col(n)).alias(n) for n in _START_FIELDS],
+            F.when(is_start | is_control | is_throttle, F.col("op")).alias("op"),
+            *[
+                F.when(is_start | (is_throttle & F.lit(n in ("task", "r"))), F.col(n)).alias(n)
+                for n in _START_FIELDS
+            ],
             F.when(is_start | is_control, F.col("interval")).alias("interval"),
             F.when(is_control, F.col("changed")).alias("changed"),
             is_start.alias("is_start"),

@@ -220,6 +220,27 @@ def test_an_unset_interval_entry_gives_the_interval_of_the_starts_after_it(
     assert (unset["starts"], unset["violations"], unset["ok"]) == (4, 0, True)
 
 
+def test_a_throttled_task_run_again_is_no_duplicate(
+    spark: Any,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    """A task throttled (429) runs again under a new delivery: one more start per throttle
+    entry is its run, a start beyond that is a duplicate."""
+    from celery_interval.spark import audit
+
+    led = Ledger("thr")
+    led.start("a", 0.0, "w1@a")
+    led.add("throttle", 0.1, task="a", r=0, ticket=1, retry_after=2 * S, interval=S)
+    led.start("b", 3.0, "w1@a")  # waited the retry_after
+    led.start("a", 4.0, "w2@b")  # the throttled task's run: no duplicate
+    led.start("c", 5.0, "w1@a")
+    led.start("c", 6.0, "w2@b")  # no throttle: a duplicate
+    path = write_jsonl(tmp_path / "thr.jsonl", led.rows)
+    got = by_bucket(audit.audit(audit.read_ledgers(spark, [str(path)])).summary.collect())
+    assert (got["thr"]["starts"], got["thr"]["duplicate_starts"]) == (5, 1)
+    assert got["thr"]["duplicate_tasks"] == ["c"]
+
+
 def test_repeats_are_dropped_alike_by_normalize_and_by_the_audit(
     spark: Any,  # noqa: F811
     ledgers: list[str],
