@@ -89,3 +89,31 @@ def _get(url: str) -> str:
 
     with urllib.request.urlopen(url, timeout=10) as reply:
         return str(reply.read().decode())
+
+
+@pytest.mark.slow
+def test_workers_killed_with_a_throttle_outstanding_lose_nothing(make_pool: Any, api: Any) -> None:
+    """SIGKILL the worker of each of the first two throttled runs (acks_late, RabbitMQ: its
+    unacked messages come back at once): every task still succeeds once, and no start falls
+    inside a throttle's wait."""
+    pool = make_pool(INTERVAL_S, broker="rabbitmq", conf={"interval_lease_s": 3.0})
+    workers = {w.name: w for w in pool.start(3, concurrency=2)}
+    ids = send(pool, "workerapp.call_api_late", api.url + "/call")
+    killed: list[str] = []
+    deadline = time.monotonic() + 180
+    while len({r["id"] for r in kinds(pool, "ok")}) < N and time.monotonic() < deadline:
+        for throttle in kinds(pool, "throttled"):
+            host = throttle["host"]
+            if len(killed) < 2 and host not in killed and host in workers:
+                pool.kill(workers.pop(host))
+                killed.append(host)
+        time.sleep(0.1)
+    time.sleep(1.0)
+    assert len(killed) == 2, "fewer than two throttles: the test did not test anything"
+    oks = kinds(pool, "ok")
+    assert sorted(r["id"] for r in oks) == sorted(ids), "a task was lost or succeeded twice"
+    starts = kinds(pool, "start")
+    for throttle in kinds(pool, "throttled"):
+        quiet_from = throttle["us"] + ADMITTED_BEFORE_S * 1e6
+        quiet_to = throttle["us"] + throttle["args"][1] * 1e6
+        assert not [r for r in starts if quiet_from < r["us"] < quiet_to]
