@@ -11,7 +11,7 @@ from typing import Any
 from celery_interval.buckets import queue_of
 from celery_interval.defaults import SETTINGS
 from celery_interval.errors import ConfigurationError, UnknownBucket
-from celery_interval.intervals import US_PER_S, parse_interval_us
+from celery_interval.intervals import MAX_INTERVAL_S, US_PER_S, parse_interval_us
 from celery_interval.schedule import MAX_LEAD_US
 from celery_interval.stores.urls import is_redis_broker_url
 
@@ -43,6 +43,8 @@ class Settings:
     retry_max_s: float
     broker_timeout_s: float | None
     extra_buckets_us: dict[str, int] = field(default_factory=dict)
+    #: Adaptive buckets (queues) → their slowest interval, or None for 100 times the configured.
+    adaptive_max_us: Mapping[str, int | None] = field(default_factory=dict)
 
     def interval_us(self, bucket: str) -> int:
         """The configured interval of ``bucket`` (``queue:key`` falls back to ``queue``)."""
@@ -55,6 +57,16 @@ class Settings:
         raise UnknownBucket(
             f"unknown interval bucket {bucket!r}; configured: {', '.join(sorted(known)) or 'none'}"
         )
+
+    def adapt_max_us(self, bucket: str, interval_us: int) -> int | None:
+        """The slowest interval ``bucket`` (or its queue) may adapt to; None: not adaptive."""
+        for name in (bucket, queue_of(bucket)):
+            if name in self.adaptive_max_us:
+                slowest_us = self.adaptive_max_us[name]
+                if slowest_us is None:
+                    return min(100 * interval_us, MAX_INTERVAL_S * US_PER_S)
+                return max(slowest_us, interval_us)
+        return None
 
     def buckets(self) -> list[str]:
         """Every bucket configured by name (interval_queues and IntervalTask options)."""
@@ -127,6 +139,7 @@ def _load(conf: Any) -> Settings:
         raise ConfigurationError(f"interval_overflow={overflow!r}: expected True or False")
     broker_timeout = conf.get("interval_broker_timeout_s")
     return Settings(
+        adaptive_max_us=_adaptive(_get(conf, "interval_adaptive")),
         store_url=_store_url(conf),
         queues_us=queues_us,
         key_prefix=str(_get(conf, "interval_key_prefix")),
@@ -147,6 +160,24 @@ def _load(conf: Any) -> Settings:
         if broker_timeout is None
         else _seconds(conf, "interval_broker_timeout_s"),
     )
+
+
+def _adaptive(adaptive: Any) -> dict[str, int | None]:
+    """``interval_adaptive``: bucket → True (the default slowest) or its slowest interval."""
+    if not isinstance(adaptive, Mapping):
+        raise ConfigurationError(
+            f"interval_adaptive={adaptive!r}: expected a mapping of bucket to True or the "
+            "slowest interval"
+        )
+    out: dict[str, int | None] = {}
+    for name, value in adaptive.items():
+        if not isinstance(name, str) or not name:
+            raise ConfigurationError(f"interval_adaptive key {name!r}: expected a non-empty name")
+        if value is True:
+            out[name] = None
+        elif value is not False:
+            out[name] = parse_interval_us(value, name=f"interval_adaptive[{name!r}]")
+    return out
 
 
 def _lead_us(conf: Any, key: str) -> int:

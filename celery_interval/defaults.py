@@ -43,6 +43,15 @@ SETTINGS: tuple[Setting, ...] = (
         "or a rate of starts (``'10/s'``, ``'30/m'``, ``'100/h'``); above 0, at most one day.",
     ),
     Setting(
+        "interval_adaptive",
+        {},
+        "Bucket (queue) → ``True`` or the slowest interval (``'1/m'``, ``60``): an adaptive "
+        "bucket lengthens its interval when a task raises ``Throttled`` (doubled when throttled "
+        "again within 20 starts, else by a ninth) and eases back to the configured one by a "
+        "thousandth of its rate per clean start. ``True``: at most 100 times the configured "
+        "interval (one day at most).",
+    ),
+    Setting(
         "interval_store_url",
         None,
         "Where the shared state lives: ``redis://``, ``rediss://``, ``unix:///path.sock``, "

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import enum
+import math
 from dataclasses import dataclass, replace
 
 __all__ = [
     "IDLE_GRACE_US",
     "MAX_LEAD_US",
+    "Backoff",
     "BucketState",
     "Claim",
     "ClaimTerms",
@@ -75,6 +77,11 @@ class BucketState:
     interval_override_us: int | None
     #: The slot a throttled task keeps (``throttle``): no other copy starts in it.
     reserved_us: int | None = None
+    #: An adaptive bucket's interval, lengthened by throttles, eased back by clean starts
+    #: (None: the configured one).
+    adapted_us: int | None = None
+    #: Starts since the last throttle of an adaptive bucket.
+    clean_starts: int = 0
 
 
 @dataclass(frozen=True)
@@ -125,6 +132,23 @@ class Slot:
 
     epoch: int
     slot_us: int
+
+
+@dataclass(frozen=True, slots=True)
+class Backoff:
+    """What a throttle asks for: no start for ``retry_after_us``, the throttled copy's
+    ``ticket`` kept; ``adapt_max_us`` (an adaptive bucket) lengthens the interval up to it."""
+
+    retry_after_us: int
+    ticket: int = 0
+    adapt_max_us: int | None = None
+
+
+#: An adaptive bucket throttled within this many starts of its last throttle halves its pace;
+#: after a longer clean run it slows by a tenth.
+ADAPT_CLEAN_RUN = 20
+#: Each clean start of an adaptive bucket adds this share of the configured rate back.
+ADAPT_STEPS = 1_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -182,6 +206,8 @@ class Status:
     current_slot_us: int
     last_start_us: int
     virtual_now_us: int
+    #: An adaptive bucket's throttles lengthened ``interval_us`` (clean starts ease it back).
+    adapted: bool = False
 
 
 @dataclass(frozen=True)
@@ -222,8 +248,40 @@ def virtual_now(state: BucketState, now_us: int) -> int:
 
 
 def effective_interval(state: BucketState, interval_us: int) -> int:
-    """A ``set_interval`` override wins over the interval the caller has configured."""
-    return interval_us if state.interval_override_us is None else state.interval_override_us
+    """A ``set_interval`` override wins over the interval the caller has configured, which an
+    adaptive bucket's throttles may have lengthened."""
+    if state.interval_override_us is not None:
+        return state.interval_override_us
+    if state.adapted_us is not None:
+        return max(state.adapted_us, interval_us)
+    return interval_us
+
+
+def eased(state: BucketState, interval_us: int) -> BucketState:
+    """After a clean start: an adapted interval goes back toward ``interval_us`` by adding
+    ``1/ADAPT_STEPS`` of the configured rate (the same double arithmetic as the Lua)."""
+    if state.adapted_us is None:
+        return state
+    adapted_us = math.floor(state.adapted_us / (1 + state.adapted_us / (interval_us * ADAPT_STEPS)))
+    return replace(
+        state,
+        adapted_us=None if adapted_us <= interval_us else adapted_us,
+        clean_starts=state.clean_starts + 1,
+    )
+
+
+def slowed(state: BucketState, interval_us: int, adapt_max_us: int) -> BucketState:
+    """A throttle of an adaptive bucket: its interval doubles when it was throttled within
+    ``ADAPT_CLEAN_RUN`` starts, else grows by a ninth (a tenth off the rate); at most
+    ``adapt_max_us``. An overridden interval is left alone (the override wins)."""
+    if state.interval_override_us is not None:
+        return state
+    current_us = effective_interval(state, interval_us)
+    if state.adapted_us is not None and state.clean_starts < ADAPT_CLEAN_RUN:
+        longer_us = current_us * 2
+    else:
+        longer_us = (current_us * 10 + 8) // 9
+    return replace(state, adapted_us=max(interval_us, min(adapt_max_us, longer_us)), clean_starts=0)
 
 
 def clamp_lead(lead_us: int) -> int:
@@ -323,6 +381,7 @@ def claim(
         current_slot_us=max(slot_us, state.current_slot_us) if front else slot_us,
         reserved_us=None if front else state.reserved_us,
     )
+    state = eased(state, interval_us)
     lease = Lease(terms.holder, start_us, now_us + terms.lease_us)
     return state, lease, Claim(Outcome.OK, state.epoch, start_us - v, now_us)
 
@@ -378,13 +437,13 @@ def throttle(
     mark: Mark | None,
     now_us: int,
     interval_us: int,
-    retry_after_us: int,
-    ticket: int,
+    backoff: Backoff,
     *,
     born_us: int,
 ) -> tuple[BucketState, Mark, Status]:
-    """The called service said "retry after ``retry_after_us``": no start of the bucket before
-    then, and the throttled copy keeps its place, the first slot after, ahead of every ticket.
+    """The called service said "retry after ``backoff.retry_after_us``": no start of the bucket
+    before then, and the throttled copy keeps its place, the first slot after, ahead of every
+    ticket; an adaptive bucket's interval is lengthened first (``slowed``).
 
     Every slot shifts (``offset``) so that the next start, one interval after the last, comes
     ``retry_after_us`` from now at the earliest. That slot is ``reserved``: the throttled copy's
@@ -393,10 +452,12 @@ def throttle(
     """
     if state is None:
         state = new_state(now_us, interval_us, born_us)
+    if backoff.adapt_max_us is not None:
+        state = slowed(state, interval_us, backoff.adapt_max_us)
     spacing_us = effective_interval(state, interval_us)
     v = virtual_now(state, now_us)
     slot_us = state.last_start_us + spacing_us
-    shift_us = max(0, v + max(0, retry_after_us) - slot_us)
+    shift_us = max(0, v + max(0, backoff.retry_after_us) - slot_us)
     state = replace(
         state,
         offset_us=state.offset_us + shift_us,
@@ -404,7 +465,8 @@ def throttle(
         reserved_us=slot_us,
     )
     v -= shift_us
-    place = Granted(state.epoch, ticket, slot_us, now_us + slot_us - v + GRANTED_TTL_US, True)
+    expires_real_us = now_us + slot_us - v + GRANTED_TTL_US
+    place = Granted(state.epoch, backoff.ticket, slot_us, expires_real_us, True)
     return state, place, status(state, now_us, interval_us, born_us=born_us)
 
 
@@ -493,6 +555,7 @@ def status(state: BucketState | None, now_us: int, interval_us: int, *, born_us:
         current_slot_us=state.current_slot_us,
         last_start_us=state.last_start_us,
         virtual_now_us=v,
+        adapted=state.interval_override_us is None and state.adapted_us is not None,
     )
 
 
@@ -501,10 +564,15 @@ def expires_in_us(state: BucketState, now_us: int, interval_us: int) -> int | No
 
     Once virtual time has reached both ``tat`` and ``last_start + interval``, a new state (under
     an old birth marker) gives every grant and claim the same delays: only the epoch and the
-    ticket numbers differ, and the grace lets claims of the old epoch come late. A paused bucket
-    and one with an interval override are kept: a new state would forget the pause or override.
+    ticket numbers differ, and the grace lets claims of the old epoch come late. A paused bucket,
+    one with an interval override and an adapted one are kept: a new state would forget the
+    pause, the override or what the throttles taught.
     """
-    if state.paused_at_real_us is not None or state.interval_override_us is not None:
+    if (
+        state.paused_at_real_us is not None
+        or state.interval_override_us is not None
+        or state.adapted_us is not None
+    ):
         return None
     v = virtual_now(state, now_us)
     settled_us = max(state.tat_us, state.last_start_us + effective_interval(state, interval_us), v)

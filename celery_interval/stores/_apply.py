@@ -9,6 +9,7 @@ from typing import Protocol, TypeVar
 
 from celery_interval import schedule
 from celery_interval.schedule import (
+    Backoff,
     BucketState,
     Claim,
     ClaimTerms,
@@ -164,17 +165,13 @@ class ModelStore(ABC):
             txn.set_mark(task_id, retries, mark)
             return renewed
 
-    def throttle(
-        self, copy: TaskCopy, interval_us: int, retry_after_us: int, *, ticket: int = 0
-    ) -> Status:
+    def throttle(self, copy: TaskCopy, interval_us: int, backoff: Backoff) -> Status:
         """Atomically defer the bucket's starts and keep the first slot after for ``copy``
         (``schedule.throttle``)."""
         return self._step(
             copy,
             interval_us,
-            lambda s, m, n, b: schedule.throttle(
-                s, m, n, interval_us, retry_after_us, ticket, born_us=b
-            ),
+            lambda s, m, n, b: schedule.throttle(s, m, n, interval_us, backoff, born_us=b),
         )
 
     def pause(self, bucket: str, interval_us: int) -> Status:

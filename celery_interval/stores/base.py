@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import NamedTuple, Protocol
 
-from celery_interval.schedule import Claim, ClaimTerms, Grant, Pace, Slot, Status, Unset
+from celery_interval.schedule import Backoff, Claim, ClaimTerms, Grant, Pace, Slot, Status, Unset
 
 __all__ = ["ClaimArgs", "DoneBatch", "Store", "TaskCopy"]
 
@@ -108,12 +108,10 @@ class Store(Protocol):
         """Atomically extend ``holder``'s live lease to now + ``lease_us``; False if none."""
         ...
 
-    def throttle(
-        self, copy: TaskCopy, interval_us: int, retry_after_us: int, *, ticket: int = 0
-    ) -> Status:
-        """Atomically defer every start of the bucket by ``retry_after_us`` from now and keep
-        the first slot after it for ``copy`` (``schedule.throttle``); ``ticket`` is the ticket
-        the copy ran under (the mark and the ledger keep it)."""
+    def throttle(self, copy: TaskCopy, interval_us: int, backoff: Backoff) -> Status:
+        """Atomically defer every start of the bucket by ``backoff.retry_after_us`` from now
+        and keep the first slot after it for ``copy`` (``schedule.throttle``); an adaptive
+        bucket (``backoff.adapt_max_us``) slows first."""
         ...
 
     def pause(self, bucket: str, interval_us: int) -> Status:

@@ -33,10 +33,14 @@ _STATE_FIELDS = (
     "last_start_us",
     "interval_override_us",
     "reserved_us",
+    "adapted_us",
+    "clean_starts",
 )
-_NULLABLE_FIELDS = frozenset({"paused_at_real_us", "interval_override_us", "reserved_us"})
-#: Fields a file written before they existed lacks: they read as None.
-_OPTIONAL_FIELDS = frozenset({"reserved_us"})
+_NULLABLE_FIELDS = frozenset(
+    {"paused_at_real_us", "interval_override_us", "reserved_us", "adapted_us"}
+)
+#: Fields a file written before they existed lacks: they read as their defaults.
+_OPTIONAL_FIELDS = frozenset({"reserved_us", "adapted_us", "clean_starts"})
 
 
 # POSIX locks belong to the process: threads of one process do not exclude each other with

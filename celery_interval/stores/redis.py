@@ -27,6 +27,7 @@ import celery_interval.stores.keys as keys
 from celery_interval.defaults import KEY_PREFIX, LEDGER_MAX, STORE_TIMEOUT_S
 from celery_interval.errors import ConfigurationError, StoreError, StoreUnavailable
 from celery_interval.schedule import (
+    Backoff,
     BucketState,
     Claim,
     ClaimTerms,
@@ -313,14 +314,14 @@ class RedisStore:
         r = self._run("renew", [self._mark_key(bucket, task_id, retries)], [holder, lease_us])
         return bool(int(r))
 
-    def throttle(
-        self, copy: TaskCopy, interval_us: int, retry_after_us: int, *, ticket: int = 0
-    ) -> Status:
+    def throttle(self, copy: TaskCopy, interval_us: int, backoff: Backoff) -> Status:
+        adapt = "" if backoff.adapt_max_us is None else backoff.adapt_max_us
         r = self._run(
             "throttle",
             self._task_keys(copy),
-            [interval_us, retry_after_us, ticket, copy.task_id, copy.retries, self._ledger_max],
-        )
+            [interval_us, backoff.retry_after_us, backoff.ticket, copy.task_id, copy.retries,
+             self._ledger_max, adapt],
+        )  # fmt: skip
         return status_from_reply(r)
 
     def pause(self, bucket: str, interval_us: int) -> Status:
@@ -408,6 +409,8 @@ class RedisStore:
                 last_start_us=f["l"],
                 interval_override_us=f.get("i"),
                 reserved_us=f.get("h"),
+                adapted_us=f.get("a"),
+                clean_starts=f.get("k", 0),
             )
         except KeyError as exc:
             raise StoreError(f"interval state of bucket {bucket!r} lacks field {exc}") from None

@@ -9,8 +9,10 @@ from typing import Any, NoReturn
 from celery.exceptions import Retry
 
 from celery_interval.app_store import store_of
+from celery_interval.config import settings_of
 from celery_interval.errors import StoreUnavailable
 from celery_interval.headers import BUCKET_HEADER, CLAIM_HEADER, RESEND_HEADER, SEND_HEADER
+from celery_interval.schedule import Backoff
 from celery_interval.stores.base import ClaimArgs
 from celery_interval.throttled import Throttled
 
@@ -40,19 +42,20 @@ def throttled(task: Any, exc: Throttled) -> NoReturn:
     try:
         with contextlib.suppress(StoreUnavailable):
             store.prepare_post()  # a done mark posted as the body began lands first
-        status = store.throttle(
-            claimed.copy, claimed.interval_us, exc.retry_after_us, ticket=claimed.ticket
-        )
+        adapt_max_us = settings_of(task.app).adapt_max_us(claimed.bucket, claimed.interval_us)
+        backoff = Backoff(exc.retry_after_us, claimed.ticket, adapt_max_us)
+        status = store.throttle(claimed.copy, claimed.interval_us, backoff)
         headers[RESEND_HEADER] = True
         logger.warning(
-            "interval %s: task %s throttled (%s): no start of the bucket for %.3fs, next start "
-            "in %.3fs; it keeps its place (ticket %d)",
+            "interval %s: task %s throttled (%s): no start of the bucket for %.3fs, it keeps "
+            "its place (ticket %d); interval %gs%s",
             claimed.bucket,
             request.id,
             exc,
             exc.retry_after_s,
-            status.next_slot_in_us / 1e6,
             claimed.ticket,
+            status.interval_us / 1e6,
+            " (adapted)" if status.adapted else "",
         )
     except StoreUnavailable as outage:
         options["countdown"] = exc.retry_after_s

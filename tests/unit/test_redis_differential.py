@@ -27,7 +27,7 @@ from celery_interval import schedule
 from celery_interval.defaults import KEY_PREFIX
 from celery_interval.demo.embedded import RedisProc
 from celery_interval.errors import ConfigurationError, StoreUnavailable
-from celery_interval.schedule import ClaimTerms, Done, Lease, Outcome, Pace, Slot
+from celery_interval.schedule import Backoff, ClaimTerms, Done, Lease, Outcome, Pace, Slot
 from celery_interval.stores import keys, mask_url
 from celery_interval.stores.base import DoneBatch, TaskCopy
 from celery_interval.stores.memory import MemoryStore
@@ -307,14 +307,21 @@ class Differential(RuleBasedStateMachine):
         interval=intervals_us,
         retry_after=st.sampled_from([0, 1, 999, 2_000_000, 90_000_000]),
         ticket=st.integers(0, 9),
+        adapt_max=st.sampled_from([None, None, 1, 77_777, 3_600_000_000]),
     )
     def throttle(
-        self, bucket: str, task: str, retry: int, interval: int, retry_after: int, ticket: int
+        self,
+        bucket: str,
+        task: str,
+        retry: int,
+        interval: int,
+        retry_after: int,
+        ticket: int,
+        adapt_max: int | None,
     ) -> None:
         copy = TaskCopy(bucket, task, retry)
-        expected, got = self._compared(
-            bucket, "throttle", copy, interval, retry_after, ticket=ticket
-        )
+        backoff = Backoff(retry_after, ticket, adapt_max)
+        expected, got = self._compared(bucket, "throttle", copy, interval, backoff)
         assert got == expected
 
     @rule(bucket=buckets, interval=intervals_us)

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from celery_interval import schedule
 from celery_interval.schedule import (
+    Backoff,
     BucketState,
     Claim,
     ClaimTerms,
@@ -109,12 +110,14 @@ class Model:
         key = (task, retries)
         self.marks[key] = schedule.done_mark(self.marks.get(key), self.now_us, ttl_us)
 
-    def op_throttle(self, task: str, retries: int, retry_after_us: int) -> tuple[Any, ...]:
+    def op_throttle(
+        self, task: str, retries: int, retry_after_us: int, adapt_max_us: int | None = None
+    ) -> tuple[Any, ...]:
         """The service throttled ``task``'s run: its copy sent again claims the kept slot."""
         key = (task, retries)
         self.state, mark, st = schedule.throttle(
-            self.state, self.marks.get(key), self.now_us, self.interval_us, retry_after_us,
-            ticket=1, born_us=self.born(),
+            self.state, self.marks.get(key), self.now_us, self.interval_us,
+            Backoff(retry_after_us, 1, adapt_max_us), born_us=self.born(),
         )  # fmt: skip
         self._put(key, mark)
         self.granted[key] = (mark.epoch, mark.slot_us) if isinstance(mark, Granted) else (0, 0)
@@ -201,8 +204,10 @@ def renew(task: str, holder: str, lease_us: int, retries: int = 0) -> Step:
     return ("renew", task, retries, holder, lease_us)
 
 
-def throttle(task: str, retry_after_us: int, retries: int = 0) -> Step:
-    return ("throttle", task, retries, retry_after_us)
+def throttle(
+    task: str, retry_after_us: int, retries: int = 0, adapt_max_us: int | None = None
+) -> Step:
+    return ("throttle", task, retries, retry_after_us, adapt_max_us)
 
 
 PAUSE: Step = ("pause",)
@@ -645,7 +650,7 @@ ops = st.one_of(
     st.tuples(st.just("unpause")),
     st.tuples(
         st.just("throttle"), st.sampled_from(TASKS), st.integers(0, 1),
-        st.sampled_from([0, 500, 5_000]),
+        st.sampled_from([0, 500, 5_000]), st.sampled_from([None, None, 1_500, 50_000]),
     ),
     st.tuples(st.just("set_interval"), st.sampled_from([200, 1_000, 3_000])),
     st.tuples(st.just("unset_interval")),
@@ -962,3 +967,39 @@ def test_an_expired_state_acts_as_a_new_one(
 def test_random_sequences_under_an_old_marker_keep_spacing(steps: list[Step]) -> None:
     """P5 and P8 where new buckets start at once: across idle expiry, resets and state loss."""
     check_sequence(steps, Model(born_us=OLD_BORN_US))
+
+
+def test_an_adaptive_bucket_slows_when_throttled_and_eases_back_with_clean_starts() -> None:
+    """A throttle lengthens the interval by a ninth, one within ``ADAPT_CLEAN_RUN`` starts of
+    the last doubles it (at most the slowest allowed); each clean start adds a thousandth of the
+    configured rate back, until the configured interval ends the adaptation."""
+    m = Model()
+    m.run([at(-ML), grant("a"), at(1_000), claim("a")])
+
+    def interval_after(*steps: Step) -> tuple[int, bool]:
+        m.run(list(steps))
+        assert m.state is not None
+        st = schedule.status(m.state, m.now_us, I_US, born_us=0)
+        return st.interval_us, st.adapted
+
+    assert interval_after(throttle("a", 0, adapt_max_us=100_000)) == (1_112, True)
+    assert interval_after(throttle("a", 0, adapt_max_us=100_000)) == (2_224, True)
+    assert interval_after(throttle("a", 0, adapt_max_us=3_000)) == (3_000, True)  # the slowest
+    assert interval_after(throttle("a", 0)) == (3_000, True)  # not adaptive: kept as it is
+    # clean starts: the rate climbs back by I_US/1000 each, to the configured interval
+    seen = []
+    for n in range(2_000):
+        task = f"t{n}"
+        m.run([grant(task)])
+        _epoch, slot_us = m.granted[(task, 0)]
+        assert m.state is not None
+        m.now_us += max(0, slot_us - schedule.virtual_now(m.state, m.now_us) + 10 * I_US)
+        m.run([claim(task)])
+        seen.append(schedule.effective_interval(m.state, I_US))
+        if m.state.adapted_us is None:
+            break
+    assert seen[0] == 2_991 and seen == sorted(seen, reverse=True)
+    # 1/3000 → 1/1000 in steps of 1/1000 of 1/1000: 667 starts, fewer as each rounds down
+    assert seen[-1] == I_US and 500 < len(seen) <= 667
+    # after a clean run of ADAPT_CLEAN_RUN starts, a throttle slows by a ninth, not double
+    assert interval_after(throttle("a", 0, adapt_max_us=100_000)) == (1_112, True)

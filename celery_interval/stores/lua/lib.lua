@@ -4,7 +4,8 @@
 -- Redis formats plain Lua numbers with 14 significant digits and would round µs values.
 -- State hash fields: e=epoch o=offset_us p=paused_at_real_us (absent: not paused)
 -- t=tat_us n=ticket c=current_slot_us l=last_start_us i=interval_override_us (absent: none)
--- h=reserved_us (a throttled task's kept slot; absent: none).
+-- h=reserved_us (a throttled task's kept slot; absent: none) a=adapted_us (an adaptive bucket's
+-- lengthened interval; absent: none) k=clean_starts (absent: 0).
 -- A reset bucket's hash holds only r=<reset time>, until its next state is made.
 -- The store's birth marker: the key <prefix>born (µs), set by the first script that makes a
 -- state and finds it missing; scripts on a Cluster get no such key (see born_us).
@@ -36,13 +37,14 @@ end
 
 -- The state at key, or nil and the time of the bucket's reset (nil if none) when it has none.
 local function load_state(key)
-  local r = redis.call('HMGET', key, 'e', 'o', 'p', 't', 'n', 'c', 'l', 'i', 'r', 'h')
+  local r = redis.call('HMGET', key, 'e', 'o', 'p', 't', 'n', 'c', 'l', 'i', 'r', 'h', 'a', 'k')
   if r[1] == false then
     return nil, num(r[9])
   end
   return {
     e = num(r[1]), o = num(r[2]), p = num(r[3]), t = num(r[4]),
     n = num(r[5]), c = num(r[6]), l = num(r[7]), i = num(r[8]), h = num(r[10]),
+    a = num(r[11]), k = num(r[12]) or 0,
   }
 end
 
@@ -63,7 +65,8 @@ end
 -- one interval after it.
 local function new_state(now, interval, born)
   local last = math.max(now - interval, born + MAX_LEAD_US)
-  return { e = now, o = 0, p = nil, t = last + interval, n = 0, c = 0, l = last, i = nil, h = nil }
+  return { e = now, o = 0, p = nil, t = last + interval, n = 0, c = 0, l = last, i = nil, h = nil,
+    a = nil, k = 0 }
 end
 
 -- schedule.new_state's born_us: the birth marker at born_key (set to now when missing, if
@@ -104,12 +107,52 @@ local function virtual_now(s, now)
   return real - s.o
 end
 
--- schedule.effective_interval
+-- schedule.effective_interval: an override, else the interval an adaptive bucket's throttles
+-- lengthened, else the configured one.
 local function effective_interval(s, interval)
   if s.i ~= nil then
     return s.i
   end
+  if s.a ~= nil then
+    return math.max(s.a, interval)
+  end
   return interval
+end
+
+-- schedule.ADAPT_CLEAN_RUN and schedule.ADAPT_STEPS
+local ADAPT_CLEAN_RUN = 20
+local ADAPT_STEPS = 1000
+
+-- schedule.eased: after a clean start, an adapted interval goes back toward the configured one
+-- (1/ADAPT_STEPS of its rate added); at it, the adaptation ends.
+local function eased(s, interval)
+  if s.a == nil then
+    return
+  end
+  local a = math.floor(s.a / (1 + s.a / (interval * ADAPT_STEPS)))
+  if a <= interval then
+    s.a = nil
+  else
+    s.a = a
+  end
+  s.k = s.k + 1
+end
+
+-- schedule.slowed: a throttle of an adaptive bucket doubles its interval when it came within
+-- ADAPT_CLEAN_RUN starts, else lengthens it by a ninth; at most adapt_max. Not when overridden.
+local function slowed(s, interval, adapt_max)
+  if s.i ~= nil then
+    return
+  end
+  local current = effective_interval(s, interval)
+  local longer
+  if s.a ~= nil and s.k < ADAPT_CLEAN_RUN then
+    longer = current * 2
+  else
+    longer = math.floor((current * 10 + 8) / 9)
+  end
+  s.a = math.max(interval, math.min(adapt_max, longer))
+  s.k = 0
 end
 
 -- schedule._respaced: s under the override override (nil: none); when the effective interval
@@ -122,7 +165,7 @@ end
 
 -- schedule.expires_in_us: how long after a write at now the state may go; nil: keep it.
 local function expires_in(s, now, interval)
-  if s.p ~= nil or s.i ~= nil then
+  if s.p ~= nil or s.i ~= nil or s.a ~= nil then
     return nil
   end
   local v = virtual_now(s, now)
@@ -153,6 +196,12 @@ local function save_state(key, s, now, interval)
   if s.h ~= nil then
     redis.call('HSET', key, 'h', fmt(s.h))
   end
+  if s.a ~= nil then
+    redis.call('HSET', key, 'a', fmt(s.a))
+  end
+  if s.k ~= 0 then
+    redis.call('HSET', key, 'k', fmt(s.k))
+  end
   keep_until(key, s, now, interval)
 end
 
@@ -164,7 +213,7 @@ local function save_fields(key, s, is_new, now, interval, ...)
   end
   local args = {}
   for _, f in ipairs({ ... }) do
-    if s[f] == nil then
+    if s[f] == nil or (f == 'k' and s[f] == 0) then
       redis.call('HDEL', key, f)
     else
       args[#args + 1] = f
@@ -244,7 +293,7 @@ end
 
 -- schedule.status as a flat array of integers:
 -- {exists, epoch, interval_us, overridden, paused, ticket, next_slot_in_us,
---  current_slot_us, last_start_us, virtual_now_us}
+--  current_slot_us, last_start_us, virtual_now_us, adapted}
 local function status_reply(s, exists, now, interval)
   local v = virtual_now(s, now)
   return {
@@ -258,6 +307,7 @@ local function status_reply(s, exists, now, interval)
     s.c,
     s.l,
     v,
+    (s.i == nil and s.a ~= nil) and 1 or 0,
   }
 end
 

@@ -153,7 +153,12 @@ local function claim_op(keys, argv)
   else
     s.c = slot
   end
-  save_fields(keys[1], s, false, now, interval, 'l', 'c', 'h')
+  if s.a ~= nil then
+    eased(s, interval)
+    save_fields(keys[1], s, false, now, interval, 'l', 'c', 'h', 'a', 'k')
+  else
+    save_fields(keys[1], s, false, now, interval, 'l', 'c', 'h')
+  end
   put_mark(keys[2], { kind = 'L', holder = holder, start = start, exp = now + lease }, now)
   if readmit then
     return reply(s, 'OK', start - v, 'start', now + start - v, 'late', start - slot,

@@ -4,13 +4,17 @@
 -- KEYS[4] the birth marker (absent on a Cluster)
 -- ARGV[1] now_us override ('' = Redis TIME), ARGV[2] interval_us, ARGV[3] retry_after_us,
 -- ARGV[4] ticket, ARGV[5] task_id, ARGV[6] retries (both for the ledger),
--- ARGV[7] ledger_max (0 = none)
+-- ARGV[7] ledger_max (0 = none), ARGV[8] adapt_max_us ('' = not adaptive)
 -- Returns the status array of lib.lua's status_reply.
--- Ledger: op=throttle now task r ticket retry_after slot shift epoch interval (effective).
+-- Ledger: op=throttle now task r ticket retry_after slot shift epoch interval (effective, after
+-- an adaptive bucket slowed), adapted (0|1).
 local now = clock_us(ARGV[1])
 local interval = tonumber(ARGV[2])
 local retry_after = math.max(0, tonumber(ARGV[3]))
 local s, is_new = load_or_new(KEYS[1], KEYS[4], now, interval)
+if ARGV[8] ~= nil and ARGV[8] ~= '' then
+  slowed(s, interval, tonumber(ARGV[8]))
+end
 local spacing = effective_interval(s, interval)
 local v = virtual_now(s, now)
 local slot = s.l + spacing
@@ -18,13 +22,13 @@ local shift = math.max(0, v + retry_after - slot)
 s.o = s.o + shift
 s.t = math.max(s.t, slot + spacing)
 s.h = slot
-save_fields(KEYS[1], s, is_new, now, interval, 'o', 't', 'h')
+save_fields(KEYS[1], s, is_new, now, interval, 'o', 't', 'h', 'a', 'k')
 v = v - shift
 put_mark(KEYS[2], { kind = 'G', e = s.e, ticket = tonumber(ARGV[4]), slot = slot,
   exp = now + slot - v + GRANTED_TTL_US, front = true }, now)
 ledger_append(KEYS[3], tonumber(ARGV[7]), {
   'op', 'throttle', 'now', now, 'task', ARGV[5], 'r', tonumber(ARGV[6]),
   'ticket', tonumber(ARGV[4]), 'retry_after', retry_after, 'slot', slot, 'shift', shift,
-  'epoch', s.e, 'interval', spacing,
+  'epoch', s.e, 'interval', spacing, 'adapted', (s.i == nil and s.a ~= nil) and 1 or 0,
 })
 return status_reply(s, true, now, interval)
