@@ -149,6 +149,7 @@ def status_dict(result: Status) -> dict[str, Any]:
         "epoch": result.epoch,
         "interval_s": result.interval_us / 1e6,
         "overridden": result.overridden,
+        "adapted": result.adapted,
         "paused": result.paused,
         "tickets": result.ticket,
         "next_slot_in_s": result.next_slot_in_us / 1e6,

@@ -124,7 +124,9 @@ def status(
             depth = "-"  # a tenant bucket shares its queue's depth
         table.add_row(
             row["queue"],
-            f"{row['interval_s']:g}" + (" (set)" if row["overridden"] else ""),
+            f"{row['interval_s']:g}"
+            + (" (set)" if row["overridden"] else "")
+            + (" (adapted)" if row["adapted"] else ""),
             "yes" if row["paused"] else "no",
             str(row["tickets"]),
             f"{row['next_slot_in_s']:.3f}",

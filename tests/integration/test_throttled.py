@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import time
+import uuid
 from collections.abc import Iterator
 from typing import Any
 
@@ -12,7 +13,7 @@ import pytest
 from celery_interval.defaults import KEY_PREFIX
 from celery_interval.stores.keys import ledger_key
 from tests.helpers.limiting import limiting_server
-from tests.helpers.pool import Pool
+from tests.helpers.pool import Pool, celery_cli
 from tests.integration.test_pool import assert_spacing
 
 INTERVAL_S = 0.1  # ten calls a second: twice what the server allows
@@ -117,3 +118,29 @@ def test_workers_killed_with_a_throttle_outstanding_lose_nothing(make_pool: Any,
         quiet_from = throttle["us"] + ADMITTED_BEFORE_S * 1e6
         quiet_to = throttle["us"] + throttle["args"][1] * 1e6
         assert not [r for r in starts if quiet_from < r["us"] < quiet_to]
+
+
+@pytest.mark.slow
+def test_an_adaptive_bucket_slows_to_the_server_and_says_so(make_pool: Any, api: Any) -> None:
+    """``interval_adaptive``: the 429s lengthen the interval for the whole pool (the status and
+    the ledger say it is adapted); the calls the server accepted stay spaced by it."""
+    queue = f"q{uuid.uuid4().hex[:10]}"
+    pool = make_pool(
+        INTERVAL_S, broker="redis", queue=queue, conf={"interval_adaptive": {queue: True}}
+    )
+    pool.start(2, concurrency=2)
+    ids = send(pool, "workerapp.call_api", api.url + "/call")
+    deadline = time.monotonic() + 120
+    while len(kinds(pool, "ok")) < N and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert sorted(r["id"] for r in kinds(pool, "ok")) == sorted(ids)
+    throttles = kinds(pool, "throttled")
+    assert throttles
+    status = celery_cli(pool, "interval", "status", queue, "--json")
+    (row,) = json.loads(status.stdout)["queues"]
+    assert row["adapted"] is True and row["interval_s"] > INTERVAL_S, row
+    entries = pool.recorder.xrange(ledger_key(KEY_PREFIX, queue))
+    adapted = [int(f[b"interval"]) for _id, f in entries if f.get(b"op") == b"throttle"]
+    assert len(adapted) == len(throttles)
+    assert adapted == sorted(adapted) and adapted[0] > INTERVAL_S * 1e6  # each one slower
+    assert_spacing(pool, kinds(pool, "start"), INTERVAL_S)
