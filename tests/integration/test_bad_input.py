@@ -417,7 +417,7 @@ START_ROWS: list[tuple[str, dict[str, Any], str]] = [
     ("store-encoding", {"store": "redis://127.0.0.1:1/0?encoding=latin-1"},
      "encoding=latin-1: the store's keys and scripts are UTF-8"),
     ("task-interval-fast", {"env_extra": {"CI_TEST_TASK_INTERVAL": "fast"}},
-     "workerapp.own_interval.interval='fast': expected seconds > 0"),
+     "workerapp.own_interval.interval='fast': not an interval; give seconds between starts"),
     ("task-interval-0", {"env_extra": {"CI_TEST_TASK_INTERVAL": "0"}},
      "workerapp.own_interval.interval='0': an interval must be finite and > 0"),
 ]  # fmt: skip
