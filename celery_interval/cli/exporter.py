@@ -9,54 +9,24 @@ from typing import Any
 
 import click
 
-from celery_interval.cli.common import app_of, fail_on_interval_errors
+from celery_interval.cli.common import (
+    app_of,
+    fail_on_interval_errors,
+    match_option,
+    seconds_option,
+)
 from celery_interval.config import settings_of
 
-__all__ = ["exporter", "positive_seconds"]
-
-
-def positive_seconds(ctx: click.Context, param: click.Parameter, value: float) -> float:
-    """A click callback: ``value`` if it is a number of seconds above 0."""
-    if not value > 0 or value == float("inf"):
-        raise click.BadParameter(f"{value!r}: expected seconds > 0")
-    return value
-
-
-def non_empty_glob(ctx: click.Context, param: click.Parameter, value: str) -> str:
-    """A click callback: ``value`` if it is a non-empty glob."""
-    if not value:
-        raise click.BadParameter(f"{value!r}: expected a glob such as 'api:*'")
-    return value
+__all__ = ["exporter"]
 
 
 @click.command()
 @click.option("--port", default=9808, show_default=True, type=click.IntRange(1, 65535))
 @click.option("--addr", default="0.0.0.0", show_default=True, help="Address to listen on.")
-@click.option(
-    "--interval",
-    "interval_s",
-    default=5.0,
-    show_default=True,
-    type=float,
-    callback=positive_seconds,
-    help="Seconds between refreshes of the figures.",
-)
-@click.option(
-    "--match",
-    default="*",
-    show_default=True,
-    metavar="GLOB",
-    callback=non_empty_glob,
-    help="Only buckets whose names match, e.g. 'api:*'.",
-)
-@click.option(
-    "--timeout",
-    "timeout_s",
-    default=1.0,
-    show_default=True,
-    type=float,
-    callback=positive_seconds,
-    help="Seconds to wait for the workers' answers to inspect.",
+@seconds_option("--interval", "interval_s", 5.0, "Seconds between refreshes of the figures.")
+@match_option
+@seconds_option(
+    "--timeout", "timeout_s", 1.0, "Seconds to wait for the workers' answers to inspect."
 )
 @click.pass_context
 @fail_on_interval_errors

@@ -8,21 +8,18 @@ import time
 
 import click
 
-from celery_interval.cli.common import app_of, fail_on_interval_errors
-from celery_interval.cli.exporter import non_empty_glob, positive_seconds
+from celery_interval.cli.common import (
+    app_of,
+    fail_on_interval_errors,
+    match_option,
+    seconds_option,
+)
 
 __all__ = ["top"]
 
 
 @click.command()
-@click.option(
-    "--match",
-    default="*",
-    show_default=True,
-    metavar="GLOB",
-    callback=non_empty_glob,
-    help="Only buckets whose names match, e.g. 'api:*'.",
-)
+@match_option
 @click.option(
     "--top",
     "top_n",
@@ -31,32 +28,10 @@ __all__ = ["top"]
     type=click.IntRange(min=0),
     help="Show this many buckets, busiest first (0 = all).",
 )
-@click.option(
-    "--window",
-    "window_s",
-    default=10.0,
-    show_default=True,
-    type=float,
-    callback=positive_seconds,
-    help="Seconds of starts the rate and lateness cover.",
-)
-@click.option(
-    "--refresh",
-    "refresh_s",
-    default=1.0,
-    show_default=True,
-    type=float,
-    callback=positive_seconds,
-    help="Seconds between frames.",
-)
-@click.option(
-    "--timeout",
-    "timeout_s",
-    default=0.5,
-    show_default=True,
-    type=float,
-    callback=positive_seconds,
-    help="Seconds to wait for the workers' answers to inspect.",
+@seconds_option("--window", "window_s", 10.0, "Seconds of starts the rate and lateness cover.")
+@seconds_option("--refresh", "refresh_s", 1.0, "Seconds between frames.")
+@seconds_option(
+    "--timeout", "timeout_s", 0.5, "Seconds to wait for the workers' answers to inspect."
 )
 @click.option("--once", is_flag=True, help="Print one frame and exit.")
 @click.option("--json", "as_json", is_flag=True, help="Print one frame as JSON and exit.")
