@@ -1,4 +1,4 @@
-"""What the command lines share: the app of ``celery -A proj``, and errors as one line."""
+"""What the command lines share: the app of ``celery -A proj``, errors as one line, options."""
 
 from __future__ import annotations
 

@@ -19,23 +19,12 @@ from typing import Any
 
 import redis
 
+from celery_interval.testing.processes import WorkerProcess as Worker
 from tests.helpers.workerapp import make_app
 
 HELPERS_DIR = Path(__file__).resolve().parent
 #: The repository root: the workers' cwd and PYTHONPATH, so ``-A tests.helpers.workerapp`` imports.
 ROOT_DIR = HELPERS_DIR.parents[1]
-
-
-@dataclass
-class Worker:
-    """One ``celery worker`` process and its log file."""
-
-    name: str
-    proc: subprocess.Popen[bytes]
-    log_path: Path
-
-    def log(self) -> str:
-        return self.log_path.read_text(errors="replace")
 
 
 @dataclass
