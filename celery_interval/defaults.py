@@ -46,9 +46,9 @@ SETTINGS: tuple[Setting, ...] = (
         "interval_adaptive",
         {},
         "Bucket (queue) → ``True`` or the slowest interval (``'1/m'``, ``60``): an adaptive "
-        "bucket lengthens its interval when a task raises ``Throttled`` (doubled when throttled "
-        "again within 20 starts, else by a ninth) and eases back to the configured one by a "
-        "thousandth of its rate per clean start. ``True``: at most 100 times the configured "
+        "bucket lengthens its interval when a task raises ``Throttled`` (by half when throttled "
+        "again within 20 starts, else by a ninth) and eases back to the configured one by "
+        "1/2000 of its rate per clean start. ``True``: at most 100 times the configured "
         "interval (one day at most).",
     ),
     Setting(

@@ -144,11 +144,11 @@ class Backoff:
     adapt_max_us: int | None = None
 
 
-#: An adaptive bucket throttled within this many starts of its last throttle halves its pace;
-#: after a longer clean run it slows by a tenth.
+#: An adaptive bucket throttled within this many starts of its last throttle slows by a third;
+#: after a longer clean run by a tenth.
 ADAPT_CLEAN_RUN = 20
 #: Each clean start of an adaptive bucket adds this share of the configured rate back.
-ADAPT_STEPS = 1_000
+ADAPT_STEPS = 2_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -271,14 +271,14 @@ def eased(state: BucketState, interval_us: int) -> BucketState:
 
 
 def slowed(state: BucketState, interval_us: int, adapt_max_us: int) -> BucketState:
-    """A throttle of an adaptive bucket: its interval doubles when it was throttled within
-    ``ADAPT_CLEAN_RUN`` starts, else grows by a ninth (a tenth off the rate); at most
-    ``adapt_max_us``. An overridden interval is left alone (the override wins)."""
+    """A throttle of an adaptive bucket: its interval grows by half (a third off the rate) when
+    it was throttled within ``ADAPT_CLEAN_RUN`` starts, else by a ninth (a tenth off the rate);
+    at most ``adapt_max_us``. An overridden interval is left alone (the override wins)."""
     if state.interval_override_us is not None:
         return state
     current_us = effective_interval(state, interval_us)
     if state.adapted_us is not None and state.clean_starts < ADAPT_CLEAN_RUN:
-        longer_us = current_us * 2
+        longer_us = (current_us * 3 + 1) // 2
     else:
         longer_us = (current_us * 10 + 8) // 9
     return replace(state, adapted_us=max(interval_us, min(adapt_max_us, longer_us)), clean_starts=0)

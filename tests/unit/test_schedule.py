@@ -971,7 +971,7 @@ def test_random_sequences_under_an_old_marker_keep_spacing(steps: list[Step]) ->
 
 def test_an_adaptive_bucket_slows_when_throttled_and_eases_back_with_clean_starts() -> None:
     """A throttle lengthens the interval by a ninth, one within ``ADAPT_CLEAN_RUN`` starts of
-    the last doubles it (at most the slowest allowed); each clean start adds a thousandth of the
+    the last by half (at most the slowest allowed); each clean start adds 1/2000 of the
     configured rate back, until the configured interval ends the adaptation."""
     m = Model()
     m.run([at(-ML), grant("a"), at(1_000), claim("a")])
@@ -983,12 +983,12 @@ def test_an_adaptive_bucket_slows_when_throttled_and_eases_back_with_clean_start
         return st.interval_us, st.adapted
 
     assert interval_after(throttle("a", 0, adapt_max_us=100_000)) == (1_112, True)
-    assert interval_after(throttle("a", 0, adapt_max_us=100_000)) == (2_224, True)
-    assert interval_after(throttle("a", 0, adapt_max_us=3_000)) == (3_000, True)  # the slowest
-    assert interval_after(throttle("a", 0)) == (3_000, True)  # not adaptive: kept as it is
-    # clean starts: the rate climbs back by I_US/1000 each, to the configured interval
+    assert interval_after(throttle("a", 0, adapt_max_us=100_000)) == (1_668, True)
+    assert interval_after(throttle("a", 0, adapt_max_us=2_000)) == (2_000, True)  # the slowest
+    assert interval_after(throttle("a", 0)) == (2_000, True)  # not adaptive: kept as it is
+    # clean starts: the rate climbs back by 1/2000 of the configured rate each
     seen = []
-    for n in range(2_000):
+    for n in range(3_000):
         task = f"t{n}"
         m.run([grant(task)])
         _epoch, slot_us = m.granted[(task, 0)]
@@ -998,8 +998,8 @@ def test_an_adaptive_bucket_slows_when_throttled_and_eases_back_with_clean_start
         seen.append(schedule.effective_interval(m.state, I_US))
         if m.state.adapted_us is None:
             break
-    assert seen[0] == 2_991 and seen == sorted(seen, reverse=True)
-    # 1/3000 → 1/1000 in steps of 1/1000 of 1/1000: 667 starts, fewer as each rounds down
-    assert seen[-1] == I_US and 500 < len(seen) <= 667
+    assert seen[0] == 1_998 and seen == sorted(seen, reverse=True)
+    # 1/2000 → 1/1000 in steps of 1/2000 of 1/1000: 1000 starts, fewer as each rounds down
+    assert seen[-1] == I_US and 600 < len(seen) <= 1_000
     # after a clean run of ADAPT_CLEAN_RUN starts, a throttle slows by a ninth, not double
     assert interval_after(throttle("a", 0, adapt_max_us=100_000)) == (1_112, True)

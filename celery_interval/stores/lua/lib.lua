@@ -121,7 +121,7 @@ end
 
 -- schedule.ADAPT_CLEAN_RUN and schedule.ADAPT_STEPS
 local ADAPT_CLEAN_RUN = 20
-local ADAPT_STEPS = 1000
+local ADAPT_STEPS = 2000
 
 -- schedule.eased: after a clean start, an adapted interval goes back toward the configured one
 -- (1/ADAPT_STEPS of its rate added); at it, the adaptation ends.
@@ -138,8 +138,8 @@ local function eased(s, interval)
   s.k = s.k + 1
 end
 
--- schedule.slowed: a throttle of an adaptive bucket doubles its interval when it came within
--- ADAPT_CLEAN_RUN starts, else lengthens it by a ninth; at most adapt_max. Not when overridden.
+-- schedule.slowed: a throttle of an adaptive bucket lengthens its interval by half when it came
+-- within ADAPT_CLEAN_RUN starts, else by a ninth; at most adapt_max. Not when overridden.
 local function slowed(s, interval, adapt_max)
   if s.i ~= nil then
     return
@@ -147,7 +147,7 @@ local function slowed(s, interval, adapt_max)
   local current = effective_interval(s, interval)
   local longer
   if s.a ~= nil and s.k < ADAPT_CLEAN_RUN then
-    longer = current * 2
+    longer = math.floor((current * 3 + 1) / 2)
   else
     longer = math.floor((current * 10 + 8) / 9)
   end
