@@ -110,8 +110,8 @@ def test_unset_goes_back_to_the_configured_interval(run: Any, redis_client: Any)
     assert store.read_state("mail") is None
 
 
-STATUS_KEYS = {"queue", "exists", "epoch", "interval_s", "overridden", "paused", "tickets",
-               "next_slot_in_s"}  # fmt: skip
+STATUS_KEYS = {"queue", "exists", "epoch", "interval_s", "overridden", "adapted", "paused",
+               "tickets", "next_slot_in_s"}  # fmt: skip
 
 
 def json_of(result: Any) -> dict[str, Any]:
