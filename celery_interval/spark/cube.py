@@ -100,25 +100,23 @@ def duplicate_cells(entries: DataFrame, examples: int = 10) -> DataFrame:
     ``duplicate_starts`` (the starts beyond those) and up to ``examples`` of those
     ``duplicate_tasks``; an entry (bucket, id) is read once however often repeated."""
     keys = ("bucket", "task", "r")
-    # The distinct holders first: only counts in the buffers, so hash-aggregated, no sort.
-    holders = (
-        entries.where(F.col("is_start") & F.col("holder").isNotNull())
-        .select(*keys, "holder")
+    # The distinct holders and throttles first, in one read of the entries: only counts in the
+    # buffers, so hash-aggregated, no sort.
+    is_throttle = F.col("op") == THROTTLE_OP
+    per_task = (
+        entries.where((F.col("is_start") & F.col("holder").isNotNull()) | is_throttle)
+        .select(
+            *keys,
+            F.when(F.col("is_start"), F.col("holder")).alias("holder"),
+            F.when(is_throttle, F.col("id")).alias("throttle"),
+        )
         .distinct()
         .groupBy(*keys)
-        .agg(F.count(F.lit(1)).alias("holders"))
+        .agg(F.count("holder").alias("holders"), F.count("throttle").alias("throttles"))
     )
-    throttles = (
-        entries.where(F.col("op") == THROTTLE_OP)
-        .select(*keys, "id")
-        .distinct()
-        .groupBy(*keys)
-        .agg(F.count(F.lit(1)).alias("throttles"))
-    )
-    extra = F.col("holders") - 1 - F.coalesce(F.col("throttles"), F.lit(0))
+    extra = F.col("holders") - 1 - F.col("throttles")
     return (
-        holders.join(throttles, list(keys), "left")
-        .where(extra > 0)
+        per_task.where(extra > 0)
         .groupBy("bucket")
         .agg(
             F.sum(extra).alias("duplicate_starts"),
