@@ -68,6 +68,8 @@ class Outcome(str, enum.Enum):
 
     OK = "OK"
     WAIT = "WAIT"
+    #: A capped bucket's places are all held by other bodies: look again in ``delay_us``.
+    FULL = "FULL"
     PAUSED = "PAUSED"
     HELD = "HELD"
     RETICKET = "RETICKET"
@@ -495,8 +497,9 @@ def claim_capped(
 
     A claim ``claim`` would admit starts only if the body ``place`` holds a live place or one
     is free: then it takes (or renews) it until ``now + place_us``. When all ``cap`` live
-    places are held by others it is a WAIT, until the first of them expires but at most
-    ``PLACE_POLL_US``, and nothing else changes: the slot is not used, the copy keeps its grant.
+    places are held by others it is FULL (a wait without lead: the claim comes again when the
+    first of them expires, but at most ``PLACE_POLL_US`` later, as a release is not announced),
+    and nothing else changes: the slot is not used, the copy keeps its grant.
     """
     state_after, mark_after, claimed = claim(
         state, mark, now_us, interval_us, slot, terms, born_us=born_us
@@ -509,7 +512,7 @@ def claim_capped(
         if state is None:
             state = new_state(now_us, interval_us, born_us)
         wait_us = min(places[0].expires_real_us - now_us, PLACE_POLL_US)
-        return state, live(mark, now_us), places, Claim(Outcome.WAIT, state.epoch, wait_us, now_us)
+        return state, live(mark, now_us), places, Claim(Outcome.FULL, state.epoch, wait_us, now_us)
     place_us = terms.lease_us if terms.place_us is None else terms.place_us
     taken = live_places((*others, Place(now_us + place_us, place)), now_us)
     return state_after, mark_after, taken, claimed

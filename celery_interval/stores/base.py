@@ -53,9 +53,9 @@ class ClaimArgs(NamedTuple):
         """The message's copy this claim is for."""
         return TaskCopy(self.bucket, self.task_id, self.retries)
 
-    def claim(self, store: Store, lease_us: int, lead_us: int) -> Claim:
-        """``store.claim`` of this message's slot under its holder."""
-        terms = ClaimTerms(self.holder, lease_us, lead_us, self.handoff_us)
+    def claim(self, store: Store, lease_us: int, lead_us: int, cap: int | None = None) -> Claim:
+        """``store.claim`` of this message's slot under its holder (under the bucket's ``cap``)."""
+        terms = ClaimTerms(self.holder, lease_us, lead_us, self.handoff_us, cap)
         slot = Slot(self.epoch, self.slot_us)
         return store.claim(self.copy, self.interval_us, slot, terms, ticket=self.ticket)
 

@@ -26,6 +26,7 @@ from celery_interval.worker.leases import Leases
 from celery_interval.worker.notify import Notify
 from celery_interval.worker.outage import StoreOutage
 from celery_interval.worker.pause import PausedTasks
+from celery_interval.worker.places import RunningPlaces
 from celery_interval.worker.pool import Pool
 from celery_interval.worker.started import lead_for, spin_ns_for
 from celery_interval.worker.tickets import Tickets
@@ -58,6 +59,7 @@ class SlotCycle:
         outage: StoreOutage,
         *,
         notify: Notify,
+        places: RunningPlaces,
     ) -> None:
         self.settings = settings
         self.store = store
@@ -68,6 +70,7 @@ class SlotCycle:
         self.leases = leases
         self.outage = outage
         self.notify = notify
+        self.places = places
         self.clock = StoreClock()
         self._epochs: dict[str, int] = {}
         self.pool = Pool(timer, pool_slots, claim=self._claim)
@@ -104,7 +107,9 @@ class SlotCycle:
                 grant, claimed = self.store.take(
                     TaskCopy(held.bucket, held.task_id, held.retries),
                     Pace(held.interval_us, not_before_in_us),
-                    ClaimTerms(held.holder, self.settings.lease_us, *self._reach_us()),
+                    ClaimTerms(
+                        held.holder, self.settings.lease_us, *self._reach_us(), cap=held.cap
+                    ),
                     done_first=DoneBatch(marks, self.settings.dedupe_ttl_us),
                 )
             else:
@@ -171,7 +176,9 @@ class SlotCycle:
         lead_us, handoff_us = self._reach_us()
         sent_ns = time.monotonic_ns()
         try:
-            result = held.claim_args(handoff_us).claim(self.store, self.settings.lease_us, lead_us)
+            result = held.claim_args(handoff_us).claim(
+                self.store, self.settings.lease_us, lead_us, held.cap
+            )
         except StoreUnavailable as exc:
             self.outage.failed(exc)
             self._arm(held, self.outage.backoff_s, self.due)
@@ -236,6 +243,9 @@ class SlotCycle:
         elif outcome is Outcome.WAIT:
             stats.waits += 1
             self._arm(held, max(0, result.delay_us - self._reach_us()[0]) / 1e6, self.due)
+        elif outcome is Outcome.FULL:  # no lead: a place frees when it does
+            stats.waits += 1
+            self._arm(held, result.delay_us / 1e6, self.due)
         elif outcome is Outcome.PAUSED:
             stats.paused += 1
             self.paused.add(held)
@@ -295,6 +305,8 @@ class SlotCycle:
         held.request.request_dict[SPIN_HEADER] = spin_ns_for(held.interval_us)
         held.request.request_dict[CLAIM_HEADER] = held.claim_args(self._reach_us()[1])
         self.pool.handed(held)
+        if held.cap is not None:
+            self.places.hold(held.request, TaskCopy(held.bucket, held.task_id, held.retries))
         if held.acks_late:
             self.leases.hold(held.key, held.holder)
         elif self.store.posts_done:

@@ -55,7 +55,7 @@ def test_a_full_bucket_waits_without_using_its_slot_and_starts_once_a_place_is_r
     before = state
     now += I_US
     state, mark_b, places, cb = _claim(state, mark_b, places, now, b.slot, "b:0")
-    assert (cb.outcome, cb.delay_us) == (Outcome.WAIT, PLACE_POLL_US)
+    assert (cb.outcome, cb.delay_us) == (Outcome.FULL, PLACE_POLL_US)
     assert state == before and isinstance(mark_b, schedule.Granted)
     places, released = schedule.release(places, "a:0", now + 10)
     assert released and places == ()
@@ -71,7 +71,7 @@ def test_a_place_of_a_dead_worker_comes_back_when_it_expires() -> None:
     now += b.delay_us
     state, _, places, _ = _claim(state, None, (), now, a.slot, "a:0", place_us=30_000)
     waiting = _claim(state, mark_b, places, now + I_US, b.slot, "b:0", place_us=30_000)[3]
-    assert (waiting.outcome, waiting.delay_us) == (Outcome.WAIT, 30_000 - I_US)
+    assert (waiting.outcome, waiting.delay_us) == (Outcome.FULL, 30_000 - I_US)
     _, _, places, cb = _claim(state, mark_b, places, now + 30_000, b.slot, "b:0")
     assert cb.outcome is Outcome.OK and [p.holder for p in places] == ["b:0"]
 
@@ -108,7 +108,7 @@ def test_take_of_a_due_slot_in_a_full_bucket_gets_its_ticket_and_waits() -> None
         None, None, full, T0_US, Pace(I_US), terms, place="b:0", born_us=0
     )
     assert granted.outcome is Outcome.OK and granted.delay_us == 0
-    assert claimed is not None and claimed.outcome is Outcome.WAIT
+    assert claimed is not None and claimed.outcome is Outcome.FULL
     assert places == full and state.last_start_us < T0_US and isinstance(mark, schedule.Granted)
 
 

@@ -70,17 +70,18 @@ end
 -- 0..min(lead, interval)), ARGV[13] cap ('' = none), ARGV[14] place_us, ARGV[15] the body's
 -- place name (task_id:retries)
 -- Under a cap (schedule.claim_capped), a claim that would start takes (or renews) its place;
--- when the live places are all others' it is a WAIT (until the first expires, at most
--- PLACE_POLL_US) that changes nothing else; expired places are dropped then.
--- Returns {outcome, epoch, delay_us, now_us}: OK (start_in), WAIT (wait), HELD (lease left),
--- PAUSED, DUPLICATE, RETICKET (0). A throttled task's front grant keeps its slot after later
--- starts (no RETICKET) and frees the reserved slot (h); every other claim starts an interval
--- after the reserved slot at the earliest. Saves a new epoch; drops an expired mark; OK leases
--- (a granted mark is no lease: it only gives a redelivered copy the same slot).
+-- when the live places are all others' it is FULL (delay: until the first expires, at most
+-- PLACE_POLL_US) and changes nothing else; expired places are dropped then.
+-- Returns {outcome, epoch, delay_us, now_us}: OK (start_in), WAIT (wait), FULL (wait), HELD
+-- (lease left), PAUSED, DUPLICATE, RETICKET (0). A throttled task's front grant keeps its
+-- slot after later starts (no RETICKET) and frees the reserved slot (h); every other claim
+-- starts an interval after the reserved slot at the earliest. Saves a new epoch; drops an
+-- expired mark; OK leases (a granted mark is no lease: it only gives a redelivered copy the
+-- same slot).
 -- Ledger: op=claim:<outcome> now task r ticket slot holder epoch interval (effective), plus
--- cap=1 for a WAIT on full places, for OK start (real µs) and late (virtual start - slot, >= 0; again=1 when the holder
+-- for OK start (real µs) and late (virtual start - slot, >= 0; again=1 when the holder
 -- re-claims its own lease before its start; readmit=1 when its admitted start passed
--- unheard and a new start was admitted), for WAIT and HELD delay.
+-- unheard and a new start was admitted), for WAIT, FULL and HELD delay.
 local function claim_op(keys, argv)
   local now = clock_us(argv[1])
   local interval = tonumber(argv[2])
@@ -162,7 +163,7 @@ local function claim_op(keys, argv)
     if m.start >= v then
       local wait = full_wait()
       if wait ~= nil then
-        return reply(s, 'WAIT', wait, 'delay', wait, 'cap', 1)
+        return reply(s, 'FULL', wait, 'delay', wait)
       end
       seat()
       return reply(s, 'OK', m.start - v, 'start', now + m.start - v,
@@ -183,7 +184,7 @@ local function claim_op(keys, argv)
   end
   local wait = full_wait()
   if wait ~= nil then
-    return reply(s, 'WAIT', wait, 'delay', wait, 'cap', 1)
+    return reply(s, 'FULL', wait, 'delay', wait)
   end
   seat()
   local start = math.max(v + math.min(math.max(0, handoff), lead, spacing), earliest)
