@@ -38,6 +38,11 @@ class RunningPlaces:
                 self.settings.lease_us / 3e6, self._renew, priority=8
             )
 
+    def drop(self, request: Any) -> None:
+        """Stop renewing this body's place (its end will never be reported): it comes back
+        when it expires, as a dead worker's does."""
+        self.running.pop(id(request), None)
+
     def free(self, request: Any) -> None:
         """The body ended: release its place at once (none held: nothing to do)."""
         entry = self.running.pop(id(request), None)

@@ -336,12 +336,14 @@ class SlotCycle:
         """Tasks released to the pool but not accepted when the channel closed: Celery drops
         them from the pool (a process may still run one that was already written to it), and
         never reports their end. Stop renewing their leases, so that a copy waits for the lease
-        to lapse, not forever; say which tasks, since their copies start that much later."""
+        to lapse, not forever (their places in capped buckets too); say which tasks, since their
+        copies start that much later."""
         orphans = self.pool.take_unaccepted()
         if not orphans:
             return
         for held in orphans:
             self.leases.drop(held.key)
+            self.places.drop(held.request)
         logger.warning(
             "interval: connection lost with %d task(s) released to the pool but not yet accepted "
             "(%s): their copies wait for the lease (up to %.0fs) before they can run",
