@@ -43,11 +43,11 @@ class RunningPlaces:
         when it expires, as a dead worker's does."""
         self.running.pop(id(request), None)
 
-    def free(self, request: Any) -> None:
-        """The body ended: release its place at once (none held: nothing to do)."""
+    def free(self, request: Any) -> str | None:
+        """The body ended: release its place at once; its bucket, or None if it held none."""
         entry = self.running.pop(id(request), None)
         if entry is None:
-            return
+            return None
         copy = entry[1]
         try:
             self.store.release(copy)
@@ -59,6 +59,7 @@ class RunningPlaces:
                 copy.task_id,
                 self.settings.lease_us / 1e6,
             )
+        return copy.bucket
 
     def _renew(self) -> None:
         self._renew_entry = None

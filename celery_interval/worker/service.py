@@ -114,9 +114,12 @@ class IntervalService:
 
     def body_ended(self, request: Any) -> None:
         """A pool process finished a task (on the loop's thread): its place in a capped bucket
-        is free at once, and the process takes the next task."""
-        self.places.free(request)
+        is free at once (a task here waiting for one claims it), and the process takes the next
+        task."""
+        bucket = self.places.free(request)
         self.slots.pool_freed()
+        if bucket is not None:
+            self.slots.place_freed(bucket)
 
     def new_holder(self) -> str:
         """A holder id unique to one delivery: ``<worker>/<48 random bits as 12 hex digits>``

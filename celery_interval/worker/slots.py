@@ -73,6 +73,9 @@ class SlotCycle:
         self.places = places
         self.clock = StoreClock()
         self._epochs: dict[str, int] = {}
+        #: Tasks whose claim found their capped bucket FULL, by bucket: the first claims again
+        #: at once when a body of the bucket ends here.
+        self._full: dict[str, set[Held]] = {}
         self.pool = Pool(timer, pool_slots, claim=self._claim)
         self.tickets = Tickets(timer, self.pool, grant=self._grant, forget=self._forget)
 
@@ -89,6 +92,17 @@ class SlotCycle:
         """A pool process finished a task (on the loop's thread): fill soon."""
         self.pool.freed()
         self.tickets.fill_soon()
+
+    def place_freed(self, bucket: str) -> None:
+        """A body of capped ``bucket`` ended here and released its place: the lowest ticket
+        waiting for a place claims now, not at its next look."""
+        waiting = [h for h in self._full.pop(bucket, ()) if h.entry is not None]
+        if waiting:
+            first = min(waiting, key=lambda h: h.ticket)
+            cancel(self.timer, first.entry)
+            first.entry = None
+            self._full[bucket] = set(waiting) - {first}
+            self.due(first)
 
     def _grant(self, held: Held) -> None:
         """Take a ticket; with a pool process free, claim it in the same trip if it is due."""
@@ -164,6 +178,7 @@ class SlotCycle:
     def due(self, held: Held) -> None:
         """``held``'s slot is near: claim it, or wait for a pool process first."""
         held.entry = None
+        self._full.get(held.bucket, set()).discard(held)
         if self.pool.free() <= 0 or self.pool.waiting:
             self.pool.wait(held)
             return
@@ -245,6 +260,7 @@ class SlotCycle:
             self._arm(held, max(0, result.delay_us - self._reach_us()[0]) / 1e6, self.due)
         elif outcome is Outcome.FULL:  # no lead: a place frees when it does
             stats.waits += 1
+            self._full.setdefault(held.bucket, set()).add(held)
             self._arm(held, result.delay_us / 1e6, self.due)
         elif outcome is Outcome.PAUSED:
             stats.paused += 1
@@ -322,6 +338,7 @@ class SlotCycle:
         self.tickets.fill(held.bucket)
 
     def _forget(self, held: Held) -> None:
+        self._full.get(held.bucket, set()).discard(held)
         if held.entry is not None:
             cancel(self.timer, held.entry)
             held.entry = None

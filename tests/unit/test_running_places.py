@@ -70,3 +70,30 @@ def test_a_dropped_place_is_no_longer_renewed_and_comes_back_when_it_expires() -
     assert not timer.entries
     clock.now_us += round(LEASE_S * 1e6)
     assert start(store, clock, b) is Outcome.OK
+
+
+def test_a_body_ending_here_lets_the_task_waiting_for_its_place_claim_at_once() -> None:
+    """Cap 1 on a worker with free processes: b waits (FULL); when a's body ends here its place
+    is released and b claims in the same turn, not at its next look."""
+    from tests.unit.test_service import Clock as ServiceClock
+    from tests.unit.test_service import held_copy, make_service
+
+    clock = ServiceClock(1_000_000_000)
+    store = MemoryStore(clock)
+    service = make_service(store, [])
+    started: list[str] = []
+    a, b = held_copy(service, "a", started), held_copy(service, "b", started)
+    a.cap = b.cap = 1
+    service.receive(a)
+    service.receive(b)
+    timer = service.timer
+    while not service.slots._full.get("api"):  # fire the soonest entry until b finds it FULL
+        entry = min(timer.entries, key=lambda e: e[0])
+        timer.entries.remove(entry)
+        clock.now_us += round(entry[0] * 1e6)
+        entry[1](*entry[2])
+    assert started == ["a"]
+    assert store.read_places("api")[0].holder == "a:0"
+    service.body_ended(a.request)
+    assert started == ["a", "b"]
+    assert [p.holder for p in store.read_places("api")] == ["b:0"]
