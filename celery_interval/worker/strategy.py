@@ -42,7 +42,7 @@ def interval_strategy(task: Any, app: Any, consumer: Any, **_: Any) -> Any:
         create_request_cls(
             symbol_by_name(task.Request), task, consumer.pool, hostname, eventer, app=app
         ),
-        lambda: service.from_pool(service.slots.pool_freed),
+        lambda request: service.from_pool(service.body_ended, request),
         service.slots.pool.accepted,
     )
     acks_late = bool(getattr(task, "acks_late", False))
@@ -120,6 +120,7 @@ def interval_strategy(task: Any, app: Any, consumer: Any, **_: Any) -> Any:
                 interval_us=interval_us,
                 not_before_in_us=not_before_in_us,
                 holder=holder,
+                cap=_cap_of(task, bucket, service.settings),
                 rank=_rank((req.delivery_info or {}).get("priority"), lower_first),
                 acks_late=acks_late,
                 release=release_with_callbacks,
@@ -132,7 +133,7 @@ def interval_strategy(task: Any, app: Any, consumer: Any, **_: Any) -> Any:
 
 
 def _freeing_pool(
-    base: Any, pool_freed: Callable[[], None], pool_accepted: Callable[[str], None]
+    base: Any, pool_freed: Callable[[Any], None], pool_accepted: Callable[[str], None]
 ) -> Any:
     """The request class, telling the service when a pool process took its task and left it."""
 
@@ -148,13 +149,13 @@ def _freeing_pool(
                 return super().on_success(failed__retval__runtime, **kwargs)
             finally:
                 if not failed__retval__runtime[0]:  # a failure went through on_failure
-                    pool_freed()
+                    pool_freed(self)
 
         def on_failure(self, *args: Any, **kwargs: Any) -> Any:
             try:
                 return super().on_failure(*args, **kwargs)
             finally:
-                pool_freed()
+                pool_freed(self)
 
     return Request
 
@@ -204,6 +205,12 @@ def _track_ack(req: Any, service: Any, bucket: str, task_id: str, retries: int) 
 
     req._on_ack = ack
     req.on_reject = reject
+
+
+def _cap_of(task: Any, bucket: str, settings: Any) -> int | None:
+    """The task's ``interval_concurrency`` option, else its bucket's configured cap."""
+    own = getattr(task, "interval_concurrency", None)
+    return int(own) if own is not None else settings.concurrency_of(bucket)
 
 
 def _rank(priority: Any, lower_first: bool) -> int:
