@@ -44,6 +44,10 @@ class Throttled(Exception):
             f"throttled for {self.retry_after_s:g}s" + (f": {reason}" if reason else "")
         )
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Pickled by its wait and reason (a pool process sends it to its worker)."""
+        return (_throttled, (self.retry_after_s, self.reason))
+
     @property
     def retry_after_us(self) -> int:
         """``retry_after_s`` in whole microseconds."""
@@ -62,6 +66,10 @@ class Throttled(Exception):
         reason = f"HTTP {status}" if isinstance(status, int) else ""
         wait_s = default_s if found is None else found
         return cls(min(max(0.0, wait_s), MAX_INTERVAL_S), reason=reason)
+
+
+def _throttled(retry_after_s: float, reason: str) -> Throttled:
+    return Throttled(retry_after_s, reason=reason)
 
 
 def _header(headers: Any, name: str) -> str | None:

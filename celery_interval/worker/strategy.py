@@ -9,6 +9,7 @@ from typing import Any
 
 from celery import signals
 from celery.app import trace as _app_trace
+from celery.exceptions import Retry
 from celery.utils.imports import symbol_by_name
 from celery.utils.saferepr import saferepr as safe_repr
 from celery.worker.request import create_request_cls
@@ -23,6 +24,7 @@ from celery_interval.headers import (
     drop_internal_headers,
 )
 from celery_interval.placement import Arrival, placement_of
+from celery_interval.throttled import Throttled
 from celery_interval.worker.consumer import service_for
 from celery_interval.worker.delivery import consumed_queue, taken_back
 from celery_interval.worker.held import Held
@@ -151,9 +153,11 @@ def _freeing_pool(
                 if not failed__retval__runtime[0]:  # a failure went through on_failure
                     pool_freed(self)
 
-        def on_failure(self, *args: Any, **kwargs: Any) -> Any:
+        def on_failure(self, exc_info: Any, *args: Any, **kwargs: Any) -> Any:
+            if _throttled(exc_info):  # its ack must not mark the copy sent again done
+                self.request_dict[THROTTLED_KEY] = True
             try:
-                return super().on_failure(*args, **kwargs)
+                return super().on_failure(exc_info, *args, **kwargs)
             finally:
                 pool_freed(self)
 
@@ -178,7 +182,7 @@ def _track_ack(req: Any, service: Any, bucket: str, task_id: str, retries: int) 
 
     def ack_now(*args: Any, **kwargs: Any) -> None:
         on_ack(*args, **kwargs)
-        if MARK_HEADER not in request_dict:
+        if MARK_HEADER not in request_dict and not request_dict.get(THROTTLED_KEY):
             service.mark_done(bucket, task_id, retries)
 
     def ack_in_loop(args: Any, kwargs: Any) -> None:
@@ -211,6 +215,16 @@ def _cap_of(task: Any, bucket: str, settings: Any) -> int | None:
     """The task's ``interval_concurrency`` option, else its bucket's configured cap."""
     own = getattr(task, "interval_concurrency", None)
     return int(own) if own is not None else settings.concurrency_of(bucket)
+
+
+#: Set on a request whose run raised ``Throttled``: the same copy was sent again to run.
+THROTTLED_KEY = "interval_throttled"
+
+
+def _throttled(exc_info: Any) -> bool:
+    """Whether a run ended in the ``Retry`` that ``Throttled`` raises."""
+    exc = getattr(exc_info, "exception", None)
+    return isinstance(exc, Retry) and isinstance(getattr(exc, "exc", None), Throttled)
 
 
 def _rank(priority: Any, lower_first: bool) -> int:

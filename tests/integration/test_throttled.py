@@ -153,3 +153,37 @@ def test_an_adaptive_bucket_slows_to_the_server_and_says_so(make_pool: Any, api:
     } == {"1"}
     assert adapted == sorted(adapted) and adapted[0] > INTERVAL_S * 1e6  # each one slower
     assert_spacing(pool, kinds(pool, "start"), INTERVAL_S)
+
+
+@pytest.mark.slow
+def test_the_store_restarted_empty_with_a_throttle_outstanding(
+    make_pool: Any, api: Any, redis_server: Any
+) -> None:
+    """The store killed right after the first 429 and back empty (a new epoch: the throttle and
+    the kept place are forgotten, a throttle meeting the outage sends its task again with a
+    countdown): every task still succeeds exactly once."""
+    from celery_interval.demo.embedded import RedisProc
+
+    store = RedisProc()
+    try:
+        pool = make_pool(
+            INTERVAL_S, broker="rabbitmq", store=store.url, record_url=redis_server.url_for(5)
+        )
+        pool.recorder.delete(f"record:{pool.queue}")
+        pool.start(2, concurrency=2)
+        ids = send(pool, "workerapp.call_api_late", api.url + "/call")
+        deadline = time.monotonic() + 60
+        while not kinds(pool, "throttled") and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert kinds(pool, "throttled"), "the server never said 429: nothing was tested"
+        store.kill()
+        time.sleep(1.5)
+        store.restart()  # same port, empty
+        deadline = time.monotonic() + 120
+        while len(kinds(pool, "ok")) < N and time.monotonic() < deadline:
+            time.sleep(0.2)
+        time.sleep(1.0)  # a second success would come within this
+    finally:
+        store.stop()
+    story = [(r["kind"], r["id"][:8]) for r in sorted(pool.records(), key=lambda r: r["us"])]
+    assert sorted(r["id"] for r in kinds(pool, "ok")) == sorted(ids), story
