@@ -15,7 +15,7 @@ from celery_interval.intervals import MAX_INTERVAL_S, US_PER_S, parse_interval_u
 from celery_interval.schedule import MAX_LEAD_US
 from celery_interval.stores.urls import is_redis_broker_url
 
-__all__ = ["DEFAULTS", "Settings", "settings_of"]
+__all__ = ["DEFAULTS", "Settings", "check_cap", "settings_of"]
 
 #: Every setting's default, from the one table in ``defaults``.
 DEFAULTS: dict[str, Any] = {setting.key: setting.default for setting in SETTINGS}
@@ -45,6 +45,15 @@ class Settings:
     extra_buckets_us: dict[str, int] = field(default_factory=dict)
     #: Adaptive buckets (queues) → their slowest interval, or None for 100 times the configured.
     adaptive_max_us: Mapping[str, int | None] = field(default_factory=dict)
+    #: Capped buckets (queues) → the most bodies that run at once (``interval_concurrency``).
+    concurrency: Mapping[str, int] = field(default_factory=dict)
+
+    def concurrency_of(self, bucket: str) -> int | None:
+        """The cap of ``bucket`` (``queue:key`` falls back to ``queue``); None: uncapped."""
+        for name in (bucket, queue_of(bucket)):
+            if name in self.concurrency:
+                return self.concurrency[name]
+        return None
 
     def interval_us(self, bucket: str) -> int:
         """The configured interval of ``bucket`` (``queue:key`` falls back to ``queue``)."""
@@ -140,6 +149,7 @@ def _load(conf: Any) -> Settings:
     broker_timeout = conf.get("interval_broker_timeout_s")
     return Settings(
         adaptive_max_us=_adaptive(_get(conf, "interval_adaptive")),
+        concurrency=_concurrency(_get(conf, "interval_concurrency")),
         store_url=_store_url(conf),
         queues_us=queues_us,
         key_prefix=str(_get(conf, "interval_key_prefix")),
@@ -177,6 +187,29 @@ def _adaptive(adaptive: Any) -> dict[str, int | None]:
             out[name] = None
         elif value is not False:
             out[name] = parse_interval_us(value, name=f"interval_adaptive[{name!r}]")
+    return out
+
+
+def check_cap(value: Any, name: str) -> int:
+    """A concurrency cap: an integer >= 1; else ``ConfigurationError`` naming ``name``."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigurationError(f"{name}={value!r}: expected an integer >= 1 (bodies at once)")
+    return value
+
+
+def _concurrency(caps: Any) -> dict[str, int]:
+    """``interval_concurrency``: bucket (queue) → the most bodies running at once."""
+    if not isinstance(caps, Mapping):
+        raise ConfigurationError(
+            f"interval_concurrency={caps!r}: expected a mapping of bucket to an integer >= 1"
+        )
+    out: dict[str, int] = {}
+    for name, value in caps.items():
+        if not isinstance(name, str) or not name:
+            raise ConfigurationError(
+                f"interval_concurrency key {name!r}: expected a non-empty name"
+            )
+        out[name] = check_cap(value, f"interval_concurrency[{name!r}]")
     return out
 
 

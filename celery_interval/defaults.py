@@ -52,6 +52,15 @@ SETTINGS: tuple[Setting, ...] = (
         "interval (one day at most).",
     ),
     Setting(
+        "interval_concurrency",
+        {},
+        "Bucket (queue) → the most task bodies of it that run at once across every worker "
+        "(an integer >= 1); ``queue:key`` buckets take their queue's entry, each tenant its own "
+        "places. A start needs its slot and a free place; a body holds its place until it ends, "
+        "renewed while it runs; a dead worker's places come back after ``interval_lease_s``. "
+        "A task's ``interval_concurrency`` option wins.",
+    ),
+    Setting(
         "interval_store_url",
         None,
         "Where the shared state lives: ``redis://``, ``rediss://``, ``unix:///path.sock``, "

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import enum
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 __all__ = [
@@ -20,21 +21,28 @@ __all__ = [
     "Mark",
     "Outcome",
     "Pace",
+    "Place",
+    "Places",
     "Slot",
     "Status",
     "Unset",
     "claim",
+    "claim_capped",
     "clamp_lead",
     "done",
     "done_mark",
     "expires_in_us",
     "grant",
+    "live_places",
     "new_state",
     "pause",
+    "release",
     "renew",
+    "renew_place",
     "set_interval",
     "status",
     "take",
+    "take_capped",
     "throttle",
     "unpause",
     "unset_interval",
@@ -50,6 +58,9 @@ IDLE_GRACE_US = 600_000_000
 #: A granted slot is remembered this long after its delay, so a redelivered copy of the
 #: message (broker timeout, channel closed, holder died) gets the same slot, not a new one.
 GRANTED_TTL_US = 3_600_000_000
+#: A claim that finds a capped bucket's places full waits at most this long before it looks
+#: again (a place freed by ``release`` is not announced).
+PLACE_POLL_US = 50_000
 
 
 class Outcome(str, enum.Enum):
@@ -57,6 +68,8 @@ class Outcome(str, enum.Enum):
 
     OK = "OK"
     WAIT = "WAIT"
+    #: A capped bucket's places are all held by other bodies: look again in ``delay_us``.
+    FULL = "FULL"
     PAUSED = "PAUSED"
     HELD = "HELD"
     RETICKET = "RETICKET"
@@ -154,12 +167,35 @@ ADAPT_STEPS = 2_000
 @dataclass(frozen=True, slots=True)
 class ClaimTerms:
     """Who claims, and how: ``holder`` leases the task for ``lease_us``, may claim up to
-    ``lead_us`` before its start, and needs ``handoff_us`` to hand it to a pool process."""
+    ``lead_us`` before its start, and needs ``handoff_us`` to hand it to a pool process.
+
+    ``cap`` (a capped bucket, ``claim_capped``): at most this many bodies run at once; a start
+    takes a place for ``place_us`` (None: ``lease_us``), renewed while the body runs."""
 
     holder: str
     lease_us: int
     lead_us: int = 0
     handoff_us: int = 0
+    cap: int | None = None
+    place_us: int | None = None
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class Place:
+    """A running body's place in a capped bucket, held until ``expires_real_us`` (renewed
+    while the body runs, freed by ``release``); ``holder`` names the body's copy.
+
+    The places are a record of their own, not fields of ``BucketState``: a state may be
+    dropped when idle (``expires_in_us``) or reset while bodies still run, and neither may
+    free their places; a place of a worker that died comes back when it expires.
+    Ordered by (expires_real_us, holder), as Redis orders a sorted set."""
+
+    expires_real_us: int
+    holder: str
+
+
+#: A bucket's places, ordered (``live_places``).
+Places = tuple[Place, ...]
 
 
 @dataclass(frozen=True)
@@ -402,6 +438,29 @@ def take(
     A copy whose task runs under another holder's live lease is HELD (``delay_us`` = the
     lease left) and takes no ticket: the slot of one would go unused.
     """
+
+    def plain(
+        s: BucketState, m: Mark | None, granted: Slot
+    ) -> tuple[BucketState, Mark | None, Claim]:
+        return claim(s, m, now_us, pace.interval_us, granted, terms, born_us=born_us)
+
+    return _take(state, mark, now_us, pace, terms, born_us, plain)
+
+
+#: The claim a ``take`` makes of its granted slot: (state, mark, slot) → (state, mark, claim).
+_ClaimStep = Callable[[BucketState, "Mark | None", Slot], "tuple[BucketState, Mark | None, Claim]"]
+
+
+def _take(
+    state: BucketState | None,
+    mark: Mark | None,
+    now_us: int,
+    pace: Pace,
+    terms: ClaimTerms,
+    born_us: int,
+    claim_step: _ClaimStep,
+) -> tuple[BucketState, Mark | None, Grant, Claim | None]:
+    """``take``, its claim made by ``claim_step``."""
     lease = live(mark, now_us)
     if isinstance(lease, Lease) and lease.holder != terms.holder:
         if state is None:
@@ -413,10 +472,92 @@ def take(
     due = granted.delay_us <= clamp_lead(terms.lead_us)
     if granted.outcome is not Outcome.OK or granted.paused or not due:
         return state, mark, granted, None
-    state, mark, claimed = claim(
-        state, mark, now_us, pace.interval_us, granted.slot, terms, born_us=born_us
-    )
+    state, mark, claimed = claim_step(state, mark, granted.slot)
     return state, mark, granted, claimed
+
+
+def live_places(places: Places, now_us: int) -> Places:
+    """The places that have not expired at ``now_us``, ordered."""
+    return tuple(sorted(p for p in places if p.expires_real_us > now_us))
+
+
+def claim_capped(
+    state: BucketState | None,
+    mark: Mark | None,
+    places: Places,
+    now_us: int,
+    interval_us: int,
+    slot: Slot,
+    terms: ClaimTerms,
+    *,
+    place: str,
+    born_us: int,
+) -> tuple[BucketState, Mark | None, Places, Claim]:
+    """``claim`` under the bucket's cap ``terms.cap`` (None: no cap, ``places`` untouched).
+
+    A claim ``claim`` would admit starts only if the body ``place`` holds a live place or one
+    is free: then it takes (or renews) it until ``now + place_us``. When all ``cap`` live
+    places are held by others it is FULL (a wait without lead: the claim comes again when the
+    first of them expires, but at most ``PLACE_POLL_US`` later, as a release is not announced),
+    and nothing else changes: the slot is not used, the copy keeps its grant.
+    """
+    state_after, mark_after, claimed = claim(
+        state, mark, now_us, interval_us, slot, terms, born_us=born_us
+    )
+    if terms.cap is None or claimed.outcome is not Outcome.OK:
+        return state_after, mark_after, places, claimed
+    places = live_places(places, now_us)
+    others = tuple(p for p in places if p.holder != place)
+    if len(others) == len(places) and len(places) >= terms.cap:
+        if state is None:
+            state = new_state(now_us, interval_us, born_us)
+        wait_us = min(places[0].expires_real_us - now_us, PLACE_POLL_US)
+        return state, live(mark, now_us), places, Claim(Outcome.FULL, state.epoch, wait_us, now_us)
+    place_us = terms.lease_us if terms.place_us is None else terms.place_us
+    taken = live_places((*others, Place(now_us + place_us, place)), now_us)
+    return state_after, mark_after, taken, claimed
+
+
+def take_capped(
+    state: BucketState | None,
+    mark: Mark | None,
+    places: Places,
+    now_us: int,
+    pace: Pace,
+    terms: ClaimTerms,
+    *,
+    place: str,
+    born_us: int,
+) -> tuple[BucketState, Mark | None, Places, Grant, Claim | None]:
+    """``take`` whose claim is ``claim_capped``: a start needs its slot and a place."""
+    kept = [places]
+
+    def capped(
+        s: BucketState, m: Mark | None, granted: Slot
+    ) -> tuple[BucketState, Mark | None, Claim]:
+        s, m, kept[0], claimed = claim_capped(
+            s, m, places, now_us, pace.interval_us, granted, terms, place=place, born_us=born_us
+        )
+        return s, m, claimed
+
+    state, mark, granted, claimed = _take(state, mark, now_us, pace, terms, born_us, capped)
+    return state, mark, kept[0], granted, claimed
+
+
+def release(places: Places, place: str, now_us: int) -> tuple[Places, bool]:
+    """The body ``place`` ended: its place is free at once; False if it held no live one."""
+    live_now = live_places(places, now_us)
+    kept = tuple(p for p in live_now if p.holder != place)
+    return kept, len(kept) < len(live_now)
+
+
+def renew_place(places: Places, place: str, now_us: int, place_us: int) -> tuple[Places, bool]:
+    """Extend the live place of the body ``place`` to ``now + place_us``; False if it holds
+    none (it expired: the body runs on, but its place may already be someone else's)."""
+    kept, held = release(places, place, now_us)
+    if not held:
+        return kept, False
+    return live_places((*kept, Place(now_us + place_us, place)), now_us), True
 
 
 def done(now_us: int, dedupe_ttl_us: int) -> Done:

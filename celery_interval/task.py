@@ -9,6 +9,7 @@ from typing import Any
 from celery import Task
 
 from celery_interval.buckets import check_bucket
+from celery_interval.config import check_cap
 from celery_interval.errors import ConfigurationError, short_repr
 from celery_interval.headers import BUCKET_HEADER, START_HEADER
 from celery_interval.intervals import parse_interval_us
@@ -27,6 +28,9 @@ class IntervalTask(Task):  # type: ignore[misc]
     Strategy = PACED_STRATEGY
     #: Seconds or a rate ("10/s"); default: the bucket's entry in ``interval_queues``.
     interval: float | str | None = None
+    #: The most bodies of the bucket running at once across all workers; default: the
+    #: bucket's entry in ``interval_concurrency`` (none: no cap).
+    interval_concurrency: int | None = None
     #: A bucket name, or a callable of (args, kwargs) giving a key inside the queue's bucket.
     interval_bucket: BucketSpec = None
 
@@ -66,6 +70,8 @@ def _check_options(cls: type[IntervalTask]) -> None:
     name = getattr(cls, "name", None) or cls.__name__
     if cls.interval is not None:
         parse_interval_us(cls.interval, name=f"{name}.interval")
+    if cls.interval_concurrency is not None:
+        check_cap(cls.interval_concurrency, f"{name}.interval_concurrency")
     spec = inspect.getattr_static(cls, "interval_bucket", None)
     if isinstance(spec, str):
         check_bucket(spec, f"{name}.interval_bucket=")

@@ -237,7 +237,7 @@ def kind_of() -> Column:
     kinds = {
         "grants": (op == GRANT_OP) & ~again,
         "regrants": (op == GRANT_OP) & again,
-        "waits": op == "claim:WAIT",
+        "waits": op.isin("claim:WAIT", "claim:FULL"),
         "held": op.isin("grant:HELD", "claim:HELD"),
         "paused_claims": op == "claim:PAUSED",
         "retickets": op == "claim:RETICKET",

@@ -16,6 +16,7 @@ from celery_interval.schedule import (
     Grant,
     Mark,
     Pace,
+    Places,
     Slot,
     Status,
     Unset,
@@ -27,6 +28,13 @@ __all__ = ["BucketTxn", "ModelStore"]
 _R = TypeVar("_R")
 #: A model operation on one copy's record: (state, mark, now_us, born_us) → (state, mark, result).
 _Step = Callable[[BucketState | None, Mark | None, int, int], tuple[BucketState, Mark | None, _R]]
+
+#: A model operation on one copy's record and its bucket's places:
+#: (state, mark, places, now_us, born_us) → (state, mark, places, result).
+_SeatStep = Callable[
+    [BucketState | None, Mark | None, Places, int, int],
+    tuple[BucketState, Mark | None, Places, _R],
+]
 
 
 class BucketTxn(Protocol):
@@ -42,6 +50,9 @@ class BucketTxn(Protocol):
     expires_real_us: int | None
     #: When the bucket was reset, while no state has been made since (else None).
     reset_us: int | None
+    #: The places of the bodies running in a capped bucket (expired ones too); a reset or an
+    #: expired state leaves them.
+    places: Places
 
     def store_born_us(self) -> int:
         """The store's birth marker; when missing, ``now_us`` (kept if the block writes)."""
@@ -96,6 +107,20 @@ class ModelStore(ABC):
             txn.set_mark(copy.task_id, copy.retries, mark)
             return result
 
+    def _seated(self, copy: TaskCopy, interval_us: int, step: _SeatStep[_R]) -> _R:
+        """``_step`` for a step that also reads and writes the bucket's places."""
+        with self._locked(copy.bucket) as txn:
+            state, mark, txn.places, result = step(
+                txn.state,
+                txn.mark(copy.task_id, copy.retries),
+                txn.places,
+                txn.now_us,
+                _born_us(txn),
+            )
+            _put(txn, state, interval_us)
+            txn.set_mark(copy.task_id, copy.retries, mark)
+            return result
+
     def grant(self, copy: TaskCopy, pace: Pace) -> Grant:
         """Atomically take a ticket and slot (``schedule.grant``, idempotent per task copy)."""
         return self._step(
@@ -109,10 +134,12 @@ class ModelStore(ABC):
 
         ``ticket`` is for a store's ledger only; these stores keep none and ignore it.
         """
-        return self._step(
+        return self._seated(
             copy,
             interval_us,
-            lambda s, m, n, b: schedule.claim(s, m, n, interval_us, slot, terms, born_us=b),
+            lambda s, m, p, n, b: schedule.claim_capped(
+                s, m, p, n, interval_us, slot, terms, place=copy.place, born_us=b
+            ),
         )
 
     def take(
@@ -123,14 +150,14 @@ class ModelStore(ABC):
             self.done(done_first.copies, done_first.dedupe_ttl_us)
 
         def step(
-            state: BucketState | None, mark: Mark | None, now_us: int, born_us: int
-        ) -> tuple[BucketState, Mark | None, tuple[Grant, Claim | None]]:
-            state, mark, granted, claimed = schedule.take(
-                state, mark, now_us, pace, terms, born_us=born_us
+            state: BucketState | None, mark: Mark | None, places: Places, now_us: int, born_us: int
+        ) -> tuple[BucketState, Mark | None, Places, tuple[Grant, Claim | None]]:
+            state, mark, places, granted, claimed = schedule.take_capped(
+                state, mark, places, now_us, pace, terms, place=copy.place, born_us=born_us
             )
-            return state, mark, (granted, claimed)
+            return state, mark, places, (granted, claimed)
 
-        return self._step(copy, pace.interval_us, step)
+        return self._seated(copy, pace.interval_us, step)
 
     def done(self, copies: Sequence[TaskCopy], dedupe_ttl_us: int) -> None:
         """Mark each copy's message acknowledged; atomic per bucket (one lock per bucket in the
@@ -163,6 +190,18 @@ class ModelStore(ABC):
         with self._locked(bucket) as txn:
             mark, renewed = schedule.renew(txn.mark(task_id, retries), txn.now_us, holder, lease_us)
             txn.set_mark(task_id, retries, mark)
+            return renewed
+
+    def release(self, copy: TaskCopy) -> bool:
+        """Atomically free the place of ``copy``'s body (``schedule.release``)."""
+        with self._locked(copy.bucket) as txn:
+            txn.places, released = schedule.release(txn.places, copy.place, txn.now_us)
+            return released
+
+    def renew_place(self, copy: TaskCopy, place_us: int) -> bool:
+        """Atomically extend the live place of ``copy``'s body (``schedule.renew_place``)."""
+        with self._locked(copy.bucket) as txn:
+            txn.places, renewed = schedule.renew_place(txn.places, copy.place, txn.now_us, place_us)
             return renewed
 
     def throttle(self, copy: TaskCopy, interval_us: int, backoff: Backoff) -> Status:

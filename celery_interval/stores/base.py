@@ -19,6 +19,11 @@ class TaskCopy:
     task_id: str
     retries: int
 
+    @property
+    def place(self) -> str:
+        """The name of this copy's body in its bucket's places (a capped bucket)."""
+        return f"{self.task_id}:{self.retries}"
+
 
 @dataclass(frozen=True, slots=True)
 class DoneBatch:
@@ -48,9 +53,9 @@ class ClaimArgs(NamedTuple):
         """The message's copy this claim is for."""
         return TaskCopy(self.bucket, self.task_id, self.retries)
 
-    def claim(self, store: Store, lease_us: int, lead_us: int) -> Claim:
-        """``store.claim`` of this message's slot under its holder."""
-        terms = ClaimTerms(self.holder, lease_us, lead_us, self.handoff_us)
+    def claim(self, store: Store, lease_us: int, lead_us: int, cap: int | None = None) -> Claim:
+        """``store.claim`` of this message's slot under its holder (under the bucket's ``cap``)."""
+        terms = ClaimTerms(self.holder, lease_us, lead_us, self.handoff_us, cap)
         slot = Slot(self.epoch, self.slot_us)
         return store.claim(self.copy, self.interval_us, slot, terms, ticket=self.ticket)
 
@@ -106,6 +111,16 @@ class Store(Protocol):
 
     def renew(self, bucket: str, task_id: str, retries: int, holder: str, lease_us: int) -> bool:
         """Atomically extend ``holder``'s live lease to now + ``lease_us``; False if none."""
+        ...
+
+    def release(self, copy: TaskCopy) -> bool:
+        """Atomically free the place of ``copy``'s body in its capped bucket
+        (``schedule.release``); False if it held no live one."""
+        ...
+
+    def renew_place(self, copy: TaskCopy, place_us: int) -> bool:
+        """Atomically extend the live place of ``copy``'s body to now + ``place_us``
+        (``schedule.renew_place``); False if it holds none."""
         ...
 
     def throttle(self, copy: TaskCopy, interval_us: int, backoff: Backoff) -> Status:

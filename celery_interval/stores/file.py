@@ -15,7 +15,16 @@ from typing import Any
 
 from celery_interval.defaults import KEY_PREFIX
 from celery_interval.errors import StoreError, StoreUnavailable
-from celery_interval.schedule import BucketState, Done, Granted, Lease, Mark
+from celery_interval.schedule import (
+    BucketState,
+    Done,
+    Granted,
+    Lease,
+    Mark,
+    Place,
+    Places,
+    live_places,
+)
 from celery_interval.stores._apply import BucketTxn, ModelStore
 
 __all__ = ["FORMAT_VERSION", "FileStore", "wall_clock_us"]
@@ -92,7 +101,7 @@ class _FileTxn:
 
     def __init__(self, now_us: int, record: _Record, store_born_us: Callable[[int], int]) -> None:
         self.now_us = now_us
-        self.state, self.marks, self.expires_real_us, self.reset_us = record
+        self.state, self.marks, self.expires_real_us, self.reset_us, self.places = record
         if self.expires_real_us is not None and self.expires_real_us <= now_us:
             self.state = self.expires_real_us = None
         self._store_born_us = store_born_us
@@ -175,13 +184,15 @@ class FileStore(ModelStore):
                     raise StoreUnavailable(f"cannot lock {str(lock_path)!r}: {exc}") from exc
                 raw = self._read(path)
                 now_us = self._clock_us()
-                record = _decode(raw, path, bucket) if raw is not None else (None, {}, None, None)
+                record = (
+                    _decode(raw, path, bucket) if raw is not None else (None, {}, None, None, ())
+                )
                 txn = _FileTxn(now_us, record, lambda now: self._store_born_us(now, write))
                 yield txn
                 if write:
-                    kept = (txn.state, txn.marks, txn.expires_real_us, txn.reset_us)
+                    kept = (txn.state, txn.marks, txn.expires_real_us, txn.reset_us, txn.places)
                     new = _encode(bucket, kept, now_us)
-                    empty = txn.state is None and not txn.marks and txn.reset_us is None
+                    empty = kept[:2] == (None, {}) and kept[3:] == (None, ())
                     if new != raw and not (raw is None and empty):
                         self._write(path, new)
             finally:
@@ -253,13 +264,13 @@ def _fsync_directory(directory: Path) -> None:
         os.close(fd)
 
 
-#: A bucket's record: state, marks, when the state expires, when the bucket was reset.
-_Record = tuple[BucketState | None, dict[tuple[str, int], Mark], int | None, int | None]
+#: A bucket's record: state, marks, when the state expires, when the bucket was reset, places.
+_Record = tuple[BucketState | None, dict[tuple[str, int], Mark], int | None, int | None, Places]
 
 
 def _encode(bucket: str, record: _Record, now_us: int) -> bytes:
     """The file's JSON; expired marks are dropped here, so files stay small."""
-    state, marks, expires_real_us, reset_us = record
+    state, marks, expires_real_us, reset_us, places = record
     rows: list[dict[str, Any]] = []
     for (task_id, retries), mark in sorted(marks.items()):
         if mark.expires_real_us <= now_us:
@@ -295,6 +306,8 @@ def _encode(bucket: str, record: _Record, now_us: int) -> bytes:
         doc["expires_real_us"] = expires_real_us
     if reset_us is not None:
         doc["reset_us"] = reset_us
+    if live_places(places, now_us):
+        doc["places"] = [[p.expires_real_us, p.holder] for p in live_places(places, now_us)]
     return (json.dumps(doc, separators=(",", ":"), sort_keys=True) + "\n").encode()
 
 
@@ -365,4 +378,10 @@ def _decode(raw: bytes, path: Path, bucket: str) -> _Record:
             raise corrupt(f"unknown mark kind {kind!r}")
     optional = [integer(doc, name, True) if name in doc else None
                 for name in ("expires_real_us", "reset_us")]  # fmt: skip
-    return state, marks, optional[0], optional[1]
+    raw_places = doc.get("places", [])
+    if not isinstance(raw_places, list) or not all(
+        isinstance(p, list) and len(p) == 2 and isinstance(p[1], str) for p in raw_places
+    ):
+        raise corrupt(f"bad places {raw_places!r}")
+    places = tuple(Place(integer({"place": p[0]}, "place"), p[1]) for p in raw_places)
+    return state, marks, optional[0], optional[1], places

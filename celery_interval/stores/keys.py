@@ -11,6 +11,7 @@ __all__ = [
     "ledger_key",
     "ledger_key_pattern",
     "mark_key",
+    "places_key",
     "state_key",
     "state_key_pattern",
     "validate_bucket",
@@ -51,6 +52,11 @@ def state_key(prefix: str, bucket: str) -> str:
 def mark_key(prefix: str, bucket: str, task_id: str, retries: int) -> str:
     """The string holding the lease or done mark of one (task_id, retries) in ``bucket``."""
     return f"{prefix}{{{bucket}}}:m:{task_id}:{retries}"
+
+
+def places_key(prefix: str, bucket: str) -> str:
+    """The sorted set of a capped bucket's running bodies (``schedule.Place``)."""
+    return f"{prefix}{{{bucket}}}:r"
 
 
 def ledger_key(prefix: str, bucket: str) -> str:

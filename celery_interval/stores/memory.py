@@ -8,7 +8,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
-from celery_interval.schedule import BucketState, Mark
+from celery_interval.schedule import BucketState, Mark, Places
 from celery_interval.stores._apply import BucketTxn, ModelStore
 from celery_interval.stores.overflow import MemoryOverflowIndex
 
@@ -30,6 +30,7 @@ class _MemoryTxn:
         self.state: BucketState | None = store._states.get(bucket)
         self.expires_real_us: int | None = store._expires_real_us.get(bucket)
         self.reset_us: int | None = store._reset_us.get(bucket)
+        self.places: Places = store._places.get(bucket, ())
 
     def store_born_us(self) -> int:
         return self._store._store_born_us(self.now_us, self._write)
@@ -66,6 +67,7 @@ class MemoryStore(ModelStore):
         self._expiries: list[tuple[int, str]] = []  # a heap of (expires_real_us, bucket)
         self._reset_us: dict[str, int] = {}
         self._marks: dict[tuple[str, str, int], Mark] = {}
+        self._places: dict[str, Places] = {}
         #: Which buckets have parked tasks (every worker of this process shares it).
         self.overflow_index = MemoryOverflowIndex()
 
@@ -73,6 +75,11 @@ class MemoryStore(ModelStore):
         """The bucket's state, or None (also once it expired); for tests and debugging."""
         with self._locked(bucket, write=False) as txn:
             return txn.state
+
+    def read_places(self, bucket: str) -> Places:
+        """The bucket's places as stored (expired ones until an operation drops them)."""
+        with self._locked(bucket, write=False) as txn:
+            return txn.places
 
     def buckets(self) -> list[str]:
         """The buckets this store holds a state for (expired ones may still be listed)."""
@@ -111,6 +118,10 @@ class MemoryStore(ModelStore):
             elif self._expires_real_us.get(bucket) != txn.expires_real_us:
                 self._expires_real_us[bucket] = txn.expires_real_us
                 heapq.heappush(self._expiries, (txn.expires_real_us, bucket))
+            if txn.places:
+                self._places[bucket] = txn.places
+            else:
+                self._places.pop(bucket, None)
             if txn.reset_us is None:
                 self._reset_us.pop(bucket, None)
             else:

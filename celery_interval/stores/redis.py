@@ -34,6 +34,8 @@ from celery_interval.schedule import (
     Grant,
     Mark,
     Pace,
+    Place,
+    Places,
     Slot,
     Status,
     Unset,
@@ -82,6 +84,8 @@ SCRIPT_NAMES = (
     "status",
     "reset",
     "throttle",
+    "release",
+    "renew_place",
 )
 
 #: Errors meaning "the store cannot be reached right now": held tasks are retried later.
@@ -253,7 +257,8 @@ class RedisStore:
             "take",
             self._task_keys(copy),
             [self._now_arg(), pace.interval_us, pace.not_before_in_us, copy.task_id, copy.retries,
-             self._ledger_max, terms.holder, terms.lease_us, terms.lead_us, terms.handoff_us],
+             self._ledger_max, terms.holder, terms.lease_us, terms.lead_us, terms.handoff_us,
+             *_cap_args(copy, terms)],
         )  # fmt: skip
         calls = [take]
         if done_first is not None:
@@ -268,7 +273,8 @@ class RedisStore:
             "claim",
             self._task_keys(copy),
             [interval_us, slot.epoch, slot.slot_us, terms.holder, terms.lease_us, terms.lead_us,
-             copy.task_id, copy.retries, ticket, self._ledger_max, terms.handoff_us],
+             copy.task_id, copy.retries, ticket, self._ledger_max, terms.handoff_us,
+             *_cap_args(copy, terms)],
         )  # fmt: skip
         return claim_of(r)
 
@@ -312,6 +318,13 @@ class RedisStore:
 
     def renew(self, bucket: str, task_id: str, retries: int, holder: str, lease_us: int) -> bool:
         r = self._run("renew", [self._mark_key(bucket, task_id, retries)], [holder, lease_us])
+        return bool(int(r))
+
+    def release(self, copy: TaskCopy) -> bool:
+        return bool(int(self._run("release", [self._places_key(copy.bucket)], [copy.place])))
+
+    def renew_place(self, copy: TaskCopy, place_us: int) -> bool:
+        r = self._run("renew_place", [self._places_key(copy.bucket)], [copy.place, place_us])
         return bool(int(r))
 
     def throttle(self, copy: TaskCopy, interval_us: int, backoff: Backoff) -> Status:
@@ -415,6 +428,12 @@ class RedisStore:
         except KeyError as exc:
             raise StoreError(f"interval state of bucket {bucket!r} lacks field {exc}") from None
 
+    def read_places(self, bucket: str) -> Places:
+        """The bucket's places as stored (expired ones until a script drops them)."""
+        with self._errors("read_places"):
+            raw: Any = self._client.zrange(self._places_key(bucket), 0, -1, withscores=True)
+        return tuple(Place(int(score), as_text(name)) for name, score in raw)
+
     def read_mark(self, bucket: str, task_id: str, retries: int) -> Mark | None:
         """The stored mark of (task_id, retries), expired or not, or None."""
         with self._errors("read_mark"):
@@ -425,6 +444,9 @@ class RedisStore:
 
     def _state_key(self, bucket: str) -> str:
         return keys.state_key(self._prefix, keys.validate_bucket(bucket))
+
+    def _places_key(self, bucket: str) -> str:
+        return keys.places_key(self._prefix, keys.validate_bucket(bucket))
 
     def _mark_key(self, bucket: str, task_id: str, retries: int) -> str:
         return keys.mark_key(self._prefix, keys.validate_bucket(bucket), task_id, retries)
@@ -439,6 +461,7 @@ class RedisStore:
             self._state_key(copy.bucket),
             self._mark_key(copy.bucket, copy.task_id, copy.retries),
             self.ledger_key(copy.bucket),
+            self._places_key(copy.bucket),
             *self._born(),
         ]
 
@@ -481,6 +504,12 @@ class RedisStore:
             ) from exc
         except ResponseError as exc:
             raise StoreError(f"interval store {self._where} rejected {op}: {exc}") from exc
+
+
+def _cap_args(copy: TaskCopy, terms: ClaimTerms) -> list[str | int]:
+    """claim_op's cap arguments: the cap ('' = none), place_us and the body's place name."""
+    place_us = terms.lease_us if terms.place_us is None else terms.place_us
+    return ["" if terms.cap is None else terms.cap, place_us, copy.place]
 
 
 if TYPE_CHECKING:

@@ -47,6 +47,8 @@ class Held:
     holder: str
     acks_late: bool
     release: Callable[[Any], None]
+    #: The most bodies of its bucket running at once (None: no cap).
+    cap: int | None = None
     #: Start order among the messages waiting here: lower first (the broker's priority).
     rank: int = 0
     epoch: int = 0

@@ -19,6 +19,7 @@ from celery_interval.worker.notify import Notify, iso_of
 from celery_interval.worker.outage import StoreOutage
 from celery_interval.worker.overflow import Overflow
 from celery_interval.worker.pause import PausedTasks
+from celery_interval.worker.places import RunningPlaces
 from celery_interval.worker.slots import SlotCycle
 from celery_interval.worker.stats import interval_stats
 from celery_interval.worker.timer import cancel
@@ -74,6 +75,7 @@ class IntervalService:
         )
         self.done = DoneMarks(settings, store, timer, self.outage)
         self.leases = Leases(settings, store, timer, self.outage)
+        self.places = RunningPlaces(settings, store, timer, self.outage)
         self.paused = PausedTasks(
             settings, store, timer, self.outage, due=lambda held: self.slots.due(held)
         )
@@ -88,6 +90,7 @@ class IntervalService:
             self.leases,
             self.outage,
             notify=self.notify,
+            places=self.places,
         )
 
     def receive(self, held: Held) -> None:
@@ -108,6 +111,15 @@ class IntervalService:
             fn(*args)
         else:
             self._call_soon(fn, *args)
+
+    def body_ended(self, request: Any) -> None:
+        """A pool process finished a task (on the loop's thread): its place in a capped bucket
+        is free at once (a task here waiting for one claims it), and the process takes the next
+        task."""
+        bucket = self.places.free(request)
+        self.slots.pool_freed()
+        if bucket is not None:
+            self.slots.place_freed(bucket)
 
     def new_holder(self) -> str:
         """A holder id unique to one delivery: ``<worker>/<48 random bits as 12 hex digits>``

@@ -26,6 +26,7 @@ from celery_interval.worker.leases import Leases
 from celery_interval.worker.notify import Notify
 from celery_interval.worker.outage import StoreOutage
 from celery_interval.worker.pause import PausedTasks
+from celery_interval.worker.places import RunningPlaces
 from celery_interval.worker.pool import Pool
 from celery_interval.worker.started import lead_for, spin_ns_for
 from celery_interval.worker.tickets import Tickets
@@ -58,6 +59,7 @@ class SlotCycle:
         outage: StoreOutage,
         *,
         notify: Notify,
+        places: RunningPlaces,
     ) -> None:
         self.settings = settings
         self.store = store
@@ -68,8 +70,12 @@ class SlotCycle:
         self.leases = leases
         self.outage = outage
         self.notify = notify
+        self.places = places
         self.clock = StoreClock()
         self._epochs: dict[str, int] = {}
+        #: Tasks whose claim found their capped bucket FULL, by bucket: the first claims again
+        #: at once when a body of the bucket ends here.
+        self._full: dict[str, set[Held]] = {}
         self.pool = Pool(timer, pool_slots, claim=self._claim)
         self.tickets = Tickets(timer, self.pool, grant=self._grant, forget=self._forget)
 
@@ -86,6 +92,17 @@ class SlotCycle:
         """A pool process finished a task (on the loop's thread): fill soon."""
         self.pool.freed()
         self.tickets.fill_soon()
+
+    def place_freed(self, bucket: str) -> None:
+        """A body of capped ``bucket`` ended here and released its place: the lowest ticket
+        waiting for a place claims now, not at its next look."""
+        waiting = [h for h in self._full.pop(bucket, ()) if h.entry is not None]
+        if waiting:
+            first = min(waiting, key=lambda h: h.ticket)
+            cancel(self.timer, first.entry)
+            first.entry = None
+            self._full[bucket] = set(waiting) - {first}
+            self.due(first)
 
     def _grant(self, held: Held) -> None:
         """Take a ticket; with a pool process free, claim it in the same trip if it is due."""
@@ -104,7 +121,9 @@ class SlotCycle:
                 grant, claimed = self.store.take(
                     TaskCopy(held.bucket, held.task_id, held.retries),
                     Pace(held.interval_us, not_before_in_us),
-                    ClaimTerms(held.holder, self.settings.lease_us, *self._reach_us()),
+                    ClaimTerms(
+                        held.holder, self.settings.lease_us, *self._reach_us(), cap=held.cap
+                    ),
                     done_first=DoneBatch(marks, self.settings.dedupe_ttl_us),
                 )
             else:
@@ -159,6 +178,7 @@ class SlotCycle:
     def due(self, held: Held) -> None:
         """``held``'s slot is near: claim it, or wait for a pool process first."""
         held.entry = None
+        self._full.get(held.bucket, set()).discard(held)
         if self.pool.free() <= 0 or self.pool.waiting:
             self.pool.wait(held)
             return
@@ -171,7 +191,9 @@ class SlotCycle:
         lead_us, handoff_us = self._reach_us()
         sent_ns = time.monotonic_ns()
         try:
-            result = held.claim_args(handoff_us).claim(self.store, self.settings.lease_us, lead_us)
+            result = held.claim_args(handoff_us).claim(
+                self.store, self.settings.lease_us, lead_us, held.cap
+            )
         except StoreUnavailable as exc:
             self.outage.failed(exc)
             self._arm(held, self.outage.backoff_s, self.due)
@@ -236,6 +258,10 @@ class SlotCycle:
         elif outcome is Outcome.WAIT:
             stats.waits += 1
             self._arm(held, max(0, result.delay_us - self._reach_us()[0]) / 1e6, self.due)
+        elif outcome is Outcome.FULL:  # no lead: a place frees when it does
+            stats.waits += 1
+            self._full.setdefault(held.bucket, set()).add(held)
+            self._arm(held, result.delay_us / 1e6, self.due)
         elif outcome is Outcome.PAUSED:
             stats.paused += 1
             self.paused.add(held)
@@ -295,6 +321,8 @@ class SlotCycle:
         held.request.request_dict[SPIN_HEADER] = spin_ns_for(held.interval_us)
         held.request.request_dict[CLAIM_HEADER] = held.claim_args(self._reach_us()[1])
         self.pool.handed(held)
+        if held.cap is not None:
+            self.places.hold(held.request, TaskCopy(held.bucket, held.task_id, held.retries))
         if held.acks_late:
             self.leases.hold(held.key, held.holder)
         elif self.store.posts_done:
@@ -310,6 +338,7 @@ class SlotCycle:
         self.tickets.fill(held.bucket)
 
     def _forget(self, held: Held) -> None:
+        self._full.get(held.bucket, set()).discard(held)
         if held.entry is not None:
             cancel(self.timer, held.entry)
             held.entry = None
@@ -324,12 +353,14 @@ class SlotCycle:
         """Tasks released to the pool but not accepted when the channel closed: Celery drops
         them from the pool (a process may still run one that was already written to it), and
         never reports their end. Stop renewing their leases, so that a copy waits for the lease
-        to lapse, not forever; say which tasks, since their copies start that much later."""
+        to lapse, not forever (their places in capped buckets too); say which tasks, since their
+        copies start that much later."""
         orphans = self.pool.take_unaccepted()
         if not orphans:
             return
         for held in orphans:
             self.leases.drop(held.key)
+            self.places.drop(held.request)
         logger.warning(
             "interval: connection lost with %d task(s) released to the pool but not yet accepted "
             "(%s): their copies wait for the lease (up to %.0fs) before they can run",

@@ -44,7 +44,7 @@ def interval_strategy(task: Any, app: Any, consumer: Any, **_: Any) -> Any:
         create_request_cls(
             symbol_by_name(task.Request), task, consumer.pool, hostname, eventer, app=app
         ),
-        lambda: service.from_pool(service.slots.pool_freed),
+        lambda request: service.from_pool(service.body_ended, request),
         service.slots.pool.accepted,
     )
     acks_late = bool(getattr(task, "acks_late", False))
@@ -122,6 +122,7 @@ def interval_strategy(task: Any, app: Any, consumer: Any, **_: Any) -> Any:
                 interval_us=interval_us,
                 not_before_in_us=not_before_in_us,
                 holder=holder,
+                cap=_cap_of(task, bucket, service.settings),
                 rank=_rank((req.delivery_info or {}).get("priority"), lower_first),
                 acks_late=acks_late,
                 release=release_with_callbacks,
@@ -134,7 +135,7 @@ def interval_strategy(task: Any, app: Any, consumer: Any, **_: Any) -> Any:
 
 
 def _freeing_pool(
-    base: Any, pool_freed: Callable[[], None], pool_accepted: Callable[[str], None]
+    base: Any, pool_freed: Callable[[Any], None], pool_accepted: Callable[[str], None]
 ) -> Any:
     """The request class, telling the service when a pool process took its task and left it."""
 
@@ -150,7 +151,7 @@ def _freeing_pool(
                 return super().on_success(failed__retval__runtime, **kwargs)
             finally:
                 if not failed__retval__runtime[0]:  # a failure went through on_failure
-                    pool_freed()
+                    pool_freed(self)
 
         def on_failure(self, exc_info: Any, *args: Any, **kwargs: Any) -> Any:
             if _throttled(exc_info):  # its ack must not mark the copy sent again done
@@ -158,7 +159,7 @@ def _freeing_pool(
             try:
                 return super().on_failure(exc_info, *args, **kwargs)
             finally:
-                pool_freed()
+                pool_freed(self)
 
     return Request
 
@@ -208,6 +209,12 @@ def _track_ack(req: Any, service: Any, bucket: str, task_id: str, retries: int) 
 
     req._on_ack = ack
     req.on_reject = reject
+
+
+def _cap_of(task: Any, bucket: str, settings: Any) -> int | None:
+    """The task's ``interval_concurrency`` option, else its bucket's configured cap."""
+    own = getattr(task, "interval_concurrency", None)
+    return int(own) if own is not None else settings.concurrency_of(bucket)
 
 
 #: Set on a request whose run raised ``Throttled``: the same copy was sent again to run.

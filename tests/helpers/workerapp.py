@@ -117,6 +117,15 @@ if os.environ.get("CI_TEST_BROKER"):
         _record(self, "end", i)
         return i
 
+    @app.task(base=IntervalTask, bind=True, name="workerapp.span")
+    def span(self: Any, i: int, sleep_s: float = 0.0) -> int:
+        """Records its start and its end (acked early, unlike ``record_late``)."""
+        _record(self, "start", i)
+        if sleep_s:
+            time.sleep(sleep_s)
+        _record(self, "end", i)
+        return i
+
     def _call_api(task: Any, i: int, url: str) -> int:
         """One GET of a (limiting) HTTP server; a 429 raises ``Throttled`` from its headers."""
         _record(task, "start", i)

@@ -27,7 +27,7 @@ from celery_interval import schedule
 from celery_interval.defaults import KEY_PREFIX
 from celery_interval.demo.embedded import RedisProc
 from celery_interval.errors import ConfigurationError, StoreUnavailable
-from celery_interval.schedule import Backoff, ClaimTerms, Done, Lease, Outcome, Pace, Slot
+from celery_interval.schedule import Backoff, Claim, ClaimTerms, Done, Lease, Outcome, Pace, Slot
 from celery_interval.stores import keys, mask_url
 from celery_interval.stores.base import DoneBatch, TaskCopy
 from celery_interval.stores.memory import MemoryStore
@@ -55,6 +55,9 @@ renew_leases_us = st.sampled_from([0, 1, 999, 1_000_000, 30_000_000, 3_600_000_0
 # 0 and 500 as a worker sends them; beyond MAX_LEAD_US and negative ones must be clamped alike
 leads_us = st.sampled_from([0, 0, 500, schedule.MAX_LEAD_US, 3 * schedule.MAX_LEAD_US, -7])
 handoffs_us = st.sampled_from([0, 0, 1, 5, 300, schedule.MAX_LEAD_US, 3 * schedule.MAX_LEAD_US, -3])
+# a capped bucket's cap (None: no cap) and how long a start holds its place (None: the lease)
+caps = st.sampled_from([None, 1, 1, 2])
+places_us = st.sampled_from([None, 1, 999, 1_000_000, 30_000_000, 30_000_000])
 # time steps: none, sub-ms, around an interval, hours
 steps_us = st.one_of(
     st.just(0), st.integers(0, 1_000), st.integers(0, 5_000_000), st.integers(0, 10**10)
@@ -204,6 +207,8 @@ class Differential(RuleBasedStateMachine):
         lease=leases_us,
         lead=leads_us,
         handoff=handoffs_us,
+        cap=caps,
+        place=places_us,
     )
     def take(
         self,
@@ -216,11 +221,13 @@ class Differential(RuleBasedStateMachine):
         lease: int,
         lead: int,
         handoff: int,
+        cap: int | None,
+        place: int | None,
     ) -> tuple[str, str, int, int, int]:
         args = (
             TaskCopy(bucket, task, retry),
             Pace(interval, not_before),
-            ClaimTerms(holder, lease, lead, handoff),
+            ClaimTerms(holder, lease, lead, handoff, cap, place),
         )
         expected, got = self._compared(bucket, "take", *args)
         assert got == expected
@@ -234,6 +241,8 @@ class Differential(RuleBasedStateMachine):
         lease=leases_us,
         lead=leads_us,
         handoff=handoffs_us,
+        cap=caps,
+        place=places_us,
     )
     def claim_granted(
         self,
@@ -244,13 +253,15 @@ class Differential(RuleBasedStateMachine):
         lease: int,
         lead: int,
         handoff: int,
+        cap: int | None,
+        place: int | None,
     ) -> None:
         bucket, task, retry, epoch, slot = g
         self._claim(
             TaskCopy(bucket, task, retry),
             interval,
             Slot(epoch, slot + slot_shift),
-            ClaimTerms(holder, lease, lead, handoff),
+            ClaimTerms(holder, lease, lead, handoff, cap, place),
         )
 
     @rule(
@@ -283,9 +294,25 @@ class Differential(RuleBasedStateMachine):
             ClaimTerms(holder, lease, lead),
         )
 
-    def _claim(self, copy: TaskCopy, interval: int, slot: Slot, terms: ClaimTerms) -> None:
+    @rule(g=grants, holder=holders, cap=st.sampled_from([1, 2]), place=places_us)
+    def claim_due_capped(
+        self, g: tuple[str, str, int, int, int], holder: str, cap: int, place: int | None
+    ) -> None:
+        """At its slot, a claim of a capped bucket, again after each wait: the places fill up."""
+        self.advance_to_slot(g, 0, 0)
+        bucket, task, retry, epoch, slot = g
+        terms = ClaimTerms(holder, 30_000_000, cap=cap, place_us=place)
+        for _ in range(3):
+            claimed = self._claim(TaskCopy(bucket, task, retry), 1_000, Slot(epoch, slot), terms)
+            if claimed.outcome is not Outcome.WAIT:
+                return
+            self.now_us += claimed.delay_us
+            self._expire()
+
+    def _claim(self, copy: TaskCopy, interval: int, slot: Slot, terms: ClaimTerms) -> Claim:
         expected, got = self._compared(copy.bucket, "claim", copy, interval, slot, terms)
         assert got == expected
+        return expected
 
     @rule(
         marks=st.lists(st.builds(TaskCopy, buckets, tasks, retries), max_size=4),
@@ -299,6 +326,23 @@ class Differential(RuleBasedStateMachine):
     def renew(self, bucket: str, task: str, retry: int, holder: str, lease: int) -> None:
         expected = self.model.renew(bucket, task, retry, holder, lease)
         assert self.redis.renew(bucket, task, retry, holder, lease) is expected
+
+    @rule(copy=st.builds(TaskCopy, buckets, tasks, retries))
+    def release(self, copy: TaskCopy) -> None:
+        assert self.redis.release(copy) is self.model.release(copy)
+
+    @rule(g=grants, place=st.sampled_from([None, 0, 1, 1_000_000]))
+    def end_granted(self, g: tuple[str, str, int, int, int], place: int | None) -> None:
+        """A granted copy's body ends (None: its place is freed) or renews its place."""
+        copy = TaskCopy(*g[:3])
+        if place is None:
+            self.release(copy)
+        else:
+            self.renew_place(copy, place)
+
+    @rule(copy=st.builds(TaskCopy, buckets, tasks, retries), place=renew_leases_us)
+    def renew_place(self, copy: TaskCopy, place: int) -> None:
+        assert self.redis.renew_place(copy, place) is self.model.renew_place(copy, place)
 
     @rule(
         bucket=buckets,
@@ -366,6 +410,7 @@ class Differential(RuleBasedStateMachine):
             pttl_ms = self.client.pttl(key)
             kept = state is None or self.model._expires_real_us.get(bucket) is None
             assert pttl_ms < 0 if kept else pttl_ms > 0
+            assert self.redis.read_places(bucket) == self.model.read_places(bucket)
             for task in TASKS:
                 for retry in RETRIES:
                     expected = self.model._marks.get((bucket, task, retry))

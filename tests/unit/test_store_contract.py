@@ -161,6 +161,44 @@ def test_unset_interval_goes_back_to_the_configured_interval(store: Store) -> No
     assert g3.slot_us - g2.slot_us == I_US, "new grants are spaced by the configured interval"
 
 
+def _claim_due(store: Store, copy: TaskCopy, terms: ClaimTerms) -> Any:
+    """Grant ``copy`` and claim it at its slot, waiting as the store says (not when FULL)."""
+    g = store.grant(copy, Pace(I_US))
+    while True:
+        claimed = store.claim(copy, I_US, g.slot, terms)
+        if claimed.outcome is not Outcome.WAIT:
+            return claimed
+        wait_s(claimed.delay_us)
+
+
+def test_a_capped_bucket_runs_at_most_cap_bodies_and_a_release_frees_a_place(
+    store: Store,
+) -> None:
+    terms = ClaimTerms("h1", LEASE_US, cap=2)
+    a, b, c = (TaskCopy("b", f"t{i}", 0) for i in range(3))
+    assert _claim_due(store, a, terms).outcome is Outcome.OK
+    assert _claim_due(store, b, terms).outcome is Outcome.OK
+    full = _claim_due(store, c, terms)
+    assert full.outcome is Outcome.FULL and 0 < full.delay_us <= 50_000
+    assert store.renew_place(a, LEASE_US) and not store.renew_place(c, LEASE_US)
+    store.reset("b")  # a reset frees no place
+    assert store.release(a) and not store.release(a)
+    assert _claim_due(store, c, terms).outcome is Outcome.OK
+    d = TaskCopy("b", "t3", 0)
+    assert _claim_due(store, d, terms).outcome is Outcome.FULL
+
+
+def test_a_place_not_renewed_comes_back_when_it_expires(store: Store) -> None:
+    short = ClaimTerms("h1", LEASE_US, cap=1, place_us=60_000)
+    a, b = TaskCopy("b", "t1", 0), TaskCopy("b", "t2", 0)
+    assert _claim_due(store, a, short).outcome is Outcome.OK
+    full = _claim_due(store, b, short)
+    assert full.outcome is Outcome.FULL
+    time.sleep(0.07)
+    assert _claim_due(store, b, short).outcome is Outcome.OK
+    assert not store.renew_place(a, LEASE_US)
+
+
 def test_reset_starts_a_new_epoch_and_old_tickets_reticket(store: Store) -> None:
     g = store.grant(TaskCopy("b", "t1", 0), Pace(I_US))
     store.reset("b")

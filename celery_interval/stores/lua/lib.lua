@@ -12,6 +12,8 @@
 -- Mark strings: lease "L|<holder>|<start_us>|<expires_real_us>", done "D|<expires_real_us>",
 -- granted "G|<epoch>|<ticket>|<slot_us>|<expires_real_us>", a throttled task's front grant
 -- the same with "F" for "G".
+-- A capped bucket's places: a sorted set (same hash tag) of the running bodies' names
+-- (task_id:retries) scored by expires_real_us; schedule.Place.
 -- The ledger: a capped Stream per bucket (same hash tag); scripts append one entry per grant,
 -- claim and control action with ledger_append (cap 0 = ledger off).
 
@@ -267,6 +269,29 @@ local function put_mark(key, m, now)
   end
   local px = math.max(1, math.floor((m.exp - now) / 1000) + 60000)
   redis.call('SET', key, value, 'PX', fmt(px))
+end
+
+-- schedule.PLACE_POLL_US: a claim finding the places full looks again at most this late.
+local PLACE_POLL_US = 50000
+
+-- schedule.live_places: drop the places at key expired by now; the live ones as a ZRANGE
+-- WITHSCORES reply (name, expires, ...), ordered by (expires, name).
+local function live_places(key, now)
+  redis.call('ZREMRANGEBYSCORE', key, '-inf', fmt(now))
+  return redis.call('ZRANGE', key, 0, -1, 'WITHSCORES')
+end
+
+-- Set the place of name to expire at exp (none if exp has passed, as live_places would drop
+-- it); the key goes 60 s after its last place expires.
+local function put_place(key, name, exp, now)
+  if exp <= now then
+    redis.call('ZREM', key, name)
+    return
+  end
+  redis.call('ZADD', key, fmt(exp), name)
+  local last = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
+  local px = math.max(1, math.floor((tonumber(last[2]) - now) / 1000) + 60000)
+  redis.call('PEXPIRE', key, fmt(px))
 end
 
 -- Append one entry to the ledger Stream at key, trimmed to about cap entries (XADD MAXLEN ~);

@@ -5,7 +5,8 @@
 -- grant_op: schedule.grant — the next ticket and slot max(v, tat, v + not_before), or the
 -- same ticket and slot again for a copy whose granted slot no later start has passed.
 -- KEYS[1] state hash, KEYS[2] mark of (task_id, retries), KEYS[3] ledger stream,
--- KEYS[4] the birth marker (absent on a Cluster: lib.lua's born_us)
+-- KEYS[4] the bucket's places (claim_op only), KEYS[5] the birth marker (absent on a Cluster:
+-- lib.lua's born_us)
 -- ARGV[1] now_us override ('' = Redis TIME), ARGV[2] interval_us, ARGV[3] not_before_in_us,
 -- ARGV[4] task_id, ARGV[5] retries (both for the ledger), ARGV[6] ledger_max (0 = no ledger)
 -- Returns {outcome, epoch, ticket, slot_us, delay_us, paused(0|1)}; outcome 'OK' or
@@ -20,7 +21,7 @@ local function grant_op(keys, argv)
   local task = argv[4]
   local retries = tonumber(argv[5])
   local ledger_max = tonumber(argv[6])
-  local s, is_new = load_or_new(keys[1], keys[4], now, interval)
+  local s, is_new = load_or_new(keys[1], keys[5], now, interval)
   local v = virtual_now(s, now)
   local paused = s.p ~= nil and 1 or 0
   local m = live(load_mark(keys[2]), now)
@@ -66,16 +67,21 @@ end
 -- ARGV[4] slot_us, ARGV[5] holder, ARGV[6] lease_us, ARGV[7] lead_us (clamped to
 -- 0..MAX_LEAD_US), ARGV[8] task_id, ARGV[9] retries, ARGV[10] ticket (these three for the
 -- ledger only), ARGV[11] ledger_max (0 = no ledger), ARGV[12] handoff_us (clamped to
--- 0..min(lead, interval))
--- Returns {outcome, epoch, delay_us, now_us}: OK (start_in), WAIT (wait), HELD (lease left),
--- PAUSED, DUPLICATE, RETICKET (0). A throttled task's front grant keeps its slot after later
--- starts (no RETICKET) and frees the reserved slot (h); every other claim starts an interval
--- after the reserved slot at the earliest. Saves a new epoch; drops an expired mark; OK leases
--- (a granted mark is no lease: it only gives a redelivered copy the same slot).
+-- 0..min(lead, interval)), ARGV[13] cap ('' = none), ARGV[14] place_us, ARGV[15] the body's
+-- place name (task_id:retries)
+-- Under a cap (schedule.claim_capped), a claim that would start takes (or renews) its place;
+-- when the live places are all others' it is FULL (delay: until the first expires, at most
+-- PLACE_POLL_US) and changes nothing else; expired places are dropped then.
+-- Returns {outcome, epoch, delay_us, now_us}: OK (start_in), WAIT (wait), FULL (wait), HELD
+-- (lease left), PAUSED, DUPLICATE, RETICKET (0). A throttled task's front grant keeps its
+-- slot after later starts (no RETICKET) and frees the reserved slot (h); every other claim
+-- starts an interval after the reserved slot at the earliest. Saves a new epoch; drops an
+-- expired mark; OK leases (a granted mark is no lease: it only gives a redelivered copy the
+-- same slot).
 -- Ledger: op=claim:<outcome> now task r ticket slot holder epoch interval (effective), plus
 -- for OK start (real µs) and late (virtual start - slot, >= 0; again=1 when the holder
 -- re-claims its own lease before its start; readmit=1 when its admitted start passed
--- unheard and a new start was admitted), for WAIT and HELD delay.
+-- unheard and a new start was admitted), for WAIT, FULL and HELD delay.
 local function claim_op(keys, argv)
   local now = clock_us(argv[1])
   local interval = tonumber(argv[2])
@@ -86,6 +92,9 @@ local function claim_op(keys, argv)
   local lead = tonumber(argv[7])
   local ledger_max = tonumber(argv[11])
   local handoff = tonumber(argv[12])
+  local cap = num(argv[13])
+  local place_us = tonumber(argv[14])
+  local place = argv[15]
 
   local function reply(s, outcome, delay, ...)
     local fields = {
@@ -100,7 +109,30 @@ local function claim_op(keys, argv)
     return { outcome, s.e, delay, now }
   end
 
-  local s, is_new = load_or_new(keys[1], keys[4], now, interval)
+  -- schedule.claim_capped: the wait when a start would find the places all others' (nil: none).
+  local function full_wait()
+    if cap == nil then
+      return nil
+    end
+    local places = live_places(keys[4], now)
+    for i = 1, #places, 2 do
+      if places[i] == place then
+        return nil
+      end
+    end
+    if #places / 2 >= cap then
+      return math.min(tonumber(places[2]) - now, PLACE_POLL_US)
+    end
+    return nil
+  end
+
+  local function seat()
+    if cap ~= nil then
+      put_place(keys[4], place, now + place_us, now)
+    end
+  end
+
+  local s, is_new = load_or_new(keys[1], keys[5], now, interval)
   if is_new then
     save_state(keys[1], s, now, interval)
   end
@@ -129,6 +161,11 @@ local function claim_op(keys, argv)
       return reply(s, 'HELD', left, 'delay', left)
     end
     if m.start >= v then
+      local wait = full_wait()
+      if wait ~= nil then
+        return reply(s, 'FULL', wait, 'delay', wait)
+      end
+      seat()
       return reply(s, 'OK', m.start - v, 'start', now + m.start - v,
         'late', math.max(0, m.start - slot), 'again', 1)
     end
@@ -145,6 +182,11 @@ local function claim_op(keys, argv)
   if v + lead < earliest then
     return reply(s, 'WAIT', earliest - v, 'delay', earliest - v)
   end
+  local wait = full_wait()
+  if wait ~= nil then
+    return reply(s, 'FULL', wait, 'delay', wait)
+  end
+  seat()
   local start = math.max(v + math.min(math.max(0, handoff), lead, spacing), earliest)
   s.l = start
   if front then

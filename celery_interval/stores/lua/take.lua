@@ -1,14 +1,15 @@
 -- take.lua: schedule.take — grant, then claim in the same step when the slot is due within the
 -- lead and the bucket runs: a task whose turn is now takes its ticket and start in one trip.
 -- KEYS as grant.lua's. ARGV[1..6] as grant.lua's, then ARGV[7] holder, ARGV[8] lease_us,
--- ARGV[9] lead_us, ARGV[10] handoff_us (as claim.lua's).
+-- ARGV[9] lead_us, ARGV[10] handoff_us, ARGV[11] cap, ARGV[12] place_us, ARGV[13] place name
+-- (as claim.lua's).
 -- Returns grant.lua's reply, followed by claim.lua's when it claimed (10 values); grant's
 -- outcome is HELD (delay = the lease left, no ticket) while another holder's lease is live.
 -- Ledger: op=grant:HELD now task r holder delay epoch interval (effective) for that.
 local now = fmt(clock_us(ARGV[1]))
 local lease = live(load_mark(KEYS[2]), tonumber(now))
 if lease ~= nil and lease.kind == 'L' and lease.holder ~= ARGV[7] then
-  local s, is_new = load_or_new(KEYS[1], KEYS[4], tonumber(now), tonumber(ARGV[2]))
+  local s, is_new = load_or_new(KEYS[1], KEYS[5], tonumber(now), tonumber(ARGV[2]))
   if is_new then
     save_state(KEYS[1], s, tonumber(now), tonumber(ARGV[2]))
   end
@@ -26,5 +27,6 @@ if g[1] ~= 'OK' or g[6] == 1 or g[5] > clamp_lead(tonumber(ARGV[9])) then
 end
 local c = claim_op(KEYS, {
   now, ARGV[2], g[2], g[4], ARGV[7], ARGV[8], ARGV[9], ARGV[4], ARGV[5], g[3], ARGV[6], ARGV[10],
+  ARGV[11], ARGV[12], ARGV[13],
 })
 return { g[1], g[2], g[3], g[4], g[5], g[6], c[1], c[2], c[3], c[4] }

@@ -1,7 +1,7 @@
 -- throttle.lua: schedule.throttle — no start of the bucket for retry_after_us; the throttled
 -- copy keeps its place: a front grant of the first slot after, which is reserved for it.
 -- KEYS[1] state hash, KEYS[2] mark of (task_id, retries), KEYS[3] ledger stream,
--- KEYS[4] the birth marker (absent on a Cluster)
+-- KEYS[4] the bucket's places (unused), KEYS[5] the birth marker (absent on a Cluster)
 -- ARGV[1] now_us override ('' = Redis TIME), ARGV[2] interval_us, ARGV[3] retry_after_us,
 -- ARGV[4] ticket, ARGV[5] task_id, ARGV[6] retries (both for the ledger),
 -- ARGV[7] ledger_max (0 = none), ARGV[8] adapt_max_us ('' = not adaptive)
@@ -11,7 +11,7 @@
 local now = clock_us(ARGV[1])
 local interval = tonumber(ARGV[2])
 local retry_after = math.max(0, tonumber(ARGV[3]))
-local s, is_new = load_or_new(KEYS[1], KEYS[4], now, interval)
+local s, is_new = load_or_new(KEYS[1], KEYS[5], now, interval)
 if ARGV[8] ~= nil and ARGV[8] ~= '' then
   slowed(s, interval, tonumber(ARGV[8]))
 end

@@ -1,0 +1,82 @@
+"""The concurrency cap on real workers: never more bodies at once than the cap, kept busy."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from typing import Any
+
+import pytest
+
+from tests.integration.test_pool import assert_exactly_once
+
+pytestmark = pytest.mark.slow
+
+BODY_S = 0.3
+
+
+def spans(records: list[dict[str, Any]]) -> dict[str, tuple[int, int]]:
+    """(start, end) of each body that ended, on the store's clock, by task id."""
+    starts = {r["id"]: r["us"] for r in records if r["kind"] == "start"}
+    return {r["id"]: (starts[r["id"]], r["us"]) for r in records if r["kind"] == "end"}
+
+
+def most_at_once(intervals: list[tuple[int, int]]) -> int:
+    """The most intervals that overlap at any instant."""
+    edges = sorted([(s, 1) for s, _ in intervals] + [(e, -1) for _, e in intervals])
+    running = peak = 0
+    for _, step in edges:
+        running += step
+        peak = max(peak, running)
+    return peak
+
+
+def capped_pool(make_pool: Any, cap: int, **conf: Any) -> Any:
+    queue = f"q{uuid.uuid4().hex[:10]}"
+    return make_pool(0.01, queue=queue, conf={"interval_concurrency": {queue: cap}, **conf})
+
+
+def test_three_workers_never_run_more_bodies_than_the_cap(make_pool: Any) -> None:
+    """3 workers x 2 processes, cap 2, bodies of 0.3 s: at no instant more than 2 bodies, every
+    task once, and the cap kept busy (the run takes about n x 0.3 s / 2)."""
+    pool = capped_pool(make_pool, 2)
+    pool.start(3, concurrency=2)
+    n = 16
+    ids = pool.send(n, task="workerapp.span", sleep_s=BODY_S)
+    pool.wait_records(n, kind="end")
+    records = pool.records()
+    assert_exactly_once([r for r in records if r["kind"] == "start"], ids)
+    bodies = list(spans(records).values())
+    assert len(bodies) == n
+    assert most_at_once(bodies) <= 2, sorted(bodies)
+    took_s = (max(e for _, e in bodies) - min(s for s, _ in bodies)) / 1e6
+    ideal_s = n * BODY_S / 2
+    print(f"CAP 2: {n} bodies of {BODY_S}s in {took_s:.2f}s (ideal {ideal_s:.2f}s)")
+    assert took_s < ideal_s * 1.35, f"the cap idled: {took_s:.2f}s for an ideal {ideal_s:.2f}s"
+
+
+def test_a_killed_workers_place_comes_back_after_the_lease(make_pool: Any) -> None:
+    """Cap 1: the worker running a body is SIGKILLed; no other body starts before its place
+    expires (at least two thirds of ``interval_lease_s`` after the kill: it was renewed every
+    third), then every task runs, the killed one again (acks_late), nothing lost."""
+    lease_s = 3.0
+    pool = capped_pool(make_pool, 1, interval_lease_s=lease_s)
+    workers = pool.start(2, concurrency=1)
+    (first,) = pool.send(1, task="workerapp.record_late", sleep_s=6)
+    (started,) = pool.wait_records(1, kind="start")
+    victim = next(w for w in workers if w.name == started["host"])
+    time.sleep(0.5)
+    pool.kill(victim)
+    killed_us = pool.store_now_us()
+    rest = pool.send(3, task="workerapp.record_late", sleep_s=0.1)
+    pool.wait_records(3, kind="end", timeout_s=60)
+    records = pool.records()
+    after = [r for r in records if r["kind"] == "start" and r["us"] > killed_us]
+    assert after, "nothing started after the kill"
+    first_after_s = (min(r["us"] for r in after) - killed_us) / 1e6
+    print(f"first start {first_after_s:.2f}s after the kill (lease {lease_s}s)")
+    assert first_after_s >= lease_s * 2 / 3 - 0.05, f"a start {first_after_s:.2f}s after the kill"
+    ended = {r["id"] for r in records if r["kind"] == "end"}
+    assert set(rest) <= ended
+    assert first in {r["id"] for r in after}, "the killed task's copy never ran again"
+    assert most_at_once([s for s in spans(records).values()]) <= 1
