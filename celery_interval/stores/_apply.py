@@ -1,4 +1,4 @@
-"""The Store protocol as "lock a bucket, load, apply a schedule.py function, save"."""
+"""The Store protocol as "lock a bucket, load, apply a model function, save"."""
 
 from __future__ import annotations
 
@@ -89,7 +89,7 @@ def _put(txn: BucketTxn, state: BucketState, interval_us: int) -> None:
 class ModelStore(ABC):
     """Every Store method as one ``schedule`` call inside one ``_locked(bucket)`` block.
 
-    Subclasses supply only the lock, the clock, load and save; the algorithm stays in schedule.py.
+    Subclasses supply only the lock, the clock, load and save; the algorithm stays in ``schedule``.
     """
 
     @abstractmethod

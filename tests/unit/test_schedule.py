@@ -1,4 +1,4 @@
-"""Table tests of the pure model (schedule.py) with injected times; a property test of P5/P8."""
+"""Table tests of the pure model (``schedule``) with injected times; a property test of P5/P8."""
 
 from __future__ import annotations
 

@@ -1,0 +1,255 @@
+"""Tickets, slots and claims: grant, claim, take, done, renew, pause, unpause, status."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import replace
+
+from celery_interval.schedule.pace import eased, effective_interval
+from celery_interval.schedule.state import (
+    GRANTED_TTL_US,
+    IDLE_GRACE_US,
+    BucketState,
+    Claim,
+    ClaimTerms,
+    Done,
+    Grant,
+    Granted,
+    Lease,
+    Mark,
+    Outcome,
+    Pace,
+    Slot,
+    Status,
+    clamp_lead,
+    live,
+    new_state,
+    virtual_now,
+)
+
+
+def grant(
+    state: BucketState | None, mark: Mark | None, now_us: int, pace: Pace, *, born_us: int
+) -> tuple[BucketState, Mark | None, Grant]:
+    """Atomically take the next ticket and slot ``max(v, tat, v + pace.not_before_in_us)``.
+
+    Idempotent per (task_id, retries): a copy whose granted slot has not been passed by a
+    later start gets that ticket and slot again, so redelivered copies waste no slot.
+    """
+    if state is None:
+        state = new_state(now_us, pace.interval_us, born_us)
+    mark = live(mark, now_us)
+    v = virtual_now(state, now_us)
+    paused = state.paused_at_real_us is not None
+    if isinstance(mark, Done):
+        return state, mark, Grant(Outcome.DUPLICATE, state.epoch, 0, 0, 0, paused)
+    if (
+        isinstance(mark, Granted)
+        and mark.epoch == state.epoch
+        and (mark.front or mark.slot_us >= state.current_slot_us)
+    ):
+        delay_us = max(0, mark.slot_us - v)
+        again = Grant(Outcome.OK, state.epoch, mark.ticket, mark.slot_us, delay_us, paused)
+        return state, mark, again
+    slot_us = max(v, state.tat_us, v + max(0, pace.not_before_in_us))
+    ticket = state.ticket + 1
+    spacing_us = effective_interval(state, pace.interval_us)
+    state = replace(state, tat_us=slot_us + spacing_us, ticket=ticket)
+    if not isinstance(mark, Lease):
+        mark = Granted(state.epoch, ticket, slot_us, now_us + slot_us - v + GRANTED_TTL_US)
+    return state, mark, Grant(Outcome.OK, state.epoch, ticket, slot_us, slot_us - v, paused)
+
+
+def claim(
+    state: BucketState | None,
+    mark: Mark | None,
+    now_us: int,
+    interval_us: int,
+    slot: Slot,
+    terms: ClaimTerms,
+    *,
+    born_us: int,
+) -> tuple[BucketState, Mark | None, Claim]:
+    """Atomically decide whether the copy held by ``terms.holder`` may start now (see Outcome).
+
+    A claim may come up to ``terms.lead_us`` before its start; the start is never sooner than
+    ``terms.handoff_us`` (or one interval, if shorter) after the claim: the caller's time to
+    hand the task to a pool process.
+    """
+    if state is None:
+        state = new_state(now_us, interval_us, born_us)
+    mark = live(mark, now_us)
+    if state.paused_at_real_us is not None:
+        return state, mark, Claim(Outcome.PAUSED, state.epoch, 0, now_us)
+    v = virtual_now(state, now_us)
+    if isinstance(mark, Done):
+        return state, mark, Claim(Outcome.DUPLICATE, state.epoch, 0, now_us)
+    spacing_us = effective_interval(state, interval_us)
+    earliest_us = state.last_start_us + spacing_us
+    slot_us = slot.slot_us
+    front = isinstance(mark, Granted) and mark.front and mark.epoch == state.epoch
+    if state.reserved_us is not None and not front:
+        earliest_us = max(earliest_us, state.reserved_us + spacing_us)
+    if isinstance(mark, Lease):
+        if mark.holder != terms.holder:
+            held_us = mark.expires_real_us - now_us
+            return state, mark, Claim(Outcome.HELD, state.epoch, held_us, now_us)
+        if mark.start_us >= v:
+            return state, mark, Claim(Outcome.OK, state.epoch, mark.start_us - v, now_us)
+        # The holder never heard of its admitted start (the reply was lost) and that start has
+        # passed: admit a new one, an interval after the last, as if that one had happened.
+        slot_us = state.current_slot_us
+    elif slot.epoch != state.epoch or (slot_us < state.current_slot_us and not front):
+        return state, mark, Claim(Outcome.RETICKET, state.epoch, 0, now_us)
+    else:
+        earliest_us = max(slot_us, earliest_us)
+    lead_us = clamp_lead(terms.lead_us)
+    if v + lead_us < earliest_us:
+        return state, mark, Claim(Outcome.WAIT, state.epoch, earliest_us - v, now_us)
+    # The handoff is at most one interval: a task that reaches its process later than that
+    # cannot start exactly anyway, and a longer wait only idles the process.
+    start_us = max(v + min(max(0, terms.handoff_us), lead_us, spacing_us), earliest_us)
+    state = replace(
+        state,
+        last_start_us=start_us,
+        current_slot_us=max(slot_us, state.current_slot_us) if front else slot_us,
+        reserved_us=None if front else state.reserved_us,
+    )
+    state = eased(state, interval_us)
+    lease = Lease(terms.holder, start_us, now_us + terms.lease_us)
+    return state, lease, Claim(Outcome.OK, state.epoch, start_us - v, now_us)
+
+
+def take(
+    state: BucketState | None,
+    mark: Mark | None,
+    now_us: int,
+    pace: Pace,
+    terms: ClaimTerms,
+    *,
+    born_us: int,
+) -> tuple[BucketState, Mark | None, Grant, Claim | None]:
+    """``grant``, then ``claim`` in the same step when the slot is due within ``terms.lead_us``
+    and the bucket runs: a task whose turn is now takes its ticket and its start in one round
+    trip.
+
+    A copy whose task runs under another holder's live lease is HELD (``delay_us`` = the
+    lease left) and takes no ticket: the slot of one would go unused.
+    """
+
+    def plain(
+        s: BucketState, m: Mark | None, granted: Slot
+    ) -> tuple[BucketState, Mark | None, Claim]:
+        return claim(s, m, now_us, pace.interval_us, granted, terms, born_us=born_us)
+
+    return _take(state, mark, now_us, pace, terms, born_us, plain)
+
+
+#: The claim a ``take`` makes of its granted slot: (state, mark, slot) → (state, mark, claim).
+_ClaimStep = Callable[[BucketState, "Mark | None", Slot], "tuple[BucketState, Mark | None, Claim]"]
+
+
+def _take(
+    state: BucketState | None,
+    mark: Mark | None,
+    now_us: int,
+    pace: Pace,
+    terms: ClaimTerms,
+    born_us: int,
+    claim_step: _ClaimStep,
+) -> tuple[BucketState, Mark | None, Grant, Claim | None]:
+    """``take``, its claim made by ``claim_step``."""
+    lease = live(mark, now_us)
+    if isinstance(lease, Lease) and lease.holder != terms.holder:
+        if state is None:
+            state = new_state(now_us, pace.interval_us, born_us)
+        paused = state.paused_at_real_us is not None
+        left_us = lease.expires_real_us - now_us
+        return state, lease, Grant(Outcome.HELD, state.epoch, 0, 0, left_us, paused), None
+    state, mark, granted = grant(state, mark, now_us, pace, born_us=born_us)
+    due = granted.delay_us <= clamp_lead(terms.lead_us)
+    if granted.outcome is not Outcome.OK or granted.paused or not due:
+        return state, mark, granted, None
+    state, mark, claimed = claim_step(state, mark, granted.slot)
+    return state, mark, granted, claimed
+
+
+def done(now_us: int, dedupe_ttl_us: int) -> Done:
+    """The message was acknowledged: every later copy of (task_id, retries) is a duplicate."""
+    return Done(now_us + dedupe_ttl_us)
+
+
+def renew(mark: Mark | None, now_us: int, holder: str, lease_us: int) -> tuple[Mark | None, bool]:
+    """Extend ``holder``'s live lease to ``now + lease_us``; False if it holds none.
+
+    ``lease_us=0`` ends the lease now: a requeued message's copy takes a new ticket at once.
+    """
+    mark = live(mark, now_us)
+    if isinstance(mark, Lease) and mark.holder == holder:
+        return replace(mark, expires_real_us=now_us + lease_us), True
+    return mark, False
+
+
+def pause(state: BucketState | None, now_us: int, interval_us: int, *, born_us: int) -> BucketState:
+    """Freeze virtual time; an unknown bucket gets a paused new epoch so later workers obey it."""
+    if state is None:
+        state = new_state(now_us, interval_us, born_us)
+    if state.paused_at_real_us is not None:
+        return state
+    return replace(state, paused_at_real_us=now_us)
+
+
+def unpause(
+    state: BucketState | None, now_us: int, interval_us: int, *, born_us: int
+) -> BucketState:
+    """Resume: the pause's length joins the offset, shifting every granted slot by exactly it."""
+    if state is None:
+        return new_state(now_us, interval_us, born_us)
+    if state.paused_at_real_us is None:
+        return state
+    return replace(
+        state,
+        offset_us=state.offset_us + now_us - state.paused_at_real_us,
+        paused_at_real_us=None,
+    )
+
+
+def status(state: BucketState | None, now_us: int, interval_us: int, *, born_us: int) -> Status:
+    """A read-only view; an unknown bucket reads as the new epoch it would get."""
+    exists = state is not None
+    if state is None:
+        state = new_state(now_us, interval_us, born_us)
+    v = virtual_now(state, now_us)
+    return Status(
+        exists=exists,
+        epoch=state.epoch,
+        interval_us=effective_interval(state, interval_us),
+        overridden=state.interval_override_us is not None,
+        paused=state.paused_at_real_us is not None,
+        ticket=state.ticket,
+        next_slot_in_us=max(0, state.tat_us - v),
+        current_slot_us=state.current_slot_us,
+        last_start_us=state.last_start_us,
+        virtual_now_us=v,
+        adapted=state.interval_override_us is None and state.adapted_us is not None,
+    )
+
+
+def expires_in_us(state: BucketState, now_us: int, interval_us: int) -> int | None:
+    """How long after a write at ``now_us`` the store may drop ``state``; None: keep it.
+
+    Once virtual time has reached both ``tat`` and ``last_start + interval``, a new state (under
+    an old birth marker) gives every grant and claim the same delays: only the epoch and the
+    ticket numbers differ, and the grace lets claims of the old epoch come late. A paused bucket,
+    one with an interval override and an adapted one are kept: a new state would forget the
+    pause, the override or what the throttles taught.
+    """
+    if (
+        state.paused_at_real_us is not None
+        or state.interval_override_us is not None
+        or state.adapted_us is not None
+    ):
+        return None
+    v = virtual_now(state, now_us)
+    settled_us = max(state.tat_us, state.last_start_us + effective_interval(state, interval_us), v)
+    return settled_us - v + IDLE_GRACE_US

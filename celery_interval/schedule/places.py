@@ -1,0 +1,104 @@
+"""The concurrency cap: places of running bodies, taken by a capped claim, renewed, released."""
+
+from __future__ import annotations
+
+from celery_interval.schedule.core import _take, claim
+from celery_interval.schedule.state import (
+    PLACE_POLL_US,
+    BucketState,
+    Claim,
+    ClaimTerms,
+    Grant,
+    Mark,
+    Outcome,
+    Pace,
+    Place,
+    Places,
+    Slot,
+    live,
+    new_state,
+)
+
+
+def live_places(places: Places, now_us: int) -> Places:
+    """The places that have not expired at ``now_us``, ordered."""
+    return tuple(sorted(p for p in places if p.expires_real_us > now_us))
+
+
+def claim_capped(
+    state: BucketState | None,
+    mark: Mark | None,
+    places: Places,
+    now_us: int,
+    interval_us: int,
+    slot: Slot,
+    terms: ClaimTerms,
+    *,
+    place: str,
+    born_us: int,
+) -> tuple[BucketState, Mark | None, Places, Claim]:
+    """``claim`` under the bucket's cap ``terms.cap`` (None: no cap, ``places`` untouched).
+
+    A claim ``claim`` would admit starts only if the body ``place`` holds a live place or one
+    is free: then it takes (or renews) it until ``now + place_us``. When all ``cap`` live
+    places are held by others it is FULL (a wait without lead: the claim comes again when the
+    first of them expires, but at most ``PLACE_POLL_US`` later, as a release is not announced),
+    and nothing else changes: the slot is not used, the copy keeps its grant.
+    """
+    state_after, mark_after, claimed = claim(
+        state, mark, now_us, interval_us, slot, terms, born_us=born_us
+    )
+    if terms.cap is None or claimed.outcome is not Outcome.OK:
+        return state_after, mark_after, places, claimed
+    places = live_places(places, now_us)
+    others = tuple(p for p in places if p.holder != place)
+    if len(others) == len(places) and len(places) >= terms.cap:
+        if state is None:
+            state = new_state(now_us, interval_us, born_us)
+        wait_us = min(places[0].expires_real_us - now_us, PLACE_POLL_US)
+        return state, live(mark, now_us), places, Claim(Outcome.FULL, state.epoch, wait_us, now_us)
+    place_us = terms.lease_us if terms.place_us is None else terms.place_us
+    taken = live_places((*others, Place(now_us + place_us, place)), now_us)
+    return state_after, mark_after, taken, claimed
+
+
+def take_capped(
+    state: BucketState | None,
+    mark: Mark | None,
+    places: Places,
+    now_us: int,
+    pace: Pace,
+    terms: ClaimTerms,
+    *,
+    place: str,
+    born_us: int,
+) -> tuple[BucketState, Mark | None, Places, Grant, Claim | None]:
+    """``take`` whose claim is ``claim_capped``: a start needs its slot and a place."""
+    kept = [places]
+
+    def capped(
+        s: BucketState, m: Mark | None, granted: Slot
+    ) -> tuple[BucketState, Mark | None, Claim]:
+        s, m, kept[0], claimed = claim_capped(
+            s, m, places, now_us, pace.interval_us, granted, terms, place=place, born_us=born_us
+        )
+        return s, m, claimed
+
+    state, mark, granted, claimed = _take(state, mark, now_us, pace, terms, born_us, capped)
+    return state, mark, kept[0], granted, claimed
+
+
+def release(places: Places, place: str, now_us: int) -> tuple[Places, bool]:
+    """The body ``place`` ended: its place is free at once; False if it held no live one."""
+    live_now = live_places(places, now_us)
+    kept = tuple(p for p in live_now if p.holder != place)
+    return kept, len(kept) < len(live_now)
+
+
+def renew_place(places: Places, place: str, now_us: int, place_us: int) -> tuple[Places, bool]:
+    """Extend the live place of the body ``place`` to ``now + place_us``; False if it holds
+    none (it expired: the body runs on, but its place may already be someone else's)."""
+    kept, held = release(places, place, now_us)
+    if not held:
+        return kept, False
+    return live_places((*kept, Place(now_us + place_us, place)), now_us), True
