@@ -112,8 +112,8 @@ def claim(
     state = replace(
         state,
         last_start_us=start_us,
-        current_slot_us=max(slot_us, state.current_slot_us) if front else slot_us,
-        reserved_us=None if front else state.reserved_us,
+        current_slot_us=state.current_slot_us if front else slot_us,
+        reserved_us=None if front and slot_us >= (state.reserved_us or 0) else state.reserved_us,
     )
     state = eased(state, interval_us)
     lease = Lease(terms.holder, start_us, now_us + terms.lease_us)

@@ -43,7 +43,8 @@ class BucketState:
     current_slot_us: int
     last_start_us: int
     interval_override_us: int | None
-    #: The slot a throttled task keeps (``throttle``): no other copy starts in it.
+    #: The last slot kept by a throttled task (``throttle``; several throttled tasks keep
+    #: consecutive slots): no other copy starts before an interval after it.
     reserved_us: int | None = None
     #: An adaptive bucket's interval, lengthened by throttles, eased back by clean starts
     #: (None: the configured one).

@@ -40,9 +40,11 @@ def throttle(
     ticket; an adaptive bucket's interval is lengthened first (``slowed``).
 
     Every slot shifts (``offset``) so that the next start, one interval after the last, comes
-    ``retry_after_us`` from now at the earliest. That slot is ``reserved``: the throttled copy's
-    mark becomes a ``front`` grant of it (its copy sent again gets it), and every other claim
-    starts an interval after it at the earliest.
+    ``retry_after_us`` from now at the earliest. The throttled copy keeps that slot, or the one
+    after the slots kept by earlier throttled copies that have not started yet (their order is
+    the order of their throttles): its mark becomes a ``front`` grant of it (its copy sent
+    again gets it), it is ``reserved``, and every other claim starts an interval after it at
+    the earliest.
     """
     if state is None:
         state = new_state(now_us, interval_us, born_us)
@@ -50,8 +52,11 @@ def throttle(
         state = slowed(state, interval_us, backoff.adapt_max_us)
     spacing_us = effective_interval(state, interval_us)
     v = virtual_now(state, now_us)
-    slot_us = state.last_start_us + spacing_us
-    shift_us = max(0, v + max(0, backoff.retry_after_us) - slot_us)
+    first_us = state.last_start_us + spacing_us
+    shift_us = max(0, v + max(0, backoff.retry_after_us) - first_us)
+    slot_us = first_us
+    if state.reserved_us is not None:
+        slot_us = max(first_us, state.reserved_us + spacing_us)
     state = replace(
         state,
         offset_us=state.offset_us + shift_us,

@@ -577,6 +577,18 @@ THROTTLE_TABLE = [
          ("OK", 0), ("DUPLICATE",)],
     ),
     (
+        "throttles back to back: each throttled task keeps a slot, in the order of the throttles",
+        [at(-ML), grant("a"), grant("b"), grant("c"), at(1_000), claim("a"), at(2_000),
+         claim("b"), at(2_100), throttle("a", 3_000), at(2_200), throttle("b", 3_000),
+         grant("a"), grant("b"), at(5_200), claim("b"), claim("c"), claim("a"), at(6_200),
+         claim("c"), claim("b"), at(7_200), claim("c"), STARTS],
+        [("OK", 1, 1_000, ML + 1_000), ("OK", 2, 2_000, ML + 2_000),
+         ("OK", 3, 3_000, ML + 3_000), ("OK", 0), ("OK", 0), ("throttled", 4_000),
+         ("throttled", 5_000), ("OK", 1, 3_000, 3_000), ("OK", 1, 4_000, 4_000),
+         ("WAIT", 1_000), ("WAIT", 2_000), ("OK", 0), ("WAIT", 1_000), ("OK", 0), ("OK", 0),
+         ("starts", 1_000, 2_000, 5_200, 6_200, 7_200)],
+    ),
+    (
         "a throttle while paused waits its retry_after after the unpause",
         [at(-ML), grant("a"), grant("b"), at(1_000), claim("a"), PAUSE, throttle("a", 2_000),
          at(5_000), UNPAUSE, grant("a"), claim("a"), at(7_000), claim("a"), STARTS],

@@ -74,8 +74,8 @@ end
 -- PLACE_POLL_US) and changes nothing else; expired places are dropped then.
 -- Returns {outcome, epoch, delay_us, now_us}: OK (start_in), WAIT (wait), FULL (wait), HELD
 -- (lease left), PAUSED, DUPLICATE, RETICKET (0). A throttled task's front grant keeps its
--- slot after later starts (no RETICKET) and frees the reserved slot (h); every other claim
--- starts an interval after the reserved slot at the earliest. Saves a new epoch; drops an
+-- slot after later starts (no RETICKET) and, the last one kept, frees the reserved slot (h);
+-- every other claim starts an interval after the reserved slot at the earliest. Saves a new epoch; drops an
 -- expired mark; OK leases (a granted mark is no lease: it only gives a redelivered copy the
 -- same slot).
 -- Ledger: op=claim:<outcome> now task r ticket slot holder epoch interval (effective), plus
@@ -190,8 +190,9 @@ local function claim_op(keys, argv)
   local start = math.max(v + math.min(math.max(0, handoff), lead, spacing), earliest)
   s.l = start
   if front then
-    s.c = math.max(slot, s.c)
-    s.h = nil
+    if s.h ~= nil and slot >= s.h then
+      s.h = nil
+    end
   else
     s.c = slot
   end

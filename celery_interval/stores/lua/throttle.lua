@@ -1,5 +1,6 @@
 -- throttle.lua: schedule.throttle — no start of the bucket for retry_after_us; the throttled
--- copy keeps its place: a front grant of the first slot after, which is reserved for it.
+-- copy keeps its place: a front grant of the first slot after (after the slots other throttled
+-- copies keep and have not started in), which is reserved for it.
 -- KEYS[1] state hash, KEYS[2] mark of (task_id, retries), KEYS[3] ledger stream,
 -- KEYS[4] the bucket's places (unused), KEYS[5] the birth marker (absent on a Cluster)
 -- ARGV[1] now_us override ('' = Redis TIME), ARGV[2] interval_us, ARGV[3] retry_after_us,
@@ -17,8 +18,12 @@ if ARGV[8] ~= nil and ARGV[8] ~= '' then
 end
 local spacing = effective_interval(s, interval)
 local v = virtual_now(s, now)
-local slot = s.l + spacing
-local shift = math.max(0, v + retry_after - slot)
+local first = s.l + spacing
+local shift = math.max(0, v + retry_after - first)
+local slot = first
+if s.h ~= nil then
+  slot = math.max(first, s.h + spacing)
+end
 s.o = s.o + shift
 s.t = math.max(s.t, slot + spacing)
 s.h = slot
