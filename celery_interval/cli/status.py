@@ -62,7 +62,8 @@ def status(
     as_json: bool,
     timeout_s: float,
 ) -> None:
-    """Interval, paused, tickets, next slot, held per worker, broker depth and parked tasks
+    """Interval, paused, tickets, next slot, bodies running (of a capped bucket's cap), held per
+    worker, broker depth and parked tasks
     (in the bucket's overflow queue) of each bucket:
     the configured ones and those with state in the store (tenant buckets ``queue:key``)."""
     app = app_of(ctx)
@@ -82,7 +83,8 @@ def status(
         rows = rows[:top]
     names = [row["queue"] for row in rows]
     per_worker, held_error = held_per_worker(app, timeout_s, names) if names else ({}, None)
-    configured = set(settings_of(app).buckets())
+    settings = settings_of(app)
+    configured = set(settings.buckets())
     depths = queue_depths(app, [name for name in names if name in configured])
     overflows = {name: overflow_queue_name(queue_of(name), name) for name in names}
     parked = queue_depths(app, list(overflows.values()))
@@ -94,6 +96,7 @@ def status(
         }
         row["held_total"] = sum(row["held"].values())
         row["broker_depth"] = depths.get(row["queue"])
+        row["cap"] = settings.concurrency_of(row["queue"])
     if as_json:
         click.echo(
             json.dumps(
@@ -112,8 +115,8 @@ def status(
     from rich.table import Table
 
     table = Table(title="interval buckets")
-    columns = ("bucket", "interval s", "paused", "tickets", "next slot in s", "held", "depth",
-               "parked")  # fmt: skip
+    columns = ("bucket", "interval s", "paused", "tickets", "next slot in s", "running", "held",
+               "depth", "parked")  # fmt: skip
     for col in columns:
         table.add_column(col)
     for row in rows:
@@ -130,6 +133,7 @@ def status(
             "yes" if row["paused"] else "no",
             str(row["tickets"]),
             f"{row['next_slot_in_s']:.3f}",
+            str(row["running"]) + ("" if row["cap"] is None else f"/{row['cap']}"),
             held or ("?" if held_error else "-"),
             depth,
             str(row["parked"]),

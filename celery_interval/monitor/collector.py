@@ -49,6 +49,8 @@ class BucketRow:
     interval_s: float | None = None
     paused: bool | None = None
     overridden: bool | None = None
+    #: Bodies holding a live place of a capped bucket (None: its status was not read).
+    running: int | None = None
     held: int = 0
     depth: int | None = None
     parked: int | None = None
@@ -75,6 +77,7 @@ class BucketRow:
             "violations": self.violations,
             "interval_s": self.interval_s,
             "paused": self.paused,
+            "running": self.running,
             "held": self.held,
             "depth": self.depth,
             "parked": self.parked,
@@ -251,6 +254,7 @@ class Collector:
         if status is not None:
             row.paused = status.paused
             row.overridden = status.overridden
+            row.running = status.running
             if status.overridden or interval_us is None:
                 interval_us = status.interval_us
         if interval_us is not None:

@@ -116,6 +116,14 @@ def metric_families(frame: Frame) -> Iterator[Any]:
         lambda r: r.parked,
     )
     yield per_bucket(
+        gauge(
+            "celery_interval_running",
+            "Bodies holding a place of a capped bucket (its concurrency cap).",
+            labels=LABELS,
+        ),
+        lambda r: r.running,
+    )
+    yield per_bucket(
         gauge("celery_interval_paused", "1 while the bucket is paused.", labels=LABELS),
         lambda r: None if r.paused is None else int(r.paused),
     )

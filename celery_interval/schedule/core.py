@@ -19,6 +19,7 @@ from celery_interval.schedule.state import (
     Mark,
     Outcome,
     Pace,
+    Places,
     Slot,
     Status,
     clamp_lead,
@@ -214,8 +215,16 @@ def unpause(
     )
 
 
-def status(state: BucketState | None, now_us: int, interval_us: int, *, born_us: int) -> Status:
-    """A read-only view; an unknown bucket reads as the new epoch it would get."""
+def status(
+    state: BucketState | None,
+    now_us: int,
+    interval_us: int,
+    *,
+    born_us: int,
+    places: Places = (),
+) -> Status:
+    """A read-only view; an unknown bucket reads as the new epoch it would get; ``running``
+    counts the live ``places`` (a capped bucket's)."""
     exists = state is not None
     if state is None:
         state = new_state(now_us, interval_us, born_us)
@@ -232,6 +241,7 @@ def status(state: BucketState | None, now_us: int, interval_us: int, *, born_us:
         last_start_us=state.last_start_us,
         virtual_now_us=v,
         adapted=state.interval_override_us is None and state.adapted_us is not None,
+        running=sum(1 for p in places if p.expires_real_us > now_us),
     )
 
 

@@ -193,6 +193,8 @@ class Status:
     virtual_now_us: int
     #: An adaptive bucket's throttles lengthened ``interval_us`` (clean starts ease it back).
     adapted: bool = False
+    #: Bodies holding a live place of the bucket (a capped bucket; 0 where not read).
+    running: int = 0
 
 
 @dataclass(frozen=True)

@@ -258,7 +258,9 @@ class ModelStore(ABC):
     def status(self, bucket: str, interval_us: int) -> Status:
         """Read the bucket's state without changing it."""
         with self._locked(bucket, write=False) as txn:
-            return schedule.status(txn.state, txn.now_us, interval_us, born_us=_born_us(txn))
+            return schedule.status(
+                txn.state, txn.now_us, interval_us, born_us=_born_us(txn), places=txn.places
+            )
 
     def _update(
         self,

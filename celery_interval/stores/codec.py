@@ -45,10 +45,22 @@ def claim_of(r: Any) -> Claim:
 
 def status_from_reply(reply: Sequence[Any]) -> Status:
     """Decode lib.lua's ``status_reply`` array."""
-    (exists, epoch, interval_us, overridden, paused, ticket, next_in, cur, last, v, adapted) = (
-        int(x) for x in reply
-    )
+    (
+        exists,
+        epoch,
+        interval_us,
+        overridden,
+        paused,
+        ticket,
+        next_in,
+        cur,
+        last,
+        v,
+        adapted,
+        running,
+    ) = (int(x) for x in reply)
     return Status(
+        running=running,
         adapted=bool(adapted),
         exists=bool(exists),
         epoch=epoch,

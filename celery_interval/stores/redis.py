@@ -366,7 +366,8 @@ class RedisStore:
         self._run("reset", [self._state_key(bucket), self.ledger_key(bucket)], [self._ledger_max])
 
     def status(self, bucket: str, interval_us: int) -> Status:
-        reply = self._run("status", [self._state_key(bucket), *self._born()], [interval_us])
+        keys = [self._state_key(bucket), self._places_key(bucket), *self._born()]
+        reply = self._run("status", keys, [interval_us])
         return status_from_reply(reply)
 
     def ping(self) -> None:

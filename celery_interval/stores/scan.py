@@ -66,8 +66,8 @@ def read_statuses(
                 pipe = node.pipeline(transaction=False)
                 for i in chunk:
                     bucket, interval_us = wanted[i]
-                    key = keys.state_key(prefix, bucket)
-                    script(keys=[key], args=[now_arg, interval_us], client=pipe)
+                    bucket_keys = [keys.state_key(prefix, bucket), keys.places_key(prefix, bucket)]
+                    script(keys=bucket_keys, args=[now_arg, interval_us], client=pipe)
                 for i, reply in zip(chunk, pipe.execute()):
                     replies[i] = reply
     return [status_from_reply(reply) for reply in replies]

@@ -106,7 +106,8 @@ def interval_stats(
     **_: Any,
 ) -> dict[str, Any]:
     """Per bucket on this worker (the top buckets by held tasks, 0 = all, whose names match the
-    glob): interval, paused, held tasks with tickets (the first few), counters."""
+    glob): interval, paused, held tasks with tickets (the first few), bodies running here in a
+    capped bucket's places, counters."""
     for name, value in (("top", top), ("tasks", tasks)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
             return {"error": f"interval_stats: {name} must be an integer >= 0, got {value!r}"}

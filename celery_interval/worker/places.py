@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections import Counter
 from typing import Any
 
 from celery_interval.config import Settings
@@ -29,6 +30,10 @@ class RunningPlaces:
         #: id(request) → (request, its copy); the request is kept so its id is not reused.
         self.running: dict[int, tuple[Any, TaskCopy]] = {}
         self._renew_entry: Any = None
+
+    def by_bucket(self) -> Counter[str]:
+        """How many bodies hold a place here, by bucket."""
+        return Counter(copy.bucket for _request, copy in self.running.values())
 
     def hold(self, request: Any, copy: TaskCopy) -> None:
         """The body of ``copy`` was handed to the pool under its place: renew it until it ends."""

@@ -186,4 +186,5 @@ class IntervalService:
         tasks: int = 10,
     ) -> dict[str, Any]:
         """Per-bucket figures for ``inspect interval_stats`` (see ``stats.interval_stats``)."""
-        return interval_stats(self.holding, self.overflow, top, match, buckets, tasks)
+        running = self.places.by_bucket()
+        return interval_stats(self.holding, self.overflow, running, top, match, buckets, tasks)

@@ -16,6 +16,7 @@ __all__ = ["interval_stats"]
 def interval_stats(
     holding: Holding,
     overflow: Overflow | None,
+    running: Counter[str],
     top: int,
     match: str | None,
     buckets: list[str] | None,
@@ -23,7 +24,8 @@ def interval_stats(
 ) -> dict[str, Any]:
     """The ``top`` buckets (0 = all) with the most held tasks, of those whose names match the
     glob ``match`` and are among ``buckets`` (when given), each listing its first ``tasks``
-    held tasks by ticket; ``_buckets_total`` counts the buckets that matched."""
+    held tasks by ticket and the bodies here holding a place of it (``running``, a capped
+    bucket's); ``_buckets_total`` counts the buckets that matched."""
     counts = Counter({b: len(v) for b, v in holding.held.items()})
     names = set(holding.stats) | set(counts)
     if match is not None:
@@ -39,6 +41,7 @@ def interval_stats(
             "interval_s": st.interval_us / 1e6,
             "paused": st.last_paused,
             "held": counts.get(bucket, 0),
+            "running": running.get(bucket, 0),
             "held_tasks": [
                 {"id": h.request.id, "ticket": h.ticket, "state": h.state.value}
                 for h in heapq.nsmallest(tasks, held, key=lambda h: h.ticket)

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-import time
+import json
 import uuid
 from typing import Any
 
 import pytest
 
+from tests.helpers.pool import celery_cli
 from tests.integration.test_pool import assert_exactly_once
 
 pytestmark = pytest.mark.slow
@@ -58,14 +59,24 @@ def test_three_workers_never_run_more_bodies_than_the_cap(make_pool: Any) -> Non
 def test_a_killed_workers_place_comes_back_after_the_lease(make_pool: Any) -> None:
     """Cap 1: the worker running a body is SIGKILLed; no other body starts before its place
     expires (at least two thirds of ``interval_lease_s`` after the kill: it was renewed every
-    third), then every task runs, the killed one again (acks_late), nothing lost."""
+    third), then every task runs, the killed one again (acks_late), nothing lost. While it
+    runs, ``interval status`` and ``interval_stats`` show its place."""
     lease_s = 3.0
     pool = capped_pool(make_pool, 1, interval_lease_s=lease_s)
     workers = pool.start(2, concurrency=1)
     (first,) = pool.send(1, task="workerapp.record_late", sleep_s=6)
     (started,) = pool.wait_records(1, kind="start")
     victim = next(w for w in workers if w.name == started["host"])
-    time.sleep(0.5)
+    # the running body's place is seen: by the store (status) and by the worker (inspect)
+    shown = celery_cli(pool, "interval", "status", pool.queue, "--json", "--timeout", "2")
+    assert shown.returncode == 0, shown.stderr
+    (row,) = json.loads(shown.stdout)["queues"]
+    assert (row["running"], row["cap"]) == (1, 1), row
+    stats = pool.app.control.broadcast(
+        "interval_stats", arguments={"buckets": [pool.queue]}, reply=True, timeout=2
+    )
+    running = {n: s.get(pool.queue, {}).get("running", 0) for r in stats for n, s in r.items()}
+    assert running == {victim.name: 1, **{w.name: 0 for w in workers if w is not victim}}, stats
     pool.kill(victim)
     killed_us = pool.store_now_us()
     rest = pool.send(3, task="workerapp.record_late", sleep_s=0.1)

@@ -180,9 +180,12 @@ def test_a_capped_bucket_runs_at_most_cap_bodies_and_a_release_frees_a_place(
     assert _claim_due(store, b, terms).outcome is Outcome.OK
     full = _claim_due(store, c, terms)
     assert full.outcome is Outcome.FULL and 0 < full.delay_us <= 50_000
+    assert store.status("b", I_US).running == 2
     assert store.renew_place(a, LEASE_US) and not store.renew_place(c, LEASE_US)
     store.reset("b")  # a reset frees no place
+    assert store.status("b", I_US).running == 2
     assert store.release(a) and not store.release(a)
+    assert store.status("b", I_US).running == 1
     assert _claim_due(store, c, terms).outcome is Outcome.OK
     d = TaskCopy("b", "t3", 0)
     assert _claim_due(store, d, terms).outcome is Outcome.FULL
@@ -195,6 +198,7 @@ def test_a_place_not_renewed_comes_back_when_it_expires(store: Store) -> None:
     full = _claim_due(store, b, short)
     assert full.outcome is Outcome.FULL
     time.sleep(0.07)
+    assert store.status("b", I_US).running == 0, "an expired place is not counted"
     assert _claim_due(store, b, short).outcome is Outcome.OK
     assert not store.renew_place(a, LEASE_US)
 

@@ -319,7 +319,7 @@ end
 -- schedule.status as a flat array of integers:
 -- {exists, epoch, interval_us, overridden, paused, ticket, next_slot_in_us,
 --  current_slot_us, last_start_us, virtual_now_us, adapted}
-local function status_reply(s, exists, now, interval)
+local function status_reply(s, exists, now, interval, running)
   local v = virtual_now(s, now)
   return {
     exists and 1 or 0,
@@ -333,6 +333,7 @@ local function status_reply(s, exists, now, interval)
     s.l,
     v,
     (s.i == nil and s.a ~= nil) and 1 or 0,
+    running or 0,
   }
 end
 
