@@ -5,6 +5,7 @@ from __future__ import annotations
 from celery_interval.schedule.core import _take, claim
 from celery_interval.schedule.state import (
     PLACE_POLL_US,
+    PLACE_SETTLE_US,
     BucketState,
     Claim,
     ClaimTerms,
@@ -36,6 +37,7 @@ def claim_capped(
     *,
     place: str,
     born_us: int,
+    places_born_us: int | None = None,
 ) -> tuple[BucketState, Mark | None, Places, Claim]:
     """``claim`` under the bucket's cap ``terms.cap`` (None: no cap, ``places`` untouched).
 
@@ -44,20 +46,30 @@ def claim_capped(
     places are held by others it is FULL (a wait without lead: the claim comes again when the
     first of them expires, but at most ``PLACE_POLL_US`` later, as a release is not announced),
     and nothing else changes: the slot is not used, the copy keeps its grant.
+
+    ``places_born_us`` is when the store's records began (its birth marker; None: it keeps
+    none, as on a Redis Cluster). A store that lost its records lost the places of bodies still
+    running; each takes its place again at its next renewal (``renew_place``, at least every
+    ``PLACE_RENEW_US``), so for ``PLACE_SETTLE_US`` after the birth a claim that holds no place
+    is FULL until then.
     """
     state_after, mark_after, claimed = claim(
         state, mark, now_us, interval_us, slot, terms, born_us=born_us
     )
     if terms.cap is None or claimed.outcome is not Outcome.OK:
         return state_after, mark_after, places, claimed
+    place_us = terms.lease_us if terms.place_us is None else terms.place_us
     places = live_places(places, now_us)
     others = tuple(p for p in places if p.holder != place)
-    if len(others) == len(places) and len(places) >= terms.cap:
+    settling_us = 0 if places_born_us is None else places_born_us + PLACE_SETTLE_US - now_us
+    if len(others) == len(places) and (settling_us > 0 or len(places) >= terms.cap):
         if state is None:
             state = new_state(now_us, interval_us, born_us)
-        wait_us = min(places[0].expires_real_us - now_us, PLACE_POLL_US)
+        if settling_us > 0:
+            wait_us = settling_us
+        else:
+            wait_us = min(places[0].expires_real_us - now_us, PLACE_POLL_US)
         return state, live(mark, now_us), places, Claim(Outcome.FULL, state.epoch, wait_us, now_us)
-    place_us = terms.lease_us if terms.place_us is None else terms.place_us
     taken = live_places((*others, Place(now_us + place_us, place)), now_us)
     return state_after, mark_after, taken, claimed
 
@@ -72,6 +84,7 @@ def take_capped(
     *,
     place: str,
     born_us: int,
+    places_born_us: int | None = None,
 ) -> tuple[BucketState, Mark | None, Places, Grant, Claim | None]:
     """``take`` whose claim is ``claim_capped``: a start needs its slot and a place."""
     kept = [places]
@@ -80,7 +93,16 @@ def take_capped(
         s: BucketState, m: Mark | None, granted: Slot
     ) -> tuple[BucketState, Mark | None, Claim]:
         s, m, kept[0], claimed = claim_capped(
-            s, m, places, now_us, pace.interval_us, granted, terms, place=place, born_us=born_us
+            s,
+            m,
+            places,
+            now_us,
+            pace.interval_us,
+            granted,
+            terms,
+            place=place,
+            born_us=born_us,
+            places_born_us=places_born_us,
         )
         return s, m, claimed
 
@@ -95,10 +117,13 @@ def release(places: Places, place: str, now_us: int) -> tuple[Places, bool]:
     return kept, len(kept) < len(live_now)
 
 
-def renew_place(places: Places, place: str, now_us: int, place_us: int) -> tuple[Places, bool]:
-    """Extend the live place of the body ``place`` to ``now + place_us``; False if it holds
-    none (it expired: the body runs on, but its place may already be someone else's)."""
+def renew_place(
+    places: Places, place: str, now_us: int, place_us: int, cap: int | None = None
+) -> tuple[Places, bool]:
+    """Extend the live place of the body ``place`` to ``now + place_us``. A body that holds
+    none (the store lost it, or it expired) takes one again while fewer than ``cap`` are live;
+    False when it cannot (the body runs on, but its place is someone else's)."""
     kept, held = release(places, place, now_us)
-    if not held:
+    if not held and (cap is None or len(kept) >= cap):
         return kept, False
     return live_places((*kept, Place(now_us + place_us, place)), now_us), True

@@ -16,6 +16,12 @@ GRANTED_TTL_US = 3_600_000_000
 #: A claim that finds a capped bucket's places full waits at most this long before it looks
 #: again (a place freed by ``release`` is not announced).
 PLACE_POLL_US = 50_000
+#: A running body's place is renewed at least this often (``renew_place``), so it takes back
+#: a place the store lost within this long.
+PLACE_RENEW_US = 1_000_000
+#: After the store's birth, capped claims wait this long for running bodies to take back their
+#: places (``claim_capped``): three renewals.
+PLACE_SETTLE_US = 3 * PLACE_RENEW_US
 
 
 class Outcome(str, enum.Enum):

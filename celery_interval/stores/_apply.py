@@ -30,9 +30,9 @@ _R = TypeVar("_R")
 _Step = Callable[[BucketState | None, Mark | None, int, int], tuple[BucketState, Mark | None, _R]]
 
 #: A model operation on one copy's record and its bucket's places:
-#: (state, mark, places, now_us, born_us) → (state, mark, places, result).
+#: (state, mark, places, now_us, born_us, places_born_us) → (state, mark, places, result).
 _SeatStep = Callable[
-    [BucketState | None, Mark | None, Places, int, int],
+    [BucketState | None, Mark | None, Places, int, int, int | None],
     tuple[BucketState, Mark | None, Places, _R],
 ]
 
@@ -56,6 +56,11 @@ class BucketTxn(Protocol):
 
     def store_born_us(self) -> int:
         """The store's birth marker; when missing, ``now_us`` (kept if the block writes)."""
+        ...
+
+    def places_born_us(self) -> int | None:
+        """``store_born_us`` as a capped claim reads it (``schedule.claim_capped``); None
+        where the store keeps no marker."""
         ...
 
     def mark(self, task_id: str, retries: int) -> Mark | None:
@@ -116,6 +121,7 @@ class ModelStore(ABC):
                 txn.places,
                 txn.now_us,
                 _born_us(txn),
+                txn.places_born_us(),
             )
             _put(txn, state, interval_us)
             txn.set_mark(copy.task_id, copy.retries, mark)
@@ -137,8 +143,8 @@ class ModelStore(ABC):
         return self._seated(
             copy,
             interval_us,
-            lambda s, m, p, n, b: schedule.claim_capped(
-                s, m, p, n, interval_us, slot, terms, place=copy.place, born_us=b
+            lambda s, m, p, n, b, pb: schedule.claim_capped(
+                s, m, p, n, interval_us, slot, terms, place=copy.place, born_us=b, places_born_us=pb
             ),
         )
 
@@ -150,10 +156,23 @@ class ModelStore(ABC):
             self.done(done_first.copies, done_first.dedupe_ttl_us)
 
         def step(
-            state: BucketState | None, mark: Mark | None, places: Places, now_us: int, born_us: int
+            state: BucketState | None,
+            mark: Mark | None,
+            places: Places,
+            now_us: int,
+            born_us: int,
+            places_born_us: int | None,
         ) -> tuple[BucketState, Mark | None, Places, tuple[Grant, Claim | None]]:
             state, mark, places, granted, claimed = schedule.take_capped(
-                state, mark, places, now_us, pace, terms, place=copy.place, born_us=born_us
+                state,
+                mark,
+                places,
+                now_us,
+                pace,
+                terms,
+                place=copy.place,
+                born_us=born_us,
+                places_born_us=places_born_us,
             )
             return state, mark, places, (granted, claimed)
 
@@ -198,10 +217,13 @@ class ModelStore(ABC):
             txn.places, released = schedule.release(txn.places, copy.place, txn.now_us)
             return released
 
-    def renew_place(self, copy: TaskCopy, place_us: int) -> bool:
-        """Atomically extend the live place of ``copy``'s body (``schedule.renew_place``)."""
+    def renew_place(self, copy: TaskCopy, place_us: int, cap: int | None = None) -> bool:
+        """Atomically extend (or take again, under ``cap``) the place of ``copy``'s body
+        (``schedule.renew_place``)."""
         with self._locked(copy.bucket) as txn:
-            txn.places, renewed = schedule.renew_place(txn.places, copy.place, txn.now_us, place_us)
+            txn.places, renewed = schedule.renew_place(
+                txn.places, copy.place, txn.now_us, place_us, cap
+            )
             return renewed
 
     def throttle(self, copy: TaskCopy, interval_us: int, backoff: Backoff) -> Status:
@@ -241,8 +263,9 @@ class ModelStore(ABC):
                 _put(txn, state, interval_us)
                 status = schedule.status(state, txn.now_us, interval_us, born_us=txn.now_us)
                 return Unset(status, dropped)
-        # No state, nothing written: read it as ``status`` does (no birth marker is set).
-        return Unset(self.status(bucket, interval_us), dropped=False)
+        # No state, nothing written: read it as ``status`` does (no birth marker is set), but
+        # like every other control operation without counting the places.
+        return Unset(self._status(bucket, interval_us, ()), dropped=False)
 
     def reset(self, bucket: str) -> None:
         """Atomically forget the bucket's state (marks are kept: dedupe survives a reset).
@@ -256,10 +279,18 @@ class ModelStore(ABC):
             txn.reset_us = txn.now_us
 
     def status(self, bucket: str, interval_us: int) -> Status:
-        """Read the bucket's state without changing it."""
+        """Read the bucket's state and count its live places without changing them."""
+        return self._status(bucket, interval_us, None)
+
+    def _status(self, bucket: str, interval_us: int, places: Places | None) -> Status:
+        """``schedule.status`` of the bucket, counting ``places`` (None: the stored ones)."""
         with self._locked(bucket, write=False) as txn:
             return schedule.status(
-                txn.state, txn.now_us, interval_us, born_us=_born_us(txn), places=txn.places
+                txn.state,
+                txn.now_us,
+                interval_us,
+                born_us=_born_us(txn),
+                places=txn.places if places is None else places,
             )
 
     def _update(

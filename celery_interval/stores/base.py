@@ -118,9 +118,10 @@ class Store(Protocol):
         (``schedule.release``); False if it held no live one."""
         ...
 
-    def renew_place(self, copy: TaskCopy, place_us: int) -> bool:
-        """Atomically extend the live place of ``copy``'s body to now + ``place_us``
-        (``schedule.renew_place``); False if it holds none."""
+    def renew_place(self, copy: TaskCopy, place_us: int, cap: int | None = None) -> bool:
+        """Atomically extend the live place of ``copy``'s body to now + ``place_us``, or take
+        it again while fewer than ``cap`` are live (``schedule.renew_place``); False if it
+        holds none and cannot."""
         ...
 
     def throttle(self, copy: TaskCopy, interval_us: int, backoff: Backoff) -> Status:

@@ -109,6 +109,9 @@ class _FileTxn:
     def store_born_us(self) -> int:
         return self._store_born_us(self.now_us)
 
+    def places_born_us(self) -> int | None:
+        return self._store_born_us(self.now_us)
+
     def mark(self, task_id: str, retries: int) -> Mark | None:
         return self.marks.get((task_id, retries))
 

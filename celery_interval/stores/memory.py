@@ -35,6 +35,9 @@ class _MemoryTxn:
     def store_born_us(self) -> int:
         return self._store._store_born_us(self.now_us, self._write)
 
+    def places_born_us(self) -> int | None:
+        return self._store._places_born_us(self.now_us, self._write)
+
     def mark(self, task_id: str, retries: int) -> Mark | None:
         return self._store._marks.get((self._bucket, task_id, retries))
 
@@ -85,6 +88,9 @@ class MemoryStore(ModelStore):
         """The buckets this store holds a state for (expired ones may still be listed)."""
         with self._lock:
             return list(self._states)
+
+    def _places_born_us(self, now_us: int, write: bool) -> int | None:
+        return self._store_born_us(now_us, write)
 
     def _store_born_us(self, now_us: int, write: bool) -> int:
         if self._born is None:

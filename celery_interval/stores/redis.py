@@ -323,8 +323,9 @@ class RedisStore:
     def release(self, copy: TaskCopy) -> bool:
         return bool(int(self._run("release", [self._places_key(copy.bucket)], [copy.place])))
 
-    def renew_place(self, copy: TaskCopy, place_us: int) -> bool:
-        r = self._run("renew_place", [self._places_key(copy.bucket)], [copy.place, place_us])
+    def renew_place(self, copy: TaskCopy, place_us: int, cap: int | None = None) -> bool:
+        args: list[str | int] = [copy.place, place_us, "" if cap is None else cap]
+        r = self._run("renew_place", [self._places_key(copy.bucket)], args)
         return bool(int(r))
 
     def throttle(self, copy: TaskCopy, interval_us: int, backoff: Backoff) -> Status:

@@ -8,6 +8,7 @@ from typing import Any
 
 from celery_interval.config import Settings
 from celery_interval.errors import StoreUnavailable
+from celery_interval.schedule import PLACE_RENEW_US
 from celery_interval.stores.base import Store, TaskCopy
 from celery_interval.worker.outage import StoreOutage
 
@@ -19,29 +20,30 @@ logger = logging.getLogger("celery_interval.worker")
 class RunningPlaces:
     """The places this worker's bodies hold, by request (its object: a retry of a task shares
     its id while the body that sent it still runs): each renewed every third of
-    ``interval_lease_s`` while its body runs and released when it ends; a place this worker
-    cannot release (store down, worker killed) comes back when it expires."""
+    ``interval_lease_s``, at least every ``PLACE_RENEW_US`` (taken again if the store lost it),
+    while its body runs and released when it ends; a place this worker cannot release (store
+    down, worker killed) comes back when it expires."""
 
     def __init__(self, settings: Settings, store: Store, timer: Any, outage: StoreOutage) -> None:
         self.settings = settings
         self.store = store
         self.timer = timer
         self.outage = outage
-        #: id(request) → (request, its copy); the request is kept so its id is not reused.
-        self.running: dict[int, tuple[Any, TaskCopy]] = {}
+        #: id(request) → (request, its copy, its bucket's cap); the request is kept so its id
+        #: is not reused.
+        self.running: dict[int, tuple[Any, TaskCopy, int]] = {}
         self._renew_entry: Any = None
 
     def by_bucket(self) -> Counter[str]:
         """How many bodies hold a place here, by bucket."""
-        return Counter(copy.bucket for _request, copy in self.running.values())
+        return Counter(copy.bucket for _request, copy, _cap in self.running.values())
 
-    def hold(self, request: Any, copy: TaskCopy) -> None:
-        """The body of ``copy`` was handed to the pool under its place: renew it until it ends."""
-        self.running[id(request)] = (request, copy)
+    def hold(self, request: Any, copy: TaskCopy, cap: int) -> None:
+        """The body of ``copy`` was handed to the pool under its place in a bucket of ``cap``
+        places: renew it until it ends."""
+        self.running[id(request)] = (request, copy, cap)
         if self._renew_entry is None:
-            self._renew_entry = self.timer.call_after(
-                self.settings.lease_us / 3e6, self._renew, priority=8
-            )
+            self._renew_entry = self.timer.call_after(self._every_s(), self._renew, priority=8)
 
     def drop(self, request: Any) -> None:
         """Stop renewing this body's place (its end will never be reported): it comes back
@@ -66,22 +68,25 @@ class RunningPlaces:
             )
         return copy.bucket
 
+    def _every_s(self) -> float:
+        return min(self.settings.lease_us / 3, PLACE_RENEW_US) / 1e6
+
     def _renew(self) -> None:
         self._renew_entry = None
-        for key, (_request, copy) in list(self.running.items()):
+        for key, (_request, copy, cap) in list(self.running.items()):
             try:
-                renewed = self.store.renew_place(copy, self.settings.lease_us)
+                renewed = self.store.renew_place(copy, self.settings.lease_us, cap)
             except StoreUnavailable as exc:
                 self.outage.failed(exc)
                 break
             if not renewed:
                 self.running.pop(key, None)
                 logger.warning(
-                    "interval %s: task %s lost its place (it expired while the body ran)",
+                    "interval %s: task %s lost its place (it expired while the body ran, and "
+                    "the bucket's %d places are taken)",
                     copy.bucket,
                     copy.task_id,
+                    cap,
                 )
         if self.running:
-            self._renew_entry = self.timer.call_after(
-                self.settings.lease_us / 3e6, self._renew, priority=8
-            )
+            self._renew_entry = self.timer.call_after(self._every_s(), self._renew, priority=8)

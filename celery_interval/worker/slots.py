@@ -322,7 +322,8 @@ class SlotCycle:
         held.request.request_dict[CLAIM_HEADER] = held.claim_args(self._reach_us()[1])
         self.pool.handed(held)
         if held.cap is not None:
-            self.places.hold(held.request, TaskCopy(held.bucket, held.task_id, held.retries))
+            copy = TaskCopy(held.bucket, held.task_id, held.retries)
+            self.places.hold(held.request, copy, held.cap)
         if held.acks_late:
             self.leases.hold(held.key, held.holder)
         elif self.store.posts_done:

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+import time
 import uuid
 from typing import Any
 
 import pytest
 
+from celery_interval.demo.embedded import RedisProc
 from tests.helpers.pool import celery_cli
 from tests.integration.test_pool import assert_exactly_once
 
@@ -64,7 +66,7 @@ def test_a_killed_workers_place_comes_back_after_the_lease(make_pool: Any) -> No
     lease_s = 3.0
     pool = capped_pool(make_pool, 1, interval_lease_s=lease_s)
     workers = pool.start(2, concurrency=1)
-    (first,) = pool.send(1, task="workerapp.record_late", sleep_s=6)
+    (first,) = pool.send(1, task="workerapp.record_late", sleep_s=10)
     (started,) = pool.wait_records(1, kind="start")
     victim = next(w for w in workers if w.name == started["host"])
     # the running body's place is seen: by the store (status) and by the worker (inspect)
@@ -79,6 +81,7 @@ def test_a_killed_workers_place_comes_back_after_the_lease(make_pool: Any) -> No
     assert running == {victim.name: 1, **{w.name: 0 for w in workers if w is not victim}}, stats
     pool.kill(victim)
     killed_us = pool.store_now_us()
+    assert not [r for r in pool.records() if r["kind"] == "end"], "the body ended before the kill"
     rest = pool.send(3, task="workerapp.record_late", sleep_s=0.1)
     pool.wait_records(3, kind="end", timeout_s=60)
     records = pool.records()
@@ -91,3 +94,37 @@ def test_a_killed_workers_place_comes_back_after_the_lease(make_pool: Any) -> No
     assert set(rest) <= ended
     assert first in {r["id"] for r in after}, "the killed task's copy never ran again"
     assert most_at_once([s for s in spans(records).values()]) <= 1
+
+
+def test_the_store_restarted_empty_while_capped_bodies_run(
+    make_pool: Any, redis_server: Any
+) -> None:
+    """Cap 2, bodies of 1.5 s; the store is killed and restarted empty while two bodies run,
+    losing their places. The running bodies take their places back at their next renewal and
+    new claims wait for that (PLACE_SETTLE_US after the store's new birth): never more than 2
+    bodies at once, every task once."""
+    store = RedisProc()
+    try:
+        queue = f"q{uuid.uuid4().hex[:10]}"
+        pool = make_pool(
+            0.01,
+            queue=queue,
+            store=store.url,
+            record_url=redis_server.url_for(5),
+            conf={"interval_concurrency": {queue: 2}},
+        )
+        pool.start(3, concurrency=2)
+        ids = pool.send(10, task="workerapp.span", sleep_s=1.5)
+        pool.wait_records(4, kind="start", timeout_s=60)
+        time.sleep(0.3)  # two bodies run, the two before them ended
+        store.kill()
+        time.sleep(0.3)
+        store.restart()  # same port, empty: the places of the running bodies are gone
+        pool.wait_records(10, kind="end", timeout_s=90)
+        records = pool.records()
+    finally:
+        store.stop()
+    assert_exactly_once([r for r in records if r["kind"] == "start"], ids)
+    bodies = list(spans(records).values())
+    assert len(bodies) == 10
+    assert most_at_once(bodies) <= 2, sorted(bodies)

@@ -8,6 +8,7 @@ from hypothesis import given, settings
 from celery_interval import schedule
 from celery_interval.schedule import (
     PLACE_POLL_US,
+    PLACE_SETTLE_US,
     BucketState,
     ClaimTerms,
     Grant,
@@ -62,6 +63,38 @@ def test_a_full_bucket_waits_without_using_its_slot_and_starts_once_a_place_is_r
     state, _, places, cb = _claim(state, mark_b, places, now + 10, b.slot, "b:0")
     assert cb.outcome is Outcome.OK
     assert [p.holder for p in places] == ["b:0"]
+
+
+def test_after_the_stores_birth_running_bodies_take_back_their_places_first() -> None:
+    """A store born at T0 (a lost one: its places are gone, bodies may still run): a claim
+    holding no place is FULL until PLACE_SETTLE_US after the birth; a running body's renewal
+    takes its place back under the cap, never past it."""
+    now = T0_US
+    state, mark_a, a = _granted(None, now)
+    now += a.delay_us
+    terms = ClaimTerms("w", LEASE_US, cap=1)
+
+    def claim_a(places: Places, at_us: int) -> tuple[Places, schedule.Claim]:
+        _, _, places, claimed = schedule.claim_capped(
+            state, mark_a, places, at_us, I_US, a.slot, terms, place="a:0", born_us=0,
+            places_born_us=T0_US,
+        )  # fmt: skip
+        return places, claimed
+
+    places, early = claim_a((), now)
+    assert (early.outcome, early.delay_us) == (Outcome.FULL, T0_US + PLACE_SETTLE_US - now)
+    places, taken = schedule.renew_place(places, "run:0", now, LEASE_US, cap=1)
+    assert taken and [p.holder for p in places] == ["run:0"]
+    places, taken = schedule.renew_place(places, "x:0", now, LEASE_US, cap=1)
+    assert not taken and [p.holder for p in places] == ["run:0"], "never past the cap"
+    places, again = schedule.renew_place(places, "x:0", now, LEASE_US)
+    assert not again, "without a cap a lost place is not taken back"
+    settled_us = T0_US + PLACE_SETTLE_US
+    places, full = claim_a(places, settled_us)
+    assert (full.outcome, full.delay_us) == (Outcome.FULL, PLACE_POLL_US)
+    places, _ = schedule.release(places, "run:0", settled_us)
+    places, ok = claim_a(places, settled_us)
+    assert ok.outcome is Outcome.OK and [p.holder for p in places] == ["a:0"]
 
 
 def test_a_place_of_a_dead_worker_comes_back_when_it_expires() -> None:
@@ -161,3 +194,18 @@ def test_never_more_places_than_the_cap_and_starts_stay_spaced(
                     assert v - last_start[state.epoch] >= I_US
                 last_start[state.epoch] = max(v, last_start.get(state.epoch, v))
         assert len(schedule.live_places(places, now)) <= cap
+
+
+def test_the_lua_constants_are_the_models() -> None:
+    """Every ``local NAME = value`` of lib.lua that names a constant of the model has its value
+    (the differential test reaches some of them only over hours of simulated time)."""
+    import re
+    from importlib.resources import files
+
+    lua = (files("celery_interval.stores") / "lua" / "lib.lua").read_text()
+    found = dict(re.findall(r"^local ([A-Z_]+) = (\d+)$", lua, flags=re.MULTILINE))
+    shared = {name: value for name, value in found.items() if hasattr(schedule, name)}
+    assert {"MAX_LEAD_US", "PLACE_POLL_US", "PLACE_SETTLE_US", "ADAPT_STEPS"} <= set(shared)
+    assert {name: int(v) for name, v in shared.items()} == {
+        name: getattr(schedule, name) for name in shared
+    }

@@ -70,6 +70,9 @@ class ClusterModel(MemoryStore):
     def _store_born_us(self, now_us: int, write: bool) -> int:
         return now_us
 
+    def _places_born_us(self, now_us: int, write: bool) -> int | None:
+        return None
+
 
 class Differential(RuleBasedStateMachine):
     """Drive MemoryStore (the model) and RedisStore with one injected clock; compare all.
@@ -331,18 +334,21 @@ class Differential(RuleBasedStateMachine):
     def release(self, copy: TaskCopy) -> None:
         assert self.redis.release(copy) is self.model.release(copy)
 
-    @rule(g=grants, place=st.sampled_from([None, 0, 1, 1_000_000]))
-    def end_granted(self, g: tuple[str, str, int, int, int], place: int | None) -> None:
+    @rule(g=grants, place=st.sampled_from([None, 0, 1, 1_000_000]), cap=caps)
+    def end_granted(
+        self, g: tuple[str, str, int, int, int], place: int | None, cap: int | None
+    ) -> None:
         """A granted copy's body ends (None: its place is freed) or renews its place."""
         copy = TaskCopy(*g[:3])
         if place is None:
             self.release(copy)
         else:
-            self.renew_place(copy, place)
+            self.renew_place(copy, place, cap)
 
-    @rule(copy=st.builds(TaskCopy, buckets, tasks, retries), place=renew_leases_us)
-    def renew_place(self, copy: TaskCopy, place: int) -> None:
-        assert self.redis.renew_place(copy, place) is self.model.renew_place(copy, place)
+    @rule(copy=st.builds(TaskCopy, buckets, tasks, retries), place=renew_leases_us, cap=caps)
+    def renew_place(self, copy: TaskCopy, place: int, cap: int | None) -> None:
+        expected = self.model.renew_place(copy, place, cap)
+        assert self.redis.renew_place(copy, place, cap) is expected
 
     @rule(
         bucket=buckets,

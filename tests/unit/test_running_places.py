@@ -5,7 +5,7 @@ from __future__ import annotations
 from celery import Celery
 
 from celery_interval.config import settings_of
-from celery_interval.schedule import ClaimTerms, Outcome, Pace
+from celery_interval.schedule import PLACE_SETTLE_US, ClaimTerms, Outcome, Pace
 from celery_interval.stores.base import TaskCopy
 from celery_interval.stores.memory import MemoryStore
 from celery_interval.worker.outage import StoreOutage
@@ -30,6 +30,8 @@ def setup() -> tuple[Clock, MemoryStore, Timer, RunningPlaces]:
     )
     clock = Clock()
     store = MemoryStore(clock_us=clock)
+    store.grant(TaskCopy("warm", "w", 0), Pace(1_000))  # the store's birth, settled
+    clock.now_us += PLACE_SETTLE_US
     timer = Timer()
     places = RunningPlaces(settings_of(app), store, timer, StoreOutage(1.0, lambda: 0))
     return clock, store, timer, places
@@ -46,7 +48,7 @@ def test_a_running_body_keeps_its_place_and_frees_it_when_it_ends() -> None:
     a, b = TaskCopy("api", "a", 0), TaskCopy("api", "b", 0)
     assert start(store, clock, a) is Outcome.OK
     request = object()
-    places.hold(request, a)
+    places.hold(request, a, 1)
     for _ in range(5):  # 5 s of body: renewed every second, never lapses
         delay_s, fn, _args = timer.entries.pop()
         assert delay_s == LEASE_S / 3
@@ -63,7 +65,7 @@ def test_a_dropped_place_is_no_longer_renewed_and_comes_back_when_it_expires() -
     a, b = TaskCopy("api", "a", 0), TaskCopy("api", "b", 0)
     assert start(store, clock, a) is Outcome.OK
     request = object()
-    places.hold(request, a)
+    places.hold(request, a, 1)
     places.drop(request)
     _delay_s, fn, _args = timer.entries.pop()
     fn()
@@ -80,6 +82,8 @@ def test_a_body_ending_here_lets_the_task_waiting_for_its_place_claim_at_once() 
 
     clock = ServiceClock(1_000_000_000)
     store = MemoryStore(clock)
+    store.grant(TaskCopy("warm", "w", 0), Pace(1_000))  # the store's birth, settled
+    clock.now_us += PLACE_SETTLE_US
     service = make_service(store, [])
     started: list[str] = []
     a, b = held_copy(service, "a", started), held_copy(service, "b", started)

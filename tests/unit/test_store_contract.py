@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from celery_interval.schedule import MAX_LEAD_US, ClaimTerms, Outcome, Pace
+from celery_interval.schedule import MAX_LEAD_US, PLACE_SETTLE_US, ClaimTerms, Outcome, Pace
 from celery_interval.stores.base import Store, TaskCopy
 from celery_interval.stores.file import FileStore
 from celery_interval.stores.memory import MemoryStore
@@ -161,6 +161,13 @@ def test_unset_interval_goes_back_to_the_configured_interval(store: Store) -> No
     assert g3.slot_us - g2.slot_us == I_US, "new grants are spaced by the configured interval"
 
 
+def _settled(store: Store) -> None:
+    """Let the store's birth marker age past PLACE_SETTLE_US: capped claims no longer wait for
+    running bodies to take back places a lost store forgot."""
+    store.grant(TaskCopy("warm", "w", 0), Pace(I_US))
+    wait_s(PLACE_SETTLE_US)
+
+
 def _claim_due(store: Store, copy: TaskCopy, terms: ClaimTerms) -> Any:
     """Grant ``copy`` and claim it at its slot, waiting as the store says (not when FULL)."""
     g = store.grant(copy, Pace(I_US))
@@ -174,6 +181,7 @@ def _claim_due(store: Store, copy: TaskCopy, terms: ClaimTerms) -> Any:
 def test_a_capped_bucket_runs_at_most_cap_bodies_and_a_release_frees_a_place(
     store: Store,
 ) -> None:
+    _settled(store)
     terms = ClaimTerms("h1", LEASE_US, cap=2)
     a, b, c = (TaskCopy("b", f"t{i}", 0) for i in range(3))
     assert _claim_due(store, a, terms).outcome is Outcome.OK
@@ -192,6 +200,7 @@ def test_a_capped_bucket_runs_at_most_cap_bodies_and_a_release_frees_a_place(
 
 
 def test_a_place_not_renewed_comes_back_when_it_expires(store: Store) -> None:
+    _settled(store)
     short = ClaimTerms("h1", LEASE_US, cap=1, place_us=60_000)
     a, b = TaskCopy("b", "t1", 0), TaskCopy("b", "t2", 0)
     assert _claim_due(store, a, short).outcome is Outcome.OK
@@ -201,6 +210,26 @@ def test_a_place_not_renewed_comes_back_when_it_expires(store: Store) -> None:
     assert store.status("b", I_US).running == 0, "an expired place is not counted"
     assert _claim_due(store, b, short).outcome is Outcome.OK
     assert not store.renew_place(a, LEASE_US)
+
+
+def test_a_new_store_lets_running_bodies_take_back_their_places_first(store: Store) -> None:
+    """A store that lost its records forgot the places of bodies still running: for
+    PLACE_SETTLE_US after its birth a capped claim holding no place is FULL, while a running
+    body's renewal takes its place back (under the cap, never past it)."""
+    terms = ClaimTerms("h1", LEASE_US, cap=1)
+    a, running, other = TaskCopy("b", "a", 0), TaskCopy("b", "run", 0), TaskCopy("b", "x", 0)
+    g = store.grant(a, Pace(I_US))  # the store is born here
+    wait_s(g.delay_us)
+    first = store.claim(a, I_US, g.slot, terms)
+    assert first.outcome is Outcome.FULL
+    assert PLACE_SETTLE_US - 1_000_000 < first.delay_us <= PLACE_SETTLE_US, first
+    assert store.renew_place(running, LEASE_US, cap=1), "a running body takes its place back"
+    assert not store.renew_place(other, LEASE_US, cap=1), "never past the cap"
+    assert store.status("b", I_US).running == 1
+    wait_s(first.delay_us)
+    assert store.claim(a, I_US, g.slot, terms).outcome is Outcome.FULL, "the cap is full"
+    assert store.release(running)
+    assert store.claim(a, I_US, g.slot, terms).outcome is Outcome.OK
 
 
 def test_reset_starts_a_new_epoch_and_old_tickets_reticket(store: Store) -> None:

@@ -273,6 +273,9 @@ end
 
 -- schedule.PLACE_POLL_US: a claim finding the places full looks again at most this late.
 local PLACE_POLL_US = 50000
+-- schedule.PLACE_SETTLE_US: after the store's birth, capped claims wait this long for running
+-- bodies to take back their places.
+local PLACE_SETTLE_US = 3000000
 
 -- schedule.live_places: drop the places at key expired by now; the live ones as a ZRANGE
 -- WITHSCORES reply (name, expires, ...), ordered by (expires, name).

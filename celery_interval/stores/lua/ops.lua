@@ -71,7 +71,9 @@ end
 -- place name (task_id:retries)
 -- Under a cap (schedule.claim_capped), a claim that would start takes (or renews) its place;
 -- when the live places are all others' it is FULL (delay: until the first expires, at most
--- PLACE_POLL_US) and changes nothing else; expired places are dropped then.
+-- PLACE_POLL_US) and changes nothing else; expired places are dropped then. Until
+-- PLACE_SETTLE_US after the store's birth marker (KEYS[5]; none on a Cluster) a claim holding no
+-- place is FULL (delay: until then): running bodies take back the places a lost store forgot.
 -- Returns {outcome, epoch, delay_us, now_us}: OK (start_in), WAIT (wait), FULL (wait), HELD
 -- (lease left), PAUSED, DUPLICATE, RETICKET (0). A throttled task's front grant keeps its
 -- slot after later starts (no RETICKET) and, the last one kept, frees the reserved slot (h);
@@ -118,6 +120,12 @@ local function claim_op(keys, argv)
     for i = 1, #places, 2 do
       if places[i] == place then
         return nil
+      end
+    end
+    if keys[5] ~= nil then
+      local settling = born_us(keys[5], nil, now, false) + PLACE_SETTLE_US - now
+      if settling > 0 then
+        return settling
       end
     end
     if #places / 2 >= cap then
