@@ -198,6 +198,9 @@ def share(wanted: dict[str, int], alive: Sequence[str], capacity: int) -> dict[s
     if total > capacity:
         for region in alive:
             counts[region] = capacity * wanted[region] // total
+        by_remainder = sorted(alive, key=lambda r: -(capacity * wanted[r] % total))
+        for region in by_remainder[: capacity - sum(counts.values())]:
+            counts[region] += 1
         return counts
     left = capacity - total
     for i, region in enumerate(alive):
