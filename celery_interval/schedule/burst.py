@@ -84,11 +84,12 @@ def after_grant(
 
 
 def rescaled_extra(extra_us: int, old_spacing_us: int, new_spacing_us: int) -> int:
-    """``start_extra_us`` kept as the same number of units when the interval changes (rounded
-    up: a longer interval never frees budget)."""
+    """``start_extra_us`` when the interval changes: the budget used beyond one unit, rounded
+    up to whole units, kept as that many units of the new interval (a longer interval never
+    frees budget)."""
     if extra_us == 0 or old_spacing_us == new_spacing_us:
         return extra_us
-    return -(-extra_us * new_spacing_us // max(1, old_spacing_us))
+    return -(-extra_us // max(1, old_spacing_us)) * new_spacing_us
 
 
 def _room(burst: int, cost: int) -> int:

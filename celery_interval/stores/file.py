@@ -44,12 +44,24 @@ _STATE_FIELDS = (
     "reserved_us",
     "adapted_us",
     "clean_starts",
+    "start_extra_us",
+    "last_slot_us",
+    "lost_start_us",
 )
 _NULLABLE_FIELDS = frozenset(
-    {"paused_at_real_us", "interval_override_us", "reserved_us", "adapted_us"}
+    {
+        "paused_at_real_us",
+        "interval_override_us",
+        "reserved_us",
+        "adapted_us",
+        "last_slot_us",
+        "lost_start_us",
+    }
 )
 #: Fields a file written before they existed lacks: they read as their defaults.
-_OPTIONAL_FIELDS = frozenset({"reserved_us", "adapted_us", "clean_starts"})
+_OPTIONAL_FIELDS = frozenset(
+    {"reserved_us", "adapted_us", "clean_starts", "start_extra_us", "last_slot_us", "lost_start_us"}
+)
 
 
 # POSIX locks belong to the process: threads of one process do not exclude each other with
