@@ -31,6 +31,13 @@ def ledger_starts(store: RedisStore, bucket: str) -> list[tuple[int, int, str]]:
     )
 
 
+def ran(starts: list[tuple[int, int, str]]) -> list[tuple[int, int, str]]:
+    """The start each task ran at: its last one (a start admitted anew when the pool reached
+    the task after its first, which then never happened, ``readmit``, replaces it)."""
+    last = {task: (start_us, cost, task) for start_us, cost, task in starts}
+    return sorted(last.values())
+
+
 def assert_within_budget(starts: list[tuple[int, int, str]]) -> None:
     """For every window of starts: Σ cost <= burst + span / interval."""
     for i, (first_us, _, _) in enumerate(starts):
@@ -76,13 +83,17 @@ def test_a_burst_after_an_idle_spell_then_one_per_interval_and_weighted_costs(
     idle(store)
     ids = send_weighed(pool, [1] * 10, by_header=False)
     pool.wait_records(10, timeout_s=60)
-    unit = ledger_starts(store, queue)
-    assert sorted(t for _, _, t in unit) == sorted(ids), "every task started once"
-    times = [s for s, _, _ in unit]
+    admitted = ledger_starts(store, queue)
+    assert_within_budget(admitted)  # every start the store admitted counts
+    times = [s for s, _, _ in admitted]
     print("unit starts (ms):", [round((s - times[0]) / 1e3) for s in times])
-    assert times[BURST - 1] - times[0] < INTERVAL_US, "the burst did not start back to back"
-    assert times[-1] - times[0] < (10 - BURST) * INTERVAL_US + 1_000_000, "too slow for a burst"
-    assert_within_budget(unit)
+    assert times[BURST - 1] - times[0] < INTERVAL_US, "the burst was not admitted back to back"
+    # A body that reached its pool process too late after its start (a loaded host) claims a
+    # new start, which the budget spaces like any other: it ran at its last one.
+    unit = ran(admitted)
+    assert sorted(t for _, _, t in unit) == sorted(ids), "every task started"
+    took_us = unit[-1][0] - unit[0][0]
+    assert took_us < (len(admitted) - BURST) * INTERVAL_US + 1_000_000, "too slow for a burst"
 
     idle(store)
     costs = [3, 2, 4, 1, 5, 2]
@@ -90,11 +101,16 @@ def test_a_burst_after_an_idle_spell_then_one_per_interval_and_weighted_costs(
     weighed += send_weighed(pool, costs[3:], by_header=False)
     pool.wait_records(10 + len(costs), timeout_s=60)
     starts = ledger_starts(store, queue)
+    assert_within_budget(starts)
     later = [s for s in starts if s[2] in weighed]
     cost_of = dict(zip(weighed, costs, strict=True))
-    assert sorted((t, c) for _, c, t in later) == sorted(cost_of.items()), "the ledger's costs"
+    assert {(t, c) for _, c, t in later} == set(cost_of.items()), "the ledger's costs"
     print("weighed starts (ms, cost):", [(round((s - later[0][0]) / 1e3), c) for s, c, _ in later])
-    assert later[1][0] - later[0][0] < INTERVAL_US, "3 + 2 units did not start back to back"
-    assert_within_budget(starts)
+    assert later[1][0] - later[0][0] < INTERVAL_US, "3 + 2 units were not admitted back to back"
     span_s = (later[-1][0] - later[0][0]) / 1e6
-    assert span_s >= (sum(costs) - BURST) * INTERVAL_S - 0.001
+    assert span_s >= (sum(c for _, c, _ in later) - BURST) * INTERVAL_S - 0.001
+    replies = pool.app.control.broadcast(
+        "interval_stats", arguments={"top": 0, "tasks": 0}, reply=True, timeout=2.0
+    )
+    bursts = {s[queue]["burst"] for r in replies for s in r.values() if queue in s}
+    assert bursts == {BURST}, replies
