@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 import weakref
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -15,7 +15,7 @@ from celery_interval.intervals import MAX_INTERVAL_S, US_PER_S, parse_interval_u
 from celery_interval.schedule import MAX_LEAD_US
 from celery_interval.stores.urls import is_redis_broker_url
 
-__all__ = ["DEFAULTS", "Settings", "check_cap", "settings_of"]
+__all__ = ["DEFAULTS", "Settings", "check_cap", "check_units", "settings_of"]
 
 #: Every setting's default, from the one table in ``defaults``.
 DEFAULTS: dict[str, Any] = {setting.key: setting.default for setting in SETTINGS}
@@ -47,13 +47,17 @@ class Settings:
     adaptive_max_us: Mapping[str, int | None] = field(default_factory=dict)
     #: Capped buckets (queues) → the most bodies that run at once (``interval_concurrency``).
     concurrency: Mapping[str, int] = field(default_factory=dict)
+    #: Buckets (queues) → their burst: units that may start back to back (``interval_burst``).
+    burst: Mapping[str, int] = field(default_factory=dict)
 
     def concurrency_of(self, bucket: str) -> int | None:
         """The cap of ``bucket`` (``queue:key`` falls back to ``queue``); None: uncapped."""
-        for name in (bucket, queue_of(bucket)):
-            if name in self.concurrency:
-                return self.concurrency[name]
-        return None
+        return _of(self.concurrency, bucket)
+
+    def burst_of(self, bucket: str) -> int:
+        """The burst of ``bucket`` (``queue:key`` falls back to ``queue``); 1: none."""
+        burst = _of(self.burst, bucket)
+        return 1 if burst is None else burst
 
     def interval_us(self, bucket: str) -> int:
         """The configured interval of ``bucket`` (``queue:key`` falls back to ``queue``)."""
@@ -80,6 +84,14 @@ class Settings:
     def buckets(self) -> list[str]:
         """Every bucket configured by name (interval_queues and IntervalTask options)."""
         return sorted({*self.queues_us, *self.extra_buckets_us})
+
+
+def _of(per_bucket: Mapping[str, int], bucket: str) -> int | None:
+    """``bucket``'s entry in ``per_bucket``, else its queue's; None: neither has one."""
+    for name in (bucket, queue_of(bucket)):
+        if name in per_bucket:
+            return per_bucket[name]
+    return None
 
 
 _cache: weakref.WeakKeyDictionary[Any, Settings] = weakref.WeakKeyDictionary()
@@ -149,7 +161,8 @@ def _load(conf: Any) -> Settings:
     broker_timeout = conf.get("interval_broker_timeout_s")
     return Settings(
         adaptive_max_us=_adaptive(_get(conf, "interval_adaptive")),
-        concurrency=_concurrency(_get(conf, "interval_concurrency")),
+        concurrency=_per_bucket(conf, "interval_concurrency", check_cap),
+        burst=_per_bucket(conf, "interval_burst", check_units),
         store_url=_store_url(conf),
         queues_us=queues_us,
         key_prefix=str(_get(conf, "interval_key_prefix")),
@@ -197,19 +210,29 @@ def check_cap(value: Any, name: str) -> int:
     return value
 
 
-def _concurrency(caps: Any) -> dict[str, int]:
-    """``interval_concurrency``: bucket (queue) → the most bodies running at once."""
-    if not isinstance(caps, Mapping):
+def check_units(value: Any, name: str) -> int:
+    """A burst or a cost: an integer >= 1 (units of one interval's budget); else
+    ``ConfigurationError`` naming ``name``."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise ConfigurationError(
-            f"interval_concurrency={caps!r}: expected a mapping of bucket to an integer >= 1"
+            f"{name}={value!r}: expected an integer >= 1 (units of one interval's budget)"
+        )
+    return value
+
+
+def _per_bucket(conf: Any, key: str, check: Callable[[Any, str], int]) -> dict[str, int]:
+    """A setting of bucket (queue) → integer (``interval_concurrency``, ``interval_burst``),
+    each value checked by ``check``."""
+    per_bucket = _get(conf, key)
+    if not isinstance(per_bucket, Mapping):
+        raise ConfigurationError(
+            f"{key}={per_bucket!r}: expected a mapping of bucket to an integer >= 1"
         )
     out: dict[str, int] = {}
-    for name, value in caps.items():
+    for name, value in per_bucket.items():
         if not isinstance(name, str) or not name:
-            raise ConfigurationError(
-                f"interval_concurrency key {name!r}: expected a non-empty name"
-            )
-        out[name] = check_cap(value, f"interval_concurrency[{name!r}]")
+            raise ConfigurationError(f"{key} key {name!r}: expected a non-empty name")
+        out[name] = check(value, f"{key}[{name!r}]")
     return out
 
 

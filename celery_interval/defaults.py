@@ -61,6 +61,15 @@ SETTINGS: tuple[Setting, ...] = (
         "A task's ``interval_concurrency`` option wins.",
     ),
     Setting(
+        "interval_burst",
+        {},
+        "Bucket (queue) → its burst, an integer >= 1: after an idle spell this many units "
+        "start back to back, then one per interval (the budget refills one unit per interval); "
+        "in every window of starts Σ cost <= burst + span / interval. A task costs 1 unit, or "
+        "its ``interval_cost`` (an option, or ``apply_async(interval_cost=…)``; more than the "
+        "burst is an error at send time). ``queue:key`` buckets take their queue's entry.",
+    ),
+    Setting(
         "interval_store_url",
         None,
         "Where the shared state lives: ``redis://``, ``rediss://``, ``unix:///path.sock``, "

@@ -10,6 +10,7 @@ __all__ = [
     "BUCKET_HEADER",
     "CLAIMED_HEADER",
     "CLAIM_HEADER",
+    "COST_HEADER",
     "INTERNAL_HEADERS",
     "MARK_HEADER",
     "NESTING_HEADER",
@@ -26,6 +27,9 @@ __all__ = [
 
 #: A per-call bucket (``apply_async(interval_bucket=...)``).
 BUCKET_HEADER = "interval_bucket"
+#: A task's cost in its bucket's budget (``interval_cost``), set when it is sent: every copy
+#: and redelivery of the message costs the same.
+COST_HEADER = "interval_cost"
 #: Celery's count of ``task.replace`` calls that led to this message.
 NESTING_HEADER = "replaced_task_nesting"
 #: Stamped on every task message as it is published: 8 random hex digits telling one send of a

@@ -1,22 +1,27 @@
-"""What a ledger entry says about starts: which entries are starts, and which gaps break the
-interval (one rule for the Spark audit, the demo's figures and the exporter)."""
+"""What a ledger entry says about starts: which entries are starts, and which break the interval
+or a burst's budget (one rule for the Spark audit, the demo's figures and the exporter)."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 
 __all__ = [
     "AGAIN",
+    "BURST",
     "CONTROL_OPS",
+    "COST",
     "GRANT_OP",
     "READMIT",
     "START_OP",
     "THROTTLE_OP",
+    "Budget",
     "is_grant",
     "is_readmit",
     "is_start",
     "is_violation",
     "start_time_us",
+    "units_of",
 ]
 
 #: The op of an admitted start (a claim answered OK).
@@ -31,6 +36,10 @@ READMIT = "readmit"
 #: The op of a throttled run (``Throttled``): the task's next start is its run again, not a
 #: duplicate of it.
 THROTTLE_OP = "throttle"
+#: On a claim of a bucket with a burst or of a task with a cost: the bucket's burst and the
+#: task's cost, in units of one interval's budget (absent: 1).
+BURST = "burst"
+COST = "cost"
 #: The control entries that record the interval in force (``interval``) without a start.
 CONTROL_OPS = ("pause", "unpause", "set_interval", "unset_interval")
 
@@ -67,3 +76,38 @@ def is_violation(gap_us: int, interval_us: int) -> bool:
     """Whether the gap between two consecutive admitted starts is shorter than the interval in
     force at the later one: the interval broken."""
     return gap_us < interval_us
+
+
+def units_of(fields: Mapping[str, object]) -> tuple[int, int]:
+    """A start's ``(burst, cost)``: its entry's ``burst`` and ``cost``, 1 where absent."""
+
+    def unit(name: str) -> int:
+        value = fields.get(name)
+        try:
+            return max(1, int(str(value))) if value is not None else 1
+        except ValueError:
+            return 1
+
+    return unit(BURST), unit(COST)
+
+
+@dataclass
+class Budget:
+    """The rule for a bucket's starts fed in ledger order (the store's order of its claims):
+    for every window of starts Σ cost <= burst + span / interval, checked as the store does
+    (a GCRA: ``celery_interval.schedule.burst``). With burst = cost = 1 it is ``is_violation``
+    of each start against the one before; a violation's excess is not carried on, so each
+    breach counts once."""
+
+    #: The starts' theoretical arrival time (µs, the store's real clock); None: no start yet.
+    tat_us: int | None = None
+
+    def overdraws(self, start_us: int, interval_us: int, burst: int = 1, cost: int = 1) -> bool:
+        """Feed a start; whether it broke the budget (the interval, with no burst)."""
+        burst, cost = max(1, burst), max(1, cost)
+        tat_us = start_us if self.tat_us is None else self.tat_us
+        broke = tat_us - start_us > max(0, burst - cost) * interval_us
+        self.tat_us = min(
+            max(tat_us, start_us) + cost * interval_us, start_us + burst * interval_us
+        )
+        return broke

@@ -10,10 +10,11 @@ from celery import Task
 
 from celery_interval.buckets import check_bucket
 from celery_interval.config import check_cap
+from celery_interval.costs import CostSpec, check_cost_option, send_cost
 from celery_interval.errors import ConfigurationError, short_repr
-from celery_interval.headers import BUCKET_HEADER, START_HEADER
+from celery_interval.headers import BUCKET_HEADER, COST_HEADER, START_HEADER
 from celery_interval.intervals import parse_interval_us
-from celery_interval.placement import PACED_STRATEGY
+from celery_interval.placement import PACED_STRATEGY, Arrival
 from celery_interval.throttled import Throttled
 from celery_interval.worker import started, throttling
 
@@ -33,6 +34,9 @@ class IntervalTask(Task):  # type: ignore[misc]
     interval_concurrency: int | None = None
     #: A bucket name, or a callable of (args, kwargs) giving a key inside the queue's bucket.
     interval_bucket: BucketSpec = None
+    #: Units of the bucket's budget a start uses (at most its ``interval_burst``): a number, or
+    #: a callable of (args, kwargs) giving one (e.g. estimated tokens); default 1.
+    interval_cost: CostSpec = None
 
     @classmethod
     def on_bound(cls, app: Any) -> None:
@@ -47,12 +51,21 @@ class IntervalTask(Task):  # type: ignore[misc]
         kwargs: Mapping[str, Any] | None = None,
         *,
         interval_bucket: str | None = None,
+        interval_cost: int | float | None = None,
         **options: Any,
     ) -> Any:
-        """Send as usual; ``interval_bucket=`` overrides the bucket of this one call."""
+        """Send as usual; ``interval_bucket=`` overrides the bucket of this one call,
+        ``interval_cost=`` its cost (more than the bucket's burst raises ConfigurationError)."""
+        headers = dict(options.get("headers") or {})
         if interval_bucket is not None:
             check_bucket(interval_bucket, "interval_bucket=")
-            options["headers"] = {**(options.get("headers") or {}), BUCKET_HEADER: interval_bucket}
+            headers[BUCKET_HEADER] = interval_bucket
+        sent = Arrival(self, headers, args or (), kwargs or {}, None)
+        cost = send_cost(self, interval_cost, sent, lambda: _send_queue(self, options, sent))
+        if cost is not None:
+            headers[COST_HEADER] = cost
+        if headers:
+            options["headers"] = headers
         return super().apply_async(args, kwargs, **options)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
@@ -72,6 +85,7 @@ def _check_options(cls: type[IntervalTask]) -> None:
         parse_interval_us(cls.interval, name=f"{name}.interval")
     if cls.interval_concurrency is not None:
         check_cap(cls.interval_concurrency, f"{name}.interval_concurrency")
+    check_cost_option(cls, name)
     spec = inspect.getattr_static(cls, "interval_bucket", None)
     if isinstance(spec, str):
         check_bucket(spec, f"{name}.interval_bucket=")
@@ -80,3 +94,16 @@ def _check_options(cls: type[IntervalTask]) -> None:
             f"{name}.interval_bucket={short_repr(spec)}: expected a bucket name or a callable "
             "of (args, kwargs) returning a key"
         )
+
+
+def _send_queue(task: IntervalTask, options: Mapping[str, Any], sent: Arrival) -> str | None:
+    """The queue a send goes to: ``queue=``, else where the app's routes send it (None: the
+    router does not say; ``bucket_of`` then takes the task's own or the default queue)."""
+    queue = options.get("queue")
+    if queue is None:
+        try:
+            route = task.app.amqp.router.route(dict(options), task.name, sent.args, sent.kwargs)
+            queue = route.get("queue")
+        except Exception:  # a router that fails here fails the send itself, with its own error
+            return None
+    return None if queue is None else str(getattr(queue, "name", queue))

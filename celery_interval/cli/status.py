@@ -73,9 +73,11 @@ def status(
     else:
         found, unconfigured = control.statuses(app, match)
     rows = []
+    settings = settings_of(app)
     for bucket, result in found:
         row = control.status_dict(result)
         row["queue"] = bucket
+        row["burst"] = settings.burst_of(bucket)
         rows.append(row)
     rows.sort(key=_SORTS[sort_by])
     total = len(rows)
@@ -83,7 +85,6 @@ def status(
         rows = rows[:top]
     names = [row["queue"] for row in rows]
     per_worker, held_error = held_per_worker(app, timeout_s, names) if names else ({}, None)
-    settings = settings_of(app)
     configured = set(settings.buckets())
     depths = queue_depths(app, [name for name in names if name in configured])
     overflows = {name: overflow_queue_name(queue_of(name), name) for name in names}
@@ -115,8 +116,8 @@ def status(
     from rich.table import Table
 
     table = Table(title="interval buckets")
-    columns = ("bucket", "interval s", "paused", "tickets", "next slot in s", "running", "held",
-               "depth", "parked")  # fmt: skip
+    columns = ("bucket", "interval s", "burst", "paused", "tickets", "next slot in s", "running",
+               "held", "depth", "parked")  # fmt: skip
     for col in columns:
         table.add_column(col)
     for row in rows:
@@ -130,6 +131,7 @@ def status(
             f"{row['interval_s']:g}"
             + (" (set)" if row["overridden"] else "")
             + (" (adapted)" if row["adapted"] else ""),
+            str(row["burst"]),
             "yes" if row["paused"] else "no",
             str(row["tickets"]),
             f"{row['next_slot_in_s']:.3f}",

@@ -47,6 +47,8 @@ class BucketRow:
     late_p95_s: float | None = None
     last_late_s: float | None = None
     interval_s: float | None = None
+    #: The bucket's configured burst (units; 1: none).
+    burst: int = 1
     paused: bool | None = None
     overridden: bool | None = None
     #: Bodies holding a live place of a capped bucket (None: its status was not read).
@@ -76,6 +78,7 @@ class BucketRow:
             "readmits": self.readmits,
             "violations": self.violations,
             "interval_s": self.interval_s,
+            "burst": self.burst,
             "paused": self.paused,
             "running": self.running,
             "held": self.held,
@@ -259,4 +262,5 @@ class Collector:
                 interval_us = status.interval_us
         if interval_us is not None:
             row.interval_s = interval_us / 1e6
+        row.burst = settings_of(self.app).burst_of(name)
         return row

@@ -133,6 +133,14 @@ def metric_families(frame: Frame) -> Iterator[Any]:
         ),
         lambda r: r.interval_s,
     )
+    yield per_bucket(
+        gauge(
+            "celery_interval_burst",
+            "The bucket's burst: units that may start back to back (1: none).",
+            labels=LABELS,
+        ),
+        lambda r: r.burst,
+    )
     lateness = core.HistogramMetricFamily(
         "celery_interval_start_lateness_seconds",
         "Admitted start minus the ticket's slot, in seconds.",

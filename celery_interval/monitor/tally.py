@@ -10,11 +10,12 @@ from dataclasses import dataclass
 from celery_interval.monitor.histogram import LATENESS_BOUNDS_S, Histogram
 from celery_interval.starts import (
     CONTROL_OPS,
+    Budget,
     is_grant,
     is_readmit,
     is_start,
-    is_violation,
     start_time_us,
+    units_of,
 )
 
 __all__ = ["RECENT_MAX", "BucketTally", "Violation"]
@@ -25,7 +26,8 @@ RECENT_MAX = 100_000
 
 @dataclass(frozen=True)
 class Violation:
-    """Two consecutive starts closer than the interval in force at the later one."""
+    """A start that broke the interval in force at it (closer to the one before than the
+    interval), or its bucket's burst budget."""
 
     task: str
     prev_task: str
@@ -51,7 +53,8 @@ class BucketTally:
     The rules are the Spark audit's (``celery_interval.starts``): a start is a ``claim:OK``
     that is not a re-claim; a violation is a start whose admitted time is closer to the
     previous start's than the interval in force at it (the ``interval`` its entry records,
-    else the one the latest control entry recorded)."""
+    else the one the latest control entry recorded), or, in a bucket with a burst, a start
+    that overdraws the budget (``Budget``)."""
 
     def __init__(self) -> None:
         self.starts = 0
@@ -68,6 +71,7 @@ class BucketTally:
         self.last_violation: Violation | None = None
         self.recent: deque[tuple[int, int]] = deque(maxlen=RECENT_MAX)
         self._control_interval_us: int | None = None
+        self._budget = Budget()
 
     def feed(self, fields: Mapping[str, str]) -> None:
         """Count one ledger entry (its fields as text, as the stream holds them)."""
@@ -89,11 +93,10 @@ class BucketTally:
         start = start_time_us(fields)
         interval = recorded if recorded is not None else self._control_interval_us
         task = fields.get("task", "")
-        if self.last_start_us is not None and interval is not None:
-            gap = start - self.last_start_us
-            if is_violation(gap, interval):
-                self.violations += 1
-                self.last_violation = Violation(task, self.last_task, start, gap, interval)
+        if interval is not None and self._budget.overdraws(start, interval, *units_of(fields)):
+            gap = 0 if self.last_start_us is None else start - self.last_start_us
+            self.violations += 1
+            self.last_violation = Violation(task, self.last_task, start, gap, interval)
         late = _int(fields, "late")
         if late is not None:
             self.lateness.observe(late / 1e6)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import replace
 
+from celery_interval.schedule.burst import after_grant, after_start, earliest_start, next_slot
 from celery_interval.schedule.pace import eased, effective_interval
 from celery_interval.schedule.state import (
     GRANTED_TTL_US,
@@ -32,7 +33,8 @@ from celery_interval.schedule.state import (
 def grant(
     state: BucketState | None, mark: Mark | None, now_us: int, pace: Pace, *, born_us: int
 ) -> tuple[BucketState, Mark | None, Grant]:
-    """Atomically take the next ticket and slot ``max(v, tat, v + pace.not_before_in_us)``.
+    """Atomically take the next ticket and slot: the grants' GCRA's (``schedule.burst``; with
+    no burst ``max(v, tat)``), or ``v + pace.not_before_in_us`` if later.
 
     Idempotent per (task_id, retries): a copy whose granted slot has not been passed by a
     later start gets that ticket and slot again, so redelivered copies waste no slot.
@@ -52,10 +54,12 @@ def grant(
         delay_us = max(0, mark.slot_us - v)
         again = Grant(Outcome.OK, state.epoch, mark.ticket, mark.slot_us, delay_us, paused)
         return state, mark, again
-    slot_us = max(v, state.tat_us, v + max(0, pace.not_before_in_us))
-    ticket = state.ticket + 1
     spacing_us = effective_interval(state, pace.interval_us)
-    state = replace(state, tat_us=slot_us + spacing_us, ticket=ticket)
+    slot_us = max(
+        next_slot(state, v, spacing_us, pace.burst, pace.cost), v + max(0, pace.not_before_in_us)
+    )
+    ticket = state.ticket + 1
+    state = replace(after_grant(state, slot_us, spacing_us, pace.burst, pace.cost), ticket=ticket)
     if not isinstance(mark, Lease):
         mark = Granted(state.epoch, ticket, slot_us, now_us + slot_us - v + GRANTED_TTL_US)
     return state, mark, Grant(Outcome.OK, state.epoch, ticket, slot_us, slot_us - v, paused)
@@ -86,7 +90,7 @@ def claim(
     if isinstance(mark, Done):
         return state, mark, Claim(Outcome.DUPLICATE, state.epoch, 0, now_us)
     spacing_us = effective_interval(state, interval_us)
-    earliest_us = state.last_start_us + spacing_us
+    earliest_us = earliest_start(state, spacing_us, terms.burst, terms.cost)
     slot_us = slot.slot_us
     front = isinstance(mark, Granted) and mark.front and mark.epoch == state.epoch
     if state.reserved_us is not None and not front:
@@ -98,7 +102,7 @@ def claim(
         if mark.start_us >= v:
             return state, mark, Claim(Outcome.OK, state.epoch, mark.start_us - v, now_us)
         # The holder never heard of its admitted start (the reply was lost) and that start has
-        # passed: admit a new one, an interval after the last, as if that one had happened.
+        # passed: admit a new one after the last, as if that one had happened.
         slot_us = state.current_slot_us
     elif slot.epoch != state.epoch or (slot_us < state.current_slot_us and not front):
         return state, mark, Claim(Outcome.RETICKET, state.epoch, 0, now_us)
@@ -111,8 +115,7 @@ def claim(
     # cannot start exactly anyway, and a longer wait only idles the process.
     start_us = max(v + min(max(0, terms.handoff_us), lead_us, spacing_us), earliest_us)
     state = replace(
-        state,
-        last_start_us=start_us,
+        after_start(state, start_us, spacing_us, terms.burst, terms.cost),
         current_slot_us=state.current_slot_us if front else slot_us,
         reserved_us=None if front and slot_us >= (state.reserved_us or 0) else state.reserved_us,
     )
@@ -248,7 +251,8 @@ def status(
 def expires_in_us(state: BucketState, now_us: int, interval_us: int) -> int | None:
     """How long after a write at ``now_us`` the store may drop ``state``; None: keep it.
 
-    Once virtual time has reached both ``tat`` and ``last_start + interval``, a new state (under
+    Once virtual time has reached both ``tat`` and the starts' (``last_start + interval`` with
+    no burst), a new state (under
     an old birth marker) gives every grant and claim the same delays: only the epoch and the
     ticket numbers differ, and the grace lets claims of the old epoch come late. A paused bucket,
     one with an interval override and an adapted one are kept: a new state would forget the
@@ -261,5 +265,6 @@ def expires_in_us(state: BucketState, now_us: int, interval_us: int) -> int | No
     ):
         return None
     v = virtual_now(state, now_us)
-    settled_us = max(state.tat_us, state.last_start_us + effective_interval(state, interval_us), v)
+    spacing_us = effective_interval(state, interval_us)
+    settled_us = max(state.tat_us, state.last_start_us + spacing_us + state.start_extra_us, v)
     return settled_us - v + IDLE_GRACE_US

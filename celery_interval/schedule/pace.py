@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 
+from celery_interval.schedule.burst import rescaled_extra
 from celery_interval.schedule.state import (
     BucketState,
     new_state,
@@ -80,8 +81,12 @@ def unset_interval(state: BucketState | None, interval_us: int) -> tuple[BucketS
 
 def _respaced(state: BucketState, interval_us: int, override_us: int | None) -> BucketState:
     """``state`` under the override ``override_us`` (None: none); when the effective interval
-    grows, ``tat`` moves on by the difference, never backwards."""
+    grows, ``tat`` moves on by the difference, never backwards; the burst used keeps its units."""
     old_us = effective_interval(state, interval_us)
     state = replace(state, interval_override_us=override_us)
-    grown_us = max(0, effective_interval(state, interval_us) - old_us)
-    return replace(state, tat_us=state.tat_us + grown_us)
+    new_us = effective_interval(state, interval_us)
+    return replace(
+        state,
+        tat_us=state.tat_us + max(0, new_us - old_us),
+        start_extra_us=rescaled_extra(state.start_extra_us, old_us, new_us),
+    )

@@ -57,6 +57,14 @@ class BucketState:
     adapted_us: int | None = None
     #: Starts since the last throttle of an adaptive bucket.
     clean_starts: int = 0
+    #: The starts' theoretical arrival time (``schedule.burst``) is ``last_start_us`` + one
+    #: interval + this: the budget used beyond one unit (always 0 when every start costs one).
+    start_extra_us: int = 0
+    #: The latest slot granted (tickets' slots never go back; None: none recorded).
+    last_slot_us: int | None = None
+    #: The latest start a lost state may have admitted (``new_state``): until the first start,
+    #: the burst counts as used up then (None: known).
+    lost_start_us: int | None = None
 
 
 @dataclass(frozen=True)
@@ -95,10 +103,13 @@ Mark = Lease | Done | Granted
 @dataclass(frozen=True, slots=True)
 class Pace:
     """What a grant asks for: the caller's configured interval (a ``set_interval`` override
-    wins) and how far from now the slot may be at the earliest (a countdown or ETA)."""
+    wins) and how far from now the slot may be at the earliest (a countdown or ETA); the
+    bucket's ``burst`` and the task's ``cost``, in units of one interval's budget."""
 
     interval_us: int
     not_before_in_us: int = 0
+    burst: int = 1
+    cost: int = 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,11 +123,14 @@ class Slot:
 @dataclass(frozen=True, slots=True)
 class Backoff:
     """What a throttle asks for: no start for ``retry_after_us``, the throttled copy's
-    ``ticket`` kept; ``adapt_max_us`` (an adaptive bucket) lengthens the interval up to it."""
+    ``ticket`` kept; ``adapt_max_us`` (an adaptive bucket) lengthens the interval up to it;
+    the bucket's ``burst`` (emptied by the throttle) and the throttled task's ``cost``."""
 
     retry_after_us: int
     ticket: int = 0
     adapt_max_us: int | None = None
+    burst: int = 1
+    cost: int = 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,7 +139,10 @@ class ClaimTerms:
     ``lead_us`` before its start, and needs ``handoff_us`` to hand it to a pool process.
 
     ``cap`` (a capped bucket, ``claim_capped``): at most this many bodies run at once; a start
-    takes a place for ``place_us`` (None: ``lease_us``), renewed while the body runs."""
+    takes a place for ``place_us`` (None: ``lease_us``), renewed while the body runs.
+
+    ``burst`` and ``cost`` (units of one interval's budget): the bucket's burst, the task's
+    cost (``schedule.burst``)."""
 
     holder: str
     lease_us: int
@@ -133,6 +150,8 @@ class ClaimTerms:
     handoff_us: int = 0
     cap: int | None = None
     place_us: int | None = None
+    burst: int = 1
+    cost: int = 1
 
 
 @dataclass(frozen=True, slots=True, order=True)
@@ -214,7 +233,8 @@ class Unset:
 
 def new_state(now_us: int, interval_us: int, born_us: int) -> BucketState:
     """A new epoch, as if its last start was one interval ago, but never before
-    ``born_us + MAX_LEAD_US``: a state lost at ``born_us`` may have admitted a start that far ahead.
+    ``born_us + MAX_LEAD_US``: a state lost at ``born_us`` may have admitted a start that far ahead
+    (and, in a bucket with a burst, used all of it then: ``lost_start_us``).
 
     ``born_us`` is when the store's record of the bucket began: the store's birth marker (set
     when a store first finds it missing, so it is new after the store lost everything), or the
@@ -231,6 +251,7 @@ def new_state(now_us: int, interval_us: int, born_us: int) -> BucketState:
         current_slot_us=0,
         last_start_us=last_start_us,
         interval_override_us=None,
+        lost_start_us=born_us + MAX_LEAD_US,
     )
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from celery_interval.schedule.burst import emptied
 from celery_interval.schedule.core import done, status
 from celery_interval.schedule.pace import effective_interval, slowed
 from celery_interval.schedule.state import (
@@ -39,12 +40,12 @@ def throttle(
     before then, and the throttled copy keeps its place, the first slot after, ahead of every
     ticket; an adaptive bucket's interval is lengthened first (``slowed``).
 
-    Every slot shifts (``offset``) so that the next start, one interval after the last, comes
-    ``retry_after_us`` from now at the earliest. The throttled copy keeps that slot, or the one
-    after the slots kept by earlier throttled copies that have not started yet (their order is
-    the order of their throttles): its mark becomes a ``front`` grant of it (its copy sent
-    again gets it), it is ``reserved``, and every other claim starts an interval after it at
-    the earliest.
+    Every slot shifts (``offset``) so that the next start, one interval after the last (a
+    bucket's burst counts as used up: ``schedule.burst.emptied``), comes ``retry_after_us``
+    from now at the earliest. The throttled copy keeps that slot, or the one after the slots
+    kept by earlier throttled copies that have not started yet (their order is the order of
+    their throttles): its mark becomes a ``front`` grant of it (its copy sent again gets it),
+    it is ``reserved``, and every other claim starts an interval after it at the earliest.
     """
     if state is None:
         state = new_state(now_us, interval_us, born_us)
@@ -52,7 +53,7 @@ def throttle(
         state = slowed(state, interval_us, backoff.adapt_max_us)
     spacing_us = effective_interval(state, interval_us)
     v = virtual_now(state, now_us)
-    first_us = state.last_start_us + spacing_us
+    state, first_us = emptied(state, spacing_us, backoff.burst, backoff.cost)
     shift_us = max(0, v + max(0, backoff.retry_after_us) - first_us)
     slot_us = first_us
     if state.reserved_us is not None:
@@ -60,7 +61,7 @@ def throttle(
     state = replace(
         state,
         offset_us=state.offset_us + shift_us,
-        tat_us=max(state.tat_us, slot_us + spacing_us),
+        tat_us=max(state.tat_us, slot_us + max(1, backoff.burst) * spacing_us),
         reserved_us=slot_us,
     )
     v -= shift_us

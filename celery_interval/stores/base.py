@@ -47,15 +47,24 @@ class ClaimArgs(NamedTuple):
     holder: str
     ticket: int
     handoff_us: int
+    #: The bucket's burst and the task's cost (units; ``schedule.burst``).
+    burst: int = 1
+    cost: int = 1
 
     @property
     def copy(self) -> TaskCopy:
         """The message's copy this claim is for."""
         return TaskCopy(self.bucket, self.task_id, self.retries)
 
+    def pace(self, not_before_in_us: int = 0) -> Pace:
+        """What a grant of this message asks for."""
+        return Pace(self.interval_us, not_before_in_us, self.burst, self.cost)
+
     def claim(self, store: Store, lease_us: int, lead_us: int, cap: int | None = None) -> Claim:
         """``store.claim`` of this message's slot under its holder (under the bucket's ``cap``)."""
-        terms = ClaimTerms(self.holder, lease_us, lead_us, self.handoff_us, cap)
+        terms = ClaimTerms(
+            self.holder, lease_us, lead_us, self.handoff_us, cap, burst=self.burst, cost=self.cost
+        )
         slot = Slot(self.epoch, self.slot_us)
         return store.claim(self.copy, self.interval_us, slot, terms, ticket=self.ticket)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import fcntl
 import hashlib
 import json
@@ -32,24 +33,14 @@ __all__ = ["FORMAT_VERSION", "FileStore", "wall_clock_us"]
 FORMAT_VERSION = 1
 _SAFE_CHARS = "abcdefghijklmnopqrstuvwxyz0123456789._-"
 _MAX_STEM_CHARS = 160  # leaves room for ".json.tmp" under the usual 255-byte name limit
-_STATE_FIELDS = (
-    "epoch",
-    "offset_us",
-    "paused_at_real_us",
-    "tat_us",
-    "ticket",
-    "current_slot_us",
-    "last_start_us",
-    "interval_override_us",
-    "reserved_us",
-    "adapted_us",
-    "clean_starts",
-)
+_STATE_FIELDS = tuple(f.name for f in dataclasses.fields(BucketState))
 _NULLABLE_FIELDS = frozenset(
-    {"paused_at_real_us", "interval_override_us", "reserved_us", "adapted_us"}
+    f.name for f in dataclasses.fields(BucketState) if "None" in str(f.type)
 )
 #: Fields a file written before they existed lacks: they read as their defaults.
-_OPTIONAL_FIELDS = frozenset({"reserved_us", "adapted_us", "clean_starts"})
+_OPTIONAL_FIELDS = frozenset(
+    f.name for f in dataclasses.fields(BucketState) if f.default is not dataclasses.MISSING
+)
 
 
 # POSIX locks belong to the process: threads of one process do not exclude each other with

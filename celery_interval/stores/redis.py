@@ -246,8 +246,9 @@ class RedisStore:
         r = self._run(
             "grant",
             self._task_keys(copy),
-            [pace.interval_us, pace.not_before_in_us, copy.task_id, copy.retries, self._ledger_max],
-        )
+            [pace.interval_us, pace.not_before_in_us, copy.task_id, copy.retries, self._ledger_max,
+             pace.burst, pace.cost],
+        )  # fmt: skip
         return grant_of(r)
 
     def take(
@@ -258,7 +259,7 @@ class RedisStore:
             self._task_keys(copy),
             [self._now_arg(), pace.interval_us, pace.not_before_in_us, copy.task_id, copy.retries,
              self._ledger_max, terms.holder, terms.lease_us, terms.lead_us, terms.handoff_us,
-             *_cap_args(copy, terms)],
+             *_cap_args(copy, terms), terms.burst, terms.cost],
         )  # fmt: skip
         calls = [take]
         if done_first is not None:
@@ -274,7 +275,7 @@ class RedisStore:
             self._task_keys(copy),
             [interval_us, slot.epoch, slot.slot_us, terms.holder, terms.lease_us, terms.lead_us,
              copy.task_id, copy.retries, ticket, self._ledger_max, terms.handoff_us,
-             *_cap_args(copy, terms)],
+             *_cap_args(copy, terms), terms.burst, terms.cost],
         )  # fmt: skip
         return claim_of(r)
 
@@ -334,7 +335,7 @@ class RedisStore:
             "throttle",
             self._task_keys(copy),
             [interval_us, backoff.retry_after_us, backoff.ticket, copy.task_id, copy.retries,
-             self._ledger_max, adapt],
+             self._ledger_max, adapt, backoff.burst, backoff.cost],
         )  # fmt: skip
         return status_from_reply(r)
 
@@ -426,6 +427,9 @@ class RedisStore:
                 reserved_us=f.get("h"),
                 adapted_us=f.get("a"),
                 clean_starts=f.get("k", 0),
+                start_extra_us=f.get("q", 0),
+                last_slot_us=f.get("g"),
+                lost_start_us=f.get("z"),
             )
         except KeyError as exc:
             raise StoreError(f"interval state of bucket {bucket!r} lacks field {exc}") from None

@@ -49,6 +49,9 @@ class Held:
     release: Callable[[Any], None]
     #: The most bodies of its bucket running at once (None: no cap).
     cap: int | None = None
+    #: Its bucket's burst and its own cost (units of one interval's budget).
+    burst: int = 1
+    cost: int = 1
     #: Start order among the messages waiting here: lower first (the broker's priority).
     rank: int = 0
     epoch: int = 0
@@ -90,4 +93,6 @@ class Held:
             self.holder,
             self.ticket,
             handoff_us,
+            self.burst,
+            self.cost,
         )

@@ -31,6 +31,8 @@ class BucketStats:
     retickets: int = 0
     duplicates: int = 0
     interval_us: int = 0
+    #: The bucket's burst (units), as its last held task carried it.
+    burst: int = 1
     last_paused: bool = False
 
 

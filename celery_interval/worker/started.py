@@ -18,7 +18,7 @@ from celery_interval.config import settings_of
 from celery_interval.errors import StoreUnavailable
 from celery_interval.headers import CLAIM_HEADER, MARK_HEADER, SPIN_HEADER, START_HEADER
 from celery_interval.placement import is_paced
-from celery_interval.schedule import MAX_LEAD_US, Outcome, Pace
+from celery_interval.schedule import MAX_LEAD_US, Outcome
 from celery_interval.stores import Store, TaskCopy
 from celery_interval.stores.base import ClaimArgs
 
@@ -149,7 +149,7 @@ def _claim_again(app: Any, claimed: ClaimArgs, late_ns: int, missed_ns: int) -> 
             time.sleep(settings.pause_poll_s)
         elif result.outcome is Outcome.RETICKET:
             try:
-                grant = store.grant(claimed.copy, Pace(claimed.interval_us))
+                grant = store.grant(claimed.copy, claimed.pace())
             except StoreUnavailable:
                 continue
             claimed = claimed._replace(

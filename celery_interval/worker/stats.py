@@ -39,6 +39,7 @@ def interval_stats(
         held = holding.held.get(bucket, [])
         out[bucket] = {
             "interval_s": st.interval_us / 1e6,
+            "burst": st.burst,
             "paused": st.last_paused,
             "held": counts.get(bucket, 0),
             "running": running.get(bucket, 0),

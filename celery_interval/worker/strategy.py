@@ -16,6 +16,7 @@ from celery.worker.request import create_request_cls
 from celery.worker.state import task_reserved
 from celery.worker.strategy import hybrid_to_proto2, proto1_to_proto2
 
+from celery_interval.costs import check_within_burst, message_cost
 from celery_interval.errors import ConfigurationError
 from celery_interval.headers import (
     MARK_HEADER,
@@ -90,11 +91,13 @@ def interval_strategy(task: Any, app: Any, consumer: Any, **_: Any) -> Any:
         resent = bool(req.request_dict.get(RESEND_HEADER))
         drop_internal_headers(req.request_dict)
         queue = consumed_queue(message) or _queue_of(task, req)
+        arrival = Arrival(task, req.request_dict, req.args, req.kwargs, queue)
         try:
             bucket, interval_us, task_id, retries = placement_of(
-                Arrival(task, req.request_dict, req.args, req.kwargs, queue),
-                service.settings.interval_us,
+                arrival, service.settings.interval_us
             )
+            burst, cost = service.settings.burst_of(bucket), message_cost(arrival)
+            check_within_burst(task.name, bucket, cost, burst)
         except ConfigurationError as exc:
             service.notify.received_request(req)
             _fail(req, exc)
@@ -123,6 +126,8 @@ def interval_strategy(task: Any, app: Any, consumer: Any, **_: Any) -> Any:
                 not_before_in_us=not_before_in_us,
                 holder=holder,
                 cap=_cap_of(task, bucket, service.settings),
+                burst=burst,
+                cost=cost,
                 rank=_rank((req.delivery_info or {}).get("priority"), lower_first),
                 acks_late=acks_late,
                 release=release_with_callbacks,

@@ -11,7 +11,13 @@ from celery.exceptions import Retry
 from celery_interval.app_store import store_of
 from celery_interval.config import settings_of
 from celery_interval.errors import StoreUnavailable
-from celery_interval.headers import BUCKET_HEADER, CLAIM_HEADER, RESEND_HEADER, SEND_HEADER
+from celery_interval.headers import (
+    BUCKET_HEADER,
+    CLAIM_HEADER,
+    COST_HEADER,
+    RESEND_HEADER,
+    SEND_HEADER,
+)
 from celery_interval.schedule import Backoff
 from celery_interval.stores.base import ClaimArgs
 from celery_interval.throttled import Throttled
@@ -35,7 +41,7 @@ def throttled(task: Any, exc: Throttled) -> NoReturn:
         raise exc
     store = store_of(task.app)
     headers: dict[str, Any] = {}
-    for name in (SEND_HEADER, BUCKET_HEADER):
+    for name in (SEND_HEADER, BUCKET_HEADER, COST_HEADER):
         if request.get(name) is not None:
             headers[name] = request.get(name)
     options: dict[str, Any] = {}
@@ -43,7 +49,9 @@ def throttled(task: Any, exc: Throttled) -> NoReturn:
         with contextlib.suppress(StoreUnavailable):
             store.prepare_post()  # a done mark posted as the body began lands first
         adapt_max_us = settings_of(task.app).adapt_max_us(claimed.bucket, claimed.interval_us)
-        backoff = Backoff(exc.retry_after_us, claimed.ticket, adapt_max_us)
+        backoff = Backoff(
+            exc.retry_after_us, claimed.ticket, adapt_max_us, claimed.burst, claimed.cost
+        )
         status = store.throttle(claimed.copy, claimed.interval_us, backoff)
         headers[RESEND_HEADER] = True
         logger.warning(

@@ -11,3 +11,4 @@ import celery_interval  # noqa: F401  (registers the control commands, as a task
 app = Celery("cliapp", broker=os.environ["CLI_TEST_BROKER"], set_as_current=False)
 app.conf.interval_store_url = os.environ["CLI_TEST_STORE"]
 app.conf.interval_queues = {"api": 1.0, "mail": "30/m"}
+app.conf.interval_burst = {"api": 3}

@@ -126,6 +126,17 @@ if os.environ.get("CI_TEST_BROKER"):
         _record(self, "end", i)
         return i
 
+    @app.task(
+        base=IntervalTask,
+        bind=True,
+        name="workerapp.weighed",
+        interval_cost=lambda args, kwargs: kwargs.get("units", 1),
+    )
+    def weighed(self: Any, i: int, units: int = 1) -> int:
+        """Costs ``units`` (the option), unless its message carries a cost of its own."""
+        _record(self, "start", i, self.request.get("interval_cost"))
+        return i
+
     def _call_api(task: Any, i: int, url: str) -> int:
         """One GET of a (limiting) HTTP server; a 429 raises ``Throttled`` from its headers."""
         _record(task, "start", i)

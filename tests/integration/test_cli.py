@@ -49,6 +49,7 @@ def test_status_with_no_worker_running(run: Any) -> None:
         0,
         False,
     )
+    assert (row["burst"], status(run, "mail")["burst"]) == (3, 1)
     table = run("status", "--timeout", "0.2")
     assert table.exit_code == 0 and "api" in table.output and "mail" in table.output
 

@@ -114,6 +114,7 @@ def test_the_metrics_of_a_hand_written_ledger(run: Any, redis_client: redis.Redi
     assert values(first, "celery_interval_starts_total") == {"api": 4, "mail": 0}
     assert values(first, "celery_interval_claim_violations_total") == {"api": 0, "mail": 0}
     assert values(first, "celery_interval_interval_seconds") == {"api": 1.0, "mail": 2.0}
+    assert values(first, "celery_interval_burst") == {"api": 3, "mail": 1}
     assert values(first, "celery_interval_paused") == {"api": 0, "mail": 0}
     assert values(first, "celery_interval_held") == {"api": 0, "mail": 0}
     assert values(first, "celery_interval_start_lateness_seconds_count") == {"api": 4, "mail": 0}

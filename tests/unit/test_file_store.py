@@ -374,3 +374,17 @@ def test_a_corrupt_birth_marker_raises_store_error(store: FileStore) -> None:
     store.born_path().write_text("soon")
     with pytest.raises(StoreError, match="birth marker"):
         store.grant(TaskCopy("api", "t1", 0), Pace(I_US))
+
+
+def test_a_state_written_before_bursts_reads_with_their_defaults(
+    store: FileStore, clock: Clock
+) -> None:
+    """A state file without start_extra_us, last_slot_us and lost_start_us (an older version)
+    decodes, and the bucket runs on as a burst-less one."""
+    store.grant(TaskCopy("b", "t1", 0), Pace(1_000))
+    path = store.state_path("b")
+    doc = json.loads(path.read_bytes())
+    for name in ("start_extra_us", "last_slot_us", "lost_start_us"):
+        del doc["state"][name]
+    path.write_text(json.dumps(doc))
+    assert store.grant(TaskCopy("b", "t2", 0), Pace(1_000)).ticket == 2

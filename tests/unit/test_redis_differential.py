@@ -28,6 +28,7 @@ from celery_interval.defaults import KEY_PREFIX
 from celery_interval.demo.embedded import RedisProc
 from celery_interval.errors import ConfigurationError, StoreUnavailable
 from celery_interval.schedule import Backoff, Claim, ClaimTerms, Done, Lease, Outcome, Pace, Slot
+from celery_interval.schedule import burst as burst_model
 from celery_interval.stores import keys, mask_url
 from celery_interval.stores.base import DoneBatch, TaskCopy
 from celery_interval.stores.memory import MemoryStore
@@ -58,6 +59,9 @@ handoffs_us = st.sampled_from([0, 0, 1, 5, 300, schedule.MAX_LEAD_US, 3 * schedu
 # a capped bucket's cap (None: no cap) and how long a start holds its place (None: the lease)
 caps = st.sampled_from([None, 1, 1, 2])
 places_us = st.sampled_from([None, 1, 999, 1_000_000, 30_000_000, 30_000_000])
+# a bucket's burst and a task's cost (units): mostly none, sometimes a cost past the burst
+bursts = st.sampled_from([1, 1, 2, 3, 5, 40])
+costs = st.sampled_from([1, 1, 1, 2, 3, 7])
 # time steps: none, sub-ms, around an interval, hours
 steps_us = st.one_of(
     st.just(0), st.integers(0, 1_000), st.integers(0, 5_000_000), st.integers(0, 10**10)
@@ -149,9 +153,20 @@ class Differential(RuleBasedStateMachine):
         interval=intervals_us,
         lead=leads_us,
         delta=st.sampled_from([-1, 0, 1]),
+        burst=bursts,
+        cost=costs,
     )
     def advance_to_edge(
-        self, bucket: str, task: str, retry: int, edge: str, interval: int, lead: int, delta: int
+        self,
+        bucket: str,
+        task: str,
+        retry: int,
+        edge: str,
+        interval: int,
+        lead: int,
+        delta: int,
+        burst: int,
+        cost: int,
     ) -> None:
         """Jump to where a comparison flips (v = tat, v = earliest - lead, a mark expires, an
         idle state expires)."""
@@ -171,7 +186,8 @@ class Differential(RuleBasedStateMachine):
                 target_v = state.current_slot_us
             else:
                 eff = schedule.effective_interval(state, interval)
-                target_v = state.last_start_us + eff - min(max(0, lead), schedule.MAX_LEAD_US)
+                earliest = burst_model.earliest_start(state, eff, burst, cost)
+                target_v = earliest - min(max(0, lead), schedule.MAX_LEAD_US)
             target_real_us = self.now_us + target_v - v
         if target_real_us is not None and target_real_us + delta >= self.now_us:
             self.now_us = target_real_us + delta
@@ -190,11 +206,20 @@ class Differential(RuleBasedStateMachine):
         retry=retries,
         interval=intervals_us,
         not_before=st.one_of(st.just(0), st.integers(-(10**6), 10**8)),
+        burst=bursts,
+        cost=costs,
     )
     def grant(
-        self, bucket: str, task: str, retry: int, interval: int, not_before: int
+        self,
+        bucket: str,
+        task: str,
+        retry: int,
+        interval: int,
+        not_before: int,
+        burst: int,
+        cost: int,
     ) -> tuple[str, str, int, int, int]:
-        args = (TaskCopy(bucket, task, retry), Pace(interval, not_before))
+        args = (TaskCopy(bucket, task, retry), Pace(interval, not_before, burst, cost))
         expected, got = self._compared(bucket, "grant", *args)
         assert got == expected
         return (bucket, task, retry, expected.epoch, expected.slot_us)
@@ -212,6 +237,8 @@ class Differential(RuleBasedStateMachine):
         handoff=handoffs_us,
         cap=caps,
         place=places_us,
+        burst=bursts,
+        cost=costs,
     )
     def take(
         self,
@@ -226,11 +253,13 @@ class Differential(RuleBasedStateMachine):
         handoff: int,
         cap: int | None,
         place: int | None,
+        burst: int,
+        cost: int,
     ) -> tuple[str, str, int, int, int]:
         args = (
             TaskCopy(bucket, task, retry),
-            Pace(interval, not_before),
-            ClaimTerms(holder, lease, lead, handoff, cap, place),
+            Pace(interval, not_before, burst, cost),
+            ClaimTerms(holder, lease, lead, handoff, cap, place, burst, cost),
         )
         expected, got = self._compared(bucket, "take", *args)
         assert got == expected
@@ -246,6 +275,8 @@ class Differential(RuleBasedStateMachine):
         handoff=handoffs_us,
         cap=caps,
         place=places_us,
+        burst=bursts,
+        cost=costs,
     )
     def claim_granted(
         self,
@@ -258,13 +289,15 @@ class Differential(RuleBasedStateMachine):
         handoff: int,
         cap: int | None,
         place: int | None,
+        burst: int,
+        cost: int,
     ) -> None:
         bucket, task, retry, epoch, slot = g
         self._claim(
             TaskCopy(bucket, task, retry),
             interval,
             Slot(epoch, slot + slot_shift),
-            ClaimTerms(holder, lease, lead, handoff, cap, place),
+            ClaimTerms(holder, lease, lead, handoff, cap, place, burst, cost),
         )
 
     @rule(
@@ -358,6 +391,8 @@ class Differential(RuleBasedStateMachine):
         retry_after=st.sampled_from([0, 1, 999, 2_000_000, 90_000_000]),
         ticket=st.integers(0, 9),
         adapt_max=st.sampled_from([None, None, 1, 77_777, 3_600_000_000]),
+        burst=bursts,
+        cost=costs,
     )
     def throttle(
         self,
@@ -368,9 +403,11 @@ class Differential(RuleBasedStateMachine):
         retry_after: int,
         ticket: int,
         adapt_max: int | None,
+        burst: int,
+        cost: int,
     ) -> None:
         copy = TaskCopy(bucket, task, retry)
-        backoff = Backoff(retry_after, ticket, adapt_max)
+        backoff = Backoff(retry_after, ticket, adapt_max, burst, cost)
         expected, got = self._compared(bucket, "throttle", copy, interval, backoff)
         assert got == expected
 
@@ -534,7 +571,7 @@ def test_idle_bucket_is_small(redis_store: RedisStore, redis_client: redis.Redis
     assert redis_client.memory_usage("ci:{api}:s") <= 300
     redis_store.pause("api", 1_000_000)
     redis_store.set_interval("api", 1_000_000, 2_500_000)  # every field present
-    assert len(redis_client.hkeys("ci:{api}:s")) == 8
+    assert len(redis_client.hkeys("ci:{api}:s")) == 10  # with g (latest slot), z (lost start)
     usage = redis_client.memory_usage("ci:{api}:s")
     assert usage is not None and usage <= 300
 
@@ -751,3 +788,17 @@ def test_a_cluster_has_no_birth_marker(cluster_client: redis.RedisCluster[Any]) 
     store = RedisStore(cluster_client)
     assert store.grant(TaskCopy("api", "t1", 0), Pace(1_000)).delay_us == ML + 1_000
     assert cluster_client.get(keys.born_key(KEY_PREFIX)) == b"1"
+
+
+def test_a_state_written_before_bursts_reads_with_their_defaults(
+    redis_store: RedisStore, redis_client: redis.Redis[Any]
+) -> None:
+    """A hash without q, g and z (an older version) runs on as a burst-less bucket."""
+    copy = TaskCopy("api", "t1", 0)
+    redis_store.grant(copy, Pace(1_000_000))
+    redis_client.hdel("ci:{api}:s", "q", "g", "z")
+    state = redis_store.read_state("api")
+    assert state is not None
+    assert (state.start_extra_us, state.last_slot_us, state.lost_start_us) == (0, None, None)
+    again = redis_store.grant(TaskCopy("api", "t2", 0), Pace(1_000_000))
+    assert again.ticket == 2 and again.delay_us > 1_000_000 - 50_000

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import pytest
@@ -53,6 +53,10 @@ class Model:
     born_us: int | None = None  # the store's birth marker: set by the first state made
     reset_us: int | None = None  # the bucket's reset, until its next state is made
     expires_real_us: int | None = None  # when the store may drop the state
+    burst: int = 1  # the bucket's burst (units)
+    costs: dict[str, int] = field(default_factory=dict)  # a task's cost (units; absent: 1)
+    handoffs_us: dict[str, int] = field(default_factory=dict)  # a holder's handoff (absent: 0)
+    new_starts: list[tuple[int, int]] = field(default_factory=list)  # (real µs, cost), no repeats
 
     def run(self, steps: list[Step]) -> list[Any]:
         results = []
@@ -81,7 +85,8 @@ class Model:
     def op_grant(self, task: str, retries: int, not_before_in_us: int) -> tuple[Any, ...]:
         self.state, mark, g = schedule.grant(
             self.state, self.marks.get((task, retries)), self.now_us,
-            Pace(self.interval_us, not_before_in_us), born_us=self.born(),
+            Pace(self.interval_us, not_before_in_us, self.burst, self.costs.get(task, 1)),
+            born_us=self.born(),
         )  # fmt: skip
         self._put((task, retries), mark)
         if g.outcome is Outcome.DUPLICATE:
@@ -94,17 +99,31 @@ class Model:
         self, task: str, retries: int, holder: str, lead_us: int, lease_us: int
     ) -> tuple[Any, ...]:
         epoch, slot_us = self.granted[(task, retries)]
+        before = schedule.live(self.marks.get((task, retries)), self.now_us)
         self.state, mark, c = schedule.claim(
             self.state, self.marks.get((task, retries)), self.now_us, self.interval_us,
-            Slot(epoch, slot_us), ClaimTerms(holder, lease_us, lead_us), born_us=self.born(),
+            Slot(epoch, slot_us), self._terms(task, holder, lease_us, lead_us),
+            born_us=self.born(),
         )  # fmt: skip
         self._put((task, retries), mark)
         if c.outcome is Outcome.OK:
             self.starts_real_us.append(self.now_us + c.delay_us - T0_US)
+            again = (
+                isinstance(before, Lease)
+                and isinstance(mark, Lease)
+                and (before.holder, before.start_us) == (mark.holder, mark.start_us)
+            )
+            if not again:
+                self.new_starts.append((self.now_us + c.delay_us, self.costs.get(task, 1)))
             return ("OK", c.delay_us)
         if c.outcome in (Outcome.WAIT, Outcome.HELD):
             return (c.outcome.value, c.delay_us)
         return (c.outcome.value,)
+
+    def _terms(self, task: str, holder: str, lease_us: int, lead_us: int) -> ClaimTerms:
+        handoff_us = self.handoffs_us.get(holder, 0)
+        cost = self.costs.get(task, 1)
+        return ClaimTerms(holder, lease_us, lead_us, handoff_us, burst=self.burst, cost=cost)
 
     def op_done(self, task: str, retries: int, ttl_us: int) -> None:
         key = (task, retries)
@@ -117,7 +136,8 @@ class Model:
         key = (task, retries)
         self.state, mark, st = schedule.throttle(
             self.state, self.marks.get(key), self.now_us, self.interval_us,
-            Backoff(retry_after_us, 1, adapt_max_us), born_us=self.born(),
+            Backoff(retry_after_us, 1, adapt_max_us, self.burst, self.costs.get(task, 1)),
+            born_us=self.born(),
         )  # fmt: skip
         self._put(key, mark)
         self.granted[key] = (mark.epoch, mark.slot_us) if isinstance(mark, Granted) else (0, 0)
@@ -727,9 +747,10 @@ def test_state_loss_right_after_lead_claims_keeps_spacing(
     check_sequence(steps)
 
 
-def check_sequence(steps: list[Step], m: Model | None = None) -> Model:
-    """Run ``steps`` on a Model, asserting P5 (real start spacing) and P8 (within an epoch), and
-    that no start is admitted before a throttle's retry_after has passed."""
+def check_sequence(steps: list[Step], m: Model | None = None, *, spacing: bool = True) -> Model:
+    """Run ``steps`` on a Model, asserting P5 (real start spacing; not with ``spacing=False``,
+    for a bucket with a burst) and P8 (within an epoch), and that no start is admitted before a
+    throttle's retry_after has passed."""
     m = Model() if m is None else m
     last_start_us: int | None = None  # the latest start, real µs
     quiet_until_us = 0  # the latest throttle's end, real µs
@@ -761,7 +782,7 @@ def check_sequence(steps: list[Step], m: Model | None = None) -> Model:
                 assert m.state is not None
                 start_us = m.starts_real_us[-1] + T0_US
                 assert start_us >= quiet_until_us, "a start inside a throttle's retry_after"
-                if last_start_us is not None:
+                if last_start_us is not None and spacing:
                     assert start_us - last_start_us >= effective_us, (
                         f"two starts {start_us - last_start_us} µs apart "
                         f"< interval {effective_us} µs"
@@ -921,7 +942,10 @@ def test_new_state_waits_only_for_a_young_marker() -> None:
     young = schedule.new_state(now, 1_000, born_us=now)
     assert (young.last_start_us, young.tat_us) == (now + ML, now + ML + 1_000)
     edge = schedule.new_state(now, 1_000, born_us=now - 1_000 - ML)
-    assert edge == old, "a marker one interval + MAX_LEAD_US old no longer holds a start back"
+    assert replace(edge, lost_start_us=None) == replace(old, lost_start_us=None), (
+        "a marker one interval + MAX_LEAD_US old no longer holds a start back (only a burst)"
+    )
+    assert (old.lost_start_us, edge.lost_start_us) == (now - 10**6 + ML, now - 1_000)
 
 
 def test_expires_in() -> None:

@@ -320,3 +320,29 @@ def test_a_bucket_made_once_the_store_is_an_interval_old_starts_at_once(store: S
     again = store.grant(TaskCopy("c", "t2", 0), Pace(I_US))
     since_reset_us = (time.monotonic_ns() - reset_ns) // 1000  # a loaded host is slow here
     assert again.delay_us >= I_US + MAX_LEAD_US - since_reset_us, "a reset keeps the first wait"
+
+
+def test_a_burst_starts_back_to_back_after_an_idle_spell_then_one_per_interval(
+    store: Store,
+) -> None:
+    """burst 3: a new store counts its burst as used at its birth; once the budget has come
+    back, three starts come at once, and the fourth an interval after them (here a cost of 2
+    and two of 1 spend 4 units: the fourth waits for one more)."""
+    first = store.grant(TaskCopy("b", "t0", 0), Pace(I_US, burst=3))
+    assert first.delay_us >= I_US + MAX_LEAD_US - 5_000, "a new store: no burst yet"
+    wait_s(first.delay_us + 4 * I_US)  # idle: the whole budget is back
+    costs = {"t1": 2, "t2": 1, "t3": 1}
+    grants = {t: store.grant(TaskCopy("b", t, 0), Pace(I_US, 0, 3, c)) for t, c in costs.items()}
+    assert [g.delay_us for g in grants.values()][:2] == [0, 0]
+    claims = {
+        t: store.claim(
+            TaskCopy("b", t, 0),
+            I_US,
+            grants[t].slot,
+            ClaimTerms("h1", LEASE_US, 0, 0, burst=3, cost=c),
+        )
+        for t, c in costs.items()
+    }
+    assert [c.outcome for c in claims.values()] == [Outcome.OK, Outcome.OK, Outcome.WAIT]
+    assert 0 < claims["t3"].delay_us <= I_US
+    assert store.status("b", I_US).ticket == 4

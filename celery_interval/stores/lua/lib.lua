@@ -1,11 +1,12 @@
 -- lib.lua: helpers shared by every script; RedisStore prepends this file to each script.
--- Mirrors celery_interval/schedule.py. All times are integer µs held in Lua doubles
+-- Mirrors celery_interval/schedule/. All times are integer µs held in Lua doubles
 -- (exact below 2^53); every number written to Redis goes through fmt() ('%d'), because
 -- Redis formats plain Lua numbers with 14 significant digits and would round µs values.
 -- State hash fields: e=epoch o=offset_us p=paused_at_real_us (absent: not paused)
 -- t=tat_us n=ticket c=current_slot_us l=last_start_us i=interval_override_us (absent: none)
 -- h=reserved_us (a throttled task's kept slot; absent: none) a=adapted_us (an adaptive bucket's
--- lengthened interval; absent: none) k=clean_starts (absent: 0).
+-- lengthened interval; absent: none) k=clean_starts (absent: 0) q=start_extra_us (absent: 0)
+-- g=last_slot_us (absent: none) z=lost_start_us (absent: none).
 -- A reset bucket's hash holds only r=<reset time>, until its next state is made.
 -- The store's birth marker: the key <prefix>born (µs), set by the first script that makes a
 -- state and finds it missing; scripts on a Cluster get no such key (see born_us).
@@ -39,14 +40,15 @@ end
 
 -- The state at key, or nil and the time of the bucket's reset (nil if none) when it has none.
 local function load_state(key)
-  local r = redis.call('HMGET', key, 'e', 'o', 'p', 't', 'n', 'c', 'l', 'i', 'r', 'h', 'a', 'k')
+  local r = redis.call('HMGET', key, 'e', 'o', 'p', 't', 'n', 'c', 'l', 'i', 'r', 'h', 'a', 'k',
+    'q', 'g', 'z')
   if r[1] == false then
     return nil, num(r[9])
   end
   return {
     e = num(r[1]), o = num(r[2]), p = num(r[3]), t = num(r[4]),
     n = num(r[5]), c = num(r[6]), l = num(r[7]), i = num(r[8]), h = num(r[10]),
-    a = num(r[11]), k = num(r[12]) or 0,
+    a = num(r[11]), k = num(r[12]) or 0, q = num(r[13]) or 0, g = num(r[14]), z = num(r[15]),
   }
 end
 
@@ -63,12 +65,12 @@ local function clamp_lead(lead)
 end
 
 -- schedule.new_state: a new epoch whose last start was one interval ago, but never before
--- born + MAX_LEAD_US (a state lost at born may have admitted a start that far ahead); tat is
--- one interval after it.
+-- born + MAX_LEAD_US (a state lost at born may have admitted a start that far ahead, and used
+-- a burst then: z); tat is one interval after it.
 local function new_state(now, interval, born)
   local last = math.max(now - interval, born + MAX_LEAD_US)
   return { e = now, o = 0, p = nil, t = last + interval, n = 0, c = 0, l = last, i = nil, h = nil,
-    a = nil, k = 0 }
+    a = nil, k = 0, q = 0, g = nil, z = born + MAX_LEAD_US }
 end
 
 -- schedule.new_state's born_us: the birth marker at born_key (set to now when missing, if
@@ -121,6 +123,78 @@ local function effective_interval(s, interval)
   return interval
 end
 
+-- schedule.burst: the grants' and the starts' GCRA of a bucket's burst and a task's cost (units
+-- of one interval's budget).
+-- schedule.burst._room: a start may come this many intervals before its tat.
+local function room(burst, cost)
+  return math.max(0, math.max(1, burst) - math.max(1, cost))
+end
+
+-- schedule.burst.start_tat: the starts' theoretical arrival time.
+local function start_tat(s, spacing, burst)
+  local tat = s.l + spacing + s.q
+  if s.z ~= nil then
+    tat = math.max(tat, s.z + math.max(1, burst) * spacing)
+  end
+  return tat
+end
+
+-- schedule.burst.earliest_start
+local function earliest_start(s, spacing, burst, cost)
+  return start_tat(s, spacing, burst) - room(burst, cost) * spacing
+end
+
+-- schedule.burst.after_start: s after a start of cost at start (l never goes back).
+local function after_start(s, start, spacing, burst, cost)
+  local tat = math.max(start_tat(s, spacing, burst), start) + math.max(1, cost) * spacing
+  s.l = math.max(s.l, start)
+  s.q = tat - s.l - spacing
+  s.z = nil
+end
+
+-- schedule.burst.grant_tat
+local function grant_tat(s, spacing, burst)
+  if s.z == nil then
+    return s.t
+  end
+  return math.max(s.t, s.z + math.max(1, burst) * spacing)
+end
+
+-- schedule.burst.next_slot: the grants' GCRA, never before the latest granted slot.
+local function next_slot(s, v, spacing, burst, cost)
+  local slot = math.max(v, grant_tat(s, spacing, burst) - room(burst, cost) * spacing)
+  if s.g ~= nil then
+    slot = math.max(slot, s.g)
+  end
+  return slot
+end
+
+-- schedule.burst.after_grant
+local function after_grant(s, slot, spacing, burst, cost)
+  s.t = math.max(grant_tat(s, spacing, burst), slot) + math.max(1, cost) * spacing
+  s.g = slot
+end
+
+-- schedule.burst.emptied: the burst all used at the last start (a throttle); returns the
+-- earliest start of cost then.
+local function emptied(s, spacing, burst, cost)
+  local tat = math.max(start_tat(s, spacing, burst), s.l + math.max(1, burst) * spacing)
+  local slot = tat - room(burst, cost) * spacing
+  s.t = math.max(grant_tat(s, spacing, burst), slot + math.max(1, burst) * spacing)
+  s.q = tat - s.l - spacing
+  s.z = nil
+  return slot
+end
+
+-- schedule.burst.rescaled_extra: q in whole units (rounded up) of the new interval. The
+-- quotient of integers below 2^53 is exact enough for ceil.
+local function rescaled_extra(extra, old, new)
+  if extra == 0 or old == new then
+    return extra
+  end
+  return math.ceil(extra / math.max(1, old)) * new
+end
+
 -- schedule.ADAPT_CLEAN_RUN and schedule.ADAPT_STEPS
 local ADAPT_CLEAN_RUN = 20
 local ADAPT_STEPS = 2000
@@ -162,7 +236,9 @@ end
 local function respace(s, interval, override)
   local old = effective_interval(s, interval)
   s.i = override
-  s.t = s.t + math.max(0, effective_interval(s, interval) - old)
+  local new = effective_interval(s, interval)
+  s.t = s.t + math.max(0, new - old)
+  s.q = rescaled_extra(s.q, old, new)
 end
 
 -- schedule.expires_in_us: how long after a write at now the state may go; nil: keep it.
@@ -171,7 +247,7 @@ local function expires_in(s, now, interval)
     return nil
   end
   local v = virtual_now(s, now)
-  return math.max(s.t, s.l + effective_interval(s, interval), v) - v + IDLE_GRACE_US
+  return math.max(s.t, s.l + effective_interval(s, interval) + s.q, v) - v + IDLE_GRACE_US
 end
 
 -- After each write of a state: PEXPIRE (whole ms, rounded up) as expires_in says, or PERSIST.
@@ -184,7 +260,8 @@ local function keep_until(key, s, now, interval)
   end
 end
 
--- Write the whole state (absent fields for nil p, i and h), over a reset's r.
+-- Write the whole state (absent fields for nil p, i, h, a, g and z, and 0 k and q), over a
+-- reset's r.
 local function save_state(key, s, now, interval)
   redis.call('DEL', key)
   redis.call('HSET', key, 'e', fmt(s.e), 'o', fmt(s.o), 't', fmt(s.t), 'n', fmt(s.n),
@@ -201,8 +278,15 @@ local function save_state(key, s, now, interval)
   if s.a ~= nil then
     redis.call('HSET', key, 'a', fmt(s.a))
   end
-  if s.k ~= 0 then
-    redis.call('HSET', key, 'k', fmt(s.k))
+  for _, f in ipairs({ 'k', 'q' }) do
+    if s[f] ~= 0 then
+      redis.call('HSET', key, f, fmt(s[f]))
+    end
+  end
+  for _, f in ipairs({ 'g', 'z' }) do
+    if s[f] ~= nil then
+      redis.call('HSET', key, f, fmt(s[f]))
+    end
   end
   keep_until(key, s, now, interval)
 end
@@ -215,7 +299,7 @@ local function save_fields(key, s, is_new, now, interval, ...)
   end
   local args = {}
   for _, f in ipairs({ ... }) do
-    if s[f] == nil or (f == 'k' and s[f] == 0) then
+    if s[f] == nil or ((f == 'k' or f == 'q') and s[f] == 0) then
       redis.call('HDEL', key, f)
     else
       args[#args + 1] = f

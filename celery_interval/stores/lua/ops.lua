@@ -2,13 +2,15 @@
 -- and claim.lua's KEYS and ARGV; RedisStore prepends this file (after lib.lua) to the scripts
 -- that run them: grant.lua, claim.lua and take.lua (both in one step).
 
--- grant_op: schedule.grant — the next ticket and slot max(v, tat, v + not_before), or the
--- same ticket and slot again for a copy whose granted slot no later start has passed.
+-- grant_op: schedule.grant — the next ticket and slot (lib.lua's next_slot; with no burst
+-- max(v, tat)), or v + not_before if later; or the same ticket and slot again for a copy whose
+-- granted slot no later start has passed.
 -- KEYS[1] state hash, KEYS[2] mark of (task_id, retries), KEYS[3] ledger stream,
 -- KEYS[4] the bucket's places (claim_op only), KEYS[5] the birth marker (absent on a Cluster:
 -- lib.lua's born_us)
 -- ARGV[1] now_us override ('' = Redis TIME), ARGV[2] interval_us, ARGV[3] not_before_in_us,
--- ARGV[4] task_id, ARGV[5] retries (both for the ledger), ARGV[6] ledger_max (0 = no ledger)
+-- ARGV[4] task_id, ARGV[5] retries (both for the ledger), ARGV[6] ledger_max (0 = no ledger),
+-- ARGV[7] burst, ARGV[8] cost (units; absent: 1)
 -- Returns {outcome, epoch, ticket, slot_us, delay_us, paused(0|1)}; outcome 'OK' or
 -- 'DUPLICATE' (the mark is a live done: ticket, slot and delay are 0). Saves a new epoch;
 -- a new ticket leaves a granted mark (unless the copy's task holds a live lease).
@@ -21,6 +23,8 @@ local function grant_op(keys, argv)
   local task = argv[4]
   local retries = tonumber(argv[5])
   local ledger_max = tonumber(argv[6])
+  local burst = tonumber(argv[7]) or 1
+  local cost = tonumber(argv[8]) or 1
   local s, is_new = load_or_new(keys[1], keys[5], now, interval)
   local v = virtual_now(s, now)
   local paused = s.p ~= nil and 1 or 0
@@ -37,12 +41,13 @@ local function grant_op(keys, argv)
     end
   else
     outcome = 'OK'
-    slot = math.max(v, s.t, v + math.max(0, not_before))
+    local spacing = effective_interval(s, interval)
+    slot = math.max(next_slot(s, v, spacing, burst, cost), v + math.max(0, not_before))
     delay = slot - v
     s.n = s.n + 1
-    s.t = slot + effective_interval(s, interval)
+    after_grant(s, slot, spacing, burst, cost)
     ticket = s.n
-    save_fields(keys[1], s, is_new, now, interval, 't', 'n')
+    save_fields(keys[1], s, is_new, now, interval, 't', 'n', 'g')
     if m == nil or m.kind ~= 'L' then
       put_mark(keys[2], { kind = 'G', e = s.e, ticket = ticket, slot = slot,
         exp = now + delay + GRANTED_TTL_US }, now)
@@ -68,7 +73,7 @@ end
 -- 0..MAX_LEAD_US), ARGV[8] task_id, ARGV[9] retries, ARGV[10] ticket (these three for the
 -- ledger only), ARGV[11] ledger_max (0 = no ledger), ARGV[12] handoff_us (clamped to
 -- 0..min(lead, interval)), ARGV[13] cap ('' = none), ARGV[14] place_us, ARGV[15] the body's
--- place name (task_id:retries)
+-- place name (task_id:retries), ARGV[16] burst, ARGV[17] cost (units; absent: 1)
 -- Under a cap (schedule.claim_capped), a claim that would start takes (or renews) its place;
 -- when the live places are all others' it is FULL (delay: until the first expires, at most
 -- PLACE_POLL_US) and changes nothing else; expired places are dropped then. Until
@@ -83,7 +88,8 @@ end
 -- Ledger: op=claim:<outcome> now task r ticket slot holder epoch interval (effective), plus
 -- for OK start (real µs) and late (virtual start - slot, >= 0; again=1 when the holder
 -- re-claims its own lease before its start; readmit=1 when its admitted start passed
--- unheard and a new start was admitted), for WAIT, FULL and HELD delay.
+-- unheard and a new start was admitted), for WAIT, FULL and HELD delay; burst and cost on
+-- every claim of a bucket with a burst or a task with a cost (absent: 1).
 local function claim_op(keys, argv)
   local now = clock_us(argv[1])
   local interval = tonumber(argv[2])
@@ -97,6 +103,8 @@ local function claim_op(keys, argv)
   local cap = num(argv[13])
   local place_us = tonumber(argv[14])
   local place = argv[15]
+  local burst = tonumber(argv[16]) or 1
+  local cost = tonumber(argv[17]) or 1
 
   local function reply(s, outcome, delay, ...)
     local fields = {
@@ -104,6 +112,12 @@ local function claim_op(keys, argv)
       'ticket', tonumber(argv[10]), 'slot', slot, 'holder', holder, 'epoch', s.e,
       'interval', effective_interval(s, interval),
     }
+    if burst ~= 1 or cost ~= 1 then
+      fields[#fields + 1] = 'burst'
+      fields[#fields + 1] = burst
+      fields[#fields + 1] = 'cost'
+      fields[#fields + 1] = cost
+    end
     for _, x in ipairs({ ... }) do
       fields[#fields + 1] = x
     end
@@ -154,7 +168,7 @@ local function claim_op(keys, argv)
   end
   local v = virtual_now(s, now)
   local spacing = effective_interval(s, interval)
-  local earliest = s.l + spacing
+  local earliest = earliest_start(s, spacing, burst, cost)
   local front = m ~= nil and m.kind == 'G' and m.front and m.e == s.e
   if s.h ~= nil and not front then
     earliest = math.max(earliest, s.h + spacing)
@@ -178,7 +192,7 @@ local function claim_op(keys, argv)
         'late', math.max(0, m.start - slot), 'again', 1)
     end
     -- The holder never heard of its admitted start (a lost reply) and it has passed: admit a
-    -- new one an interval after the last, as if that one had happened.
+    -- new one after the last, as if that one had happened.
     slot = s.c
     readmit = 1
   elseif epoch ~= s.e or (slot < s.c and not front) then
@@ -196,7 +210,7 @@ local function claim_op(keys, argv)
   end
   seat()
   local start = math.max(v + math.min(math.max(0, handoff), lead, spacing), earliest)
-  s.l = start
+  after_start(s, start, spacing, burst, cost)
   if front then
     if s.h ~= nil and slot >= s.h then
       s.h = nil
@@ -206,9 +220,9 @@ local function claim_op(keys, argv)
   end
   if s.a ~= nil then
     eased(s, interval)
-    save_fields(keys[1], s, false, now, interval, 'l', 'c', 'h', 'a', 'k')
+    save_fields(keys[1], s, false, now, interval, 'l', 'c', 'h', 'q', 'z', 'a', 'k')
   else
-    save_fields(keys[1], s, false, now, interval, 'l', 'c', 'h')
+    save_fields(keys[1], s, false, now, interval, 'l', 'c', 'h', 'q', 'z')
   end
   put_mark(keys[2], { kind = 'L', holder = holder, start = start, exp = now + lease }, now)
   if readmit then

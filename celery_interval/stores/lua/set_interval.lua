@@ -10,7 +10,7 @@ local new_interval = tonumber(ARGV[3])
 local s, is_new = load_or_new(KEYS[1], KEYS[3], now, interval)
 local changed = (is_new or s.i ~= new_interval) and 1 or 0
 respace(s, interval, new_interval)
-save_fields(KEYS[1], s, is_new, now, interval, 'i', 't')
+save_fields(KEYS[1], s, is_new, now, interval, 'i', 't', 'q')
 ledger_append(KEYS[2], tonumber(ARGV[4]), {
   'op', 'set_interval', 'now', now, 'changed', changed,
   'interval', effective_interval(s, interval), 'paused', s.p ~= nil and 1 or 0,

@@ -2,7 +2,7 @@
 -- lead and the bucket runs: a task whose turn is now takes its ticket and start in one trip.
 -- KEYS as grant.lua's. ARGV[1..6] as grant.lua's, then ARGV[7] holder, ARGV[8] lease_us,
 -- ARGV[9] lead_us, ARGV[10] handoff_us, ARGV[11] cap, ARGV[12] place_us, ARGV[13] place name
--- (as claim.lua's).
+-- (as claim.lua's), ARGV[14] burst, ARGV[15] cost (units; absent: 1).
 -- Returns grant.lua's reply, followed by claim.lua's when it claimed (10 values); grant's
 -- outcome is HELD (delay = the lease left, no ticket) while another holder's lease is live.
 -- Ledger: op=grant:HELD now task r holder delay epoch interval (effective) for that.
@@ -21,12 +21,12 @@ if lease ~= nil and lease.kind == 'L' and lease.holder ~= ARGV[7] then
   })
   return { 'HELD', s.e, 0, 0, left, s.p ~= nil and 1 or 0 }
 end
-local g = grant_op(KEYS, { now, ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6] })
+local g = grant_op(KEYS, { now, ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[14], ARGV[15] })
 if g[1] ~= 'OK' or g[6] == 1 or g[5] > clamp_lead(tonumber(ARGV[9])) then
   return g
 end
 local c = claim_op(KEYS, {
   now, ARGV[2], g[2], g[4], ARGV[7], ARGV[8], ARGV[9], ARGV[4], ARGV[5], g[3], ARGV[6], ARGV[10],
-  ARGV[11], ARGV[12], ARGV[13],
+  ARGV[11], ARGV[12], ARGV[13], ARGV[14], ARGV[15],
 })
 return { g[1], g[2], g[3], g[4], g[5], g[6], c[1], c[2], c[3], c[4] }

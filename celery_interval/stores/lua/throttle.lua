@@ -5,7 +5,9 @@
 -- KEYS[4] the bucket's places (unused), KEYS[5] the birth marker (absent on a Cluster)
 -- ARGV[1] now_us override ('' = Redis TIME), ARGV[2] interval_us, ARGV[3] retry_after_us,
 -- ARGV[4] ticket, ARGV[5] task_id, ARGV[6] retries (both for the ledger),
--- ARGV[7] ledger_max (0 = none), ARGV[8] adapt_max_us ('' = not adaptive)
+-- ARGV[7] ledger_max (0 = none), ARGV[8] adapt_max_us ('' = not adaptive), ARGV[9] burst,
+-- ARGV[10] cost (units; absent: 1): the burst counts as used at the last start (lib.lua's
+-- emptied)
 -- Returns the status array of lib.lua's status_reply.
 -- Ledger: op=throttle now task r ticket retry_after slot shift epoch interval (effective, after
 -- an adaptive bucket slowed), adapted (0|1).
@@ -18,16 +20,17 @@ if ARGV[8] ~= nil and ARGV[8] ~= '' then
 end
 local spacing = effective_interval(s, interval)
 local v = virtual_now(s, now)
-local first = s.l + spacing
+local burst = tonumber(ARGV[9]) or 1
+local first = emptied(s, spacing, burst, tonumber(ARGV[10]) or 1)
 local shift = math.max(0, v + retry_after - first)
 local slot = first
 if s.h ~= nil then
   slot = math.max(first, s.h + spacing)
 end
 s.o = s.o + shift
-s.t = math.max(s.t, slot + spacing)
+s.t = math.max(s.t, slot + math.max(1, burst) * spacing)
 s.h = slot
-save_fields(KEYS[1], s, is_new, now, interval, 'o', 't', 'h', 'a', 'k')
+save_fields(KEYS[1], s, is_new, now, interval, 'o', 't', 'h', 'a', 'k', 'q', 'z')
 v = v - shift
 put_mark(KEYS[2], { kind = 'G', e = s.e, ticket = tonumber(ARGV[4]), slot = slot,
   exp = now + slot - v + GRANTED_TTL_US, front = true }, now)

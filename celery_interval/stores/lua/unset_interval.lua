@@ -14,7 +14,7 @@ if s == nil then
   s = new_state(now, interval, born_us(KEYS[3], reset, now, false))
 elseif s.i ~= nil then
   respace(s, interval, nil)
-  save_fields(KEYS[1], s, false, now, interval, 'i', 't')
+  save_fields(KEYS[1], s, false, now, interval, 'i', 't', 'q')
   dropped = 1
 end
 ledger_append(KEYS[2], tonumber(ARGV[3]), {

@@ -1,0 +1,92 @@
+"""A task's cost in its bucket's budget (``interval_cost``): chosen at send, read by the worker."""
+
+from __future__ import annotations
+
+import inspect
+import math
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from celery_interval.config import check_units, settings_of
+from celery_interval.errors import ConfigurationError, short_repr
+from celery_interval.headers import COST_HEADER
+from celery_interval.placement import Arrival, bucket_of
+
+__all__ = ["CostSpec", "check_cost_option", "check_within_burst", "message_cost", "send_cost"]
+
+#: A cost: units (an integer, or a number rounded up), or a callable of (args, kwargs) giving it.
+CostSpec = int | float | Callable[[Sequence[Any], Mapping[str, Any]], object] | None
+
+
+def units(value: Any, name: str) -> int:
+    """A cost as whole units: an integer >= 1, or a finite number > 0 rounded up."""
+    if isinstance(value, float) and math.isfinite(value) and value > 0:
+        return math.ceil(value)
+    return check_units(value, name)
+
+
+def _option(task: Any) -> CostSpec:
+    """The task's ``interval_cost`` option, read statically (a function stored on the task
+    class would otherwise bind as a method)."""
+    getter = getattr(task, "_get_current_object", None)  # a task not yet bound: its proxy
+    spec = inspect.getattr_static(task if getter is None else getter(), "interval_cost", None)
+    if isinstance(spec, (staticmethod, classmethod)):
+        spec = spec.__get__(None, type(task))
+    return spec  # type: ignore[no-any-return]
+
+
+def check_cost_option(task: Any, name: str) -> None:
+    """A task class's ``interval_cost``: a number of units, a callable or None."""
+    spec = _option(task)
+    if spec is not None and not callable(spec):
+        units(spec, f"{name}.interval_cost")
+
+
+def _resolve(task: Any, spec: CostSpec, args: Sequence[Any], kwargs: Mapping[str, Any]) -> int:
+    name = f"{task.name}.interval_cost"
+    if callable(spec):
+        try:
+            value = spec(args, kwargs)
+        except Exception as exc:
+            raise ConfigurationError(f"{name} raised {short_repr(exc)}") from exc
+        return units(value, f"{name}(args, kwargs)")
+    return units(spec, name)
+
+
+def check_within_burst(task_name: str, bucket: str, cost: int, burst: int) -> None:
+    """A start costs at most its bucket's burst: a larger one could never fit the budget."""
+    if cost > burst:
+        raise ConfigurationError(
+            f"task {task_name}: interval_cost={cost} is more than the burst of bucket "
+            f"{bucket!r} ({burst}; set interval_burst[{bucket!r}] to at least {cost})"
+        )
+
+
+def send_cost(
+    task: Any, per_call: Any, sent: Arrival, queue: Callable[[], str | None]
+) -> int | None:
+    """The cost to stamp on a message being sent (None: the task has none): ``per_call``
+    (``apply_async(interval_cost=…)``), else the cost the headers already carry (a retry's),
+    else the task's option; checked against the burst of the bucket it is sent to (``sent``
+    with ``queue()``, the queue it goes to, asked only then)."""
+    if per_call is None and sent.headers.get(COST_HEADER) is not None:
+        return None  # a copy of the message's own cost
+    spec = per_call if per_call is not None else _option(task)
+    if spec is None:
+        return None
+    if per_call is None:
+        cost = _resolve(task, spec, sent.args, sent.kwargs)
+    else:
+        cost = units(per_call, "interval_cost")
+    bucket = bucket_of(sent._replace(queue=queue()))
+    check_within_burst(task.name, bucket, cost, settings_of(task.app).burst_of(bucket))
+    return cost
+
+
+def message_cost(arrival: Arrival) -> int:
+    """The cost of a received message: its header (set at send), else the task's option, else 1."""
+    header = arrival.headers.get(COST_HEADER)
+    if header is not None:
+        return units(header, f"message header {COST_HEADER}")
+    spec = _option(arrival.task)
+    return 1 if spec is None else _resolve(arrival.task, spec, arrival.args, arrival.kwargs)

@@ -1,0 +1,239 @@
+"""Burst and cost in the pure model: tables, and the window property over random sequences."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tests.unit.test_schedule import (
+    HOLDERS,
+    I_US,
+    IDLE_US,
+    ML,
+    OLD_BORN_US,
+    STARTS,
+    TASKS,
+    Model,
+    Step,
+    at,
+    check_sequence,
+    claim,
+    grant,
+    set_interval,
+    throttle,
+)
+
+
+def run(steps: list[Step], burst: int, costs: dict[str, int] | None = None, **kw: Any) -> Any:
+    return Model(burst=burst, costs=costs or {}, **kw).run(steps)
+
+
+BURST_TABLE = [
+    (
+        "after an idle spell three start back to back, then one per interval",
+        3, {}, OLD_BORN_US,
+        [at(0), grant("a"), grant("b"), grant("c"), grant("d"), grant("e"), claim("a"),
+         claim("b"), claim("c"), claim("d"), at(1_000), claim("d"), at(1_999), claim("e"),
+         at(2_000), claim("e"), STARTS],
+        [("OK", 1, 0, 0), ("OK", 2, 0, 0), ("OK", 3, 0, 0), ("OK", 4, 1_000, 1_000),
+         ("OK", 5, 2_000, 2_000), ("OK", 0), ("OK", 0), ("OK", 0), ("WAIT", 1_000), ("OK", 0),
+         ("WAIT", 1), ("OK", 0), ("starts", 0, 0, 0, 1_000, 2_000)],
+    ),
+    (
+        "weighted costs use the budget: 3 + 3 + 1 units of a burst of 5",
+        5, {"a": 3, "b": 3}, OLD_BORN_US,
+        [at(0), grant("a"), grant("b"), grant("c"), claim("a"), claim("b"), at(1_000),
+         claim("b"), at(2_000), claim("c"), STARTS],
+        [("OK", 1, 0, 0), ("OK", 2, 1_000, 1_000), ("OK", 3, 2_000, 2_000), ("OK", 0),
+         ("WAIT", 1_000), ("OK", 0), ("OK", 0), ("starts", 0, 1_000, 2_000)],
+    ),
+    (
+        "the budget refills one unit per interval",
+        3, {}, OLD_BORN_US,
+        [at(0), grant("a"), grant("b"), grant("c"), claim("a"), claim("b"), claim("c"),
+         at(1_500), grant("d"), grant("e"), claim("d"), claim("e"), at(2_000), claim("e")],
+        [("OK", 1, 0, 0), ("OK", 2, 0, 0), ("OK", 3, 0, 0), ("OK", 0), ("OK", 0), ("OK", 0),
+         ("OK", 4, 1_500, 0), ("OK", 5, 2_000, 500), ("OK", 0), ("WAIT", 500), ("OK", 0)],
+    ),
+    (
+        "claims out of ticket order: the starts' budget holds all the same",
+        2, {}, OLD_BORN_US,
+        [at(0), grant("a"), grant("b"), grant("c"), claim("c"), claim("b"), claim("a")],
+        [("OK", 1, 0, 0), ("OK", 2, 0, 0), ("OK", 3, 1_000, 1_000), ("WAIT", 1_000),
+         ("OK", 0), ("OK", 0)],
+    ),
+    (
+        "a throttle empties the burst: the throttled copy, then one per interval",
+        3, {}, OLD_BORN_US,
+        [at(0), grant("a"), claim("a"), at(5_000), throttle("a", 0), grant("d"), grant("e"),
+         claim("a"), claim("d"), at(6_000), claim("d"), STARTS],
+        [("OK", 1, 0, 0), ("OK", 0), ("throttled", 3_000), ("OK", 2, 2_000, 1_000),
+         ("OK", 3, 3_000, 2_000), ("OK", 0), ("WAIT", 1_000), ("OK", 0),
+         ("starts", 0, 5_000, 6_000)],
+    ),
+    (
+        "a new epoch after state loss counts the burst as used when it lost it",
+        3, {}, None,
+        [at(0), grant("a"), grant("b"), at(ML + 1_000), claim("a"), claim("b"),
+         at(ML + 2_000), claim("b")],
+        [("OK", 1, ML + 1_000, ML + 1_000), ("OK", 2, ML + 2_000, ML + 2_000), ("OK", 0),
+         ("WAIT", 1_000), ("OK", 0)],
+    ),
+    (
+        "a longer interval keeps the used burst in units: no burst from slowing down",
+        3, {}, OLD_BORN_US,
+        [at(0), grant("a"), grant("b"), grant("c"), claim("a"), claim("b"), claim("c"),
+         set_interval(2_000), grant("d"), claim("d"), at(2_000), claim("d")],
+        [("OK", 1, 0, 0), ("OK", 2, 0, 0), ("OK", 3, 0, 0), ("OK", 0), ("OK", 0), ("OK", 0),
+         ("OK", 4, 0, 0), ("WAIT", 2_000), ("OK", 0)],
+    ),
+    (
+        "a countdown keeps the tickets after it in order, burst or not",
+        3, {}, OLD_BORN_US,
+        [at(0), grant("a", 5_000), grant("b"), grant("c")],
+        [("OK", 1, 5_000, 5_000), ("OK", 2, 5_000, 5_000), ("OK", 3, 5_000, 5_000)],
+    ),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("name", "burst", "costs", "born_us", "steps", "expected"),
+    BURST_TABLE,
+    ids=[t[0] for t in BURST_TABLE],
+)
+def test_burst(
+    name: str,
+    burst: int,
+    costs: dict[str, int],
+    born_us: int | None,
+    steps: list[Step],
+    expected: list[Any],
+) -> None:
+    assert run(steps, burst, costs, born_us=born_us) == expected
+
+
+def test_a_burst_of_one_is_the_plain_slot_model() -> None:
+    """burst = cost = 1 leaves no trace in the record: every start's extra stays 0."""
+    m = Model(burst=1, born_us=OLD_BORN_US)
+    m.run([at(0), grant("a"), grant("b"), claim("a"), at(1_000), claim("b")])
+    assert m.state is not None and m.state.start_extra_us == 0
+    assert m.state.lost_start_us is None
+
+
+def assert_window_property(m: Model, burst: int) -> None:
+    """For every window of starts (real time): Σ cost <= burst + span / interval."""
+    starts = sorted(m.new_starts)
+    for i, (first_us, _) in enumerate(starts):
+        total = 0
+        for last_us, cost in starts[i:]:
+            total += cost
+            assert total * I_US <= burst * I_US + (last_us - first_us), (
+                f"starts {starts[i:]}: {total} units in {last_us - first_us} µs, burst {burst}"
+            )
+
+
+_grants = st.tuples(
+    st.just("grant"), st.sampled_from(TASKS), st.integers(0, 1), st.sampled_from([0, 0, 500, 2_500])
+)
+_claims_due = st.tuples(
+    st.just("claim_due"),
+    st.sampled_from(HOLDERS),
+    st.sampled_from([0, 50, ML]),
+    st.sampled_from([500, 5_000]),
+    st.sampled_from([-1, 0, 1]),
+)
+#: Mostly a grant and its claim as it comes due (a start), with the operations that keep the
+#: interval as configured (the property is per interval).
+_others = st.one_of(
+    st.tuples(
+        st.just("claim"),
+        st.sampled_from(TASKS),
+        st.integers(0, 1),
+        st.sampled_from(HOLDERS),
+        st.sampled_from([0, 400, ML]),
+        st.sampled_from([500, 5_000]),
+    ),
+    st.tuples(st.just("advance"), st.integers(0, 3_000)),
+    st.tuples(st.just("advance"), st.integers(0, 30)),
+    st.tuples(
+        st.just("throttle"),
+        st.sampled_from(TASKS),
+        st.integers(0, 1),
+        st.sampled_from([0, 500, 5_000]),
+        st.just(None),
+    ),
+    st.tuples(
+        st.just("renew"),
+        st.sampled_from(TASKS),
+        st.integers(0, 1),
+        st.sampled_from(HOLDERS),
+        st.sampled_from([0, 500]),
+    ),
+    st.tuples(st.just("done"), st.sampled_from(TASKS), st.integers(0, 1), st.just(1_000)),
+    st.sampled_from([("pause",), ("unpause",), ("lose",), ("lose_state",), ("expire",)]),
+    st.tuples(st.just("advance_to_expiry"), st.sampled_from([-1, 0, 1])),
+    st.tuples(st.just("advance"), st.integers(IDLE_US, IDLE_US + 3_000)),
+)
+burst_ops: st.SearchStrategy[list[Step]] = st.lists(
+    st.one_of(
+        st.tuples(_grants, _claims_due),
+        st.tuples(_grants, _grants, _claims_due, _claims_due),
+        st.tuples(_grants, _others),
+        st.tuples(_others),
+    ),
+    max_size=40,
+).map(lambda groups: [step for group in groups for step in group])
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    burst_ops,
+    st.sampled_from([1, 2, 3, 5]),
+    st.lists(st.integers(1, 5), min_size=len(TASKS), max_size=len(TASKS)),
+    st.lists(st.sampled_from([0, 0, 5, 300, ML]), min_size=len(HOLDERS), max_size=len(HOLDERS)),
+    st.sampled_from([None, OLD_BORN_US]),
+)
+def test_random_sequences_keep_the_budget(
+    steps: list[Step], burst: int, costs: list[int], handoffs: list[int], born_us: int | None
+) -> None:
+    """Bursts, weighted costs and handoffs that differ per holder: for every window of starts
+    Σ cost <= burst + span / interval, across throttles, pauses, expiry and state loss."""
+    m = Model(
+        burst=burst,
+        costs={t: min(c, burst) for t, c in zip(TASKS, costs, strict=True)},
+        handoffs_us=dict(zip(HOLDERS, handoffs, strict=True)),
+        born_us=born_us,
+    )
+    check_sequence(steps, m, spacing=False)
+    assert_window_property(m, burst)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.integers(1, 3),
+    st.sampled_from([2, 3, 5, 30]),
+    st.sampled_from([0, 50, ML]),
+    st.one_of(st.just(0), st.integers(0, 2 * ML)),
+    st.sampled_from(["lose", "lose_state"]),
+    st.integers(1, 3),
+    st.sampled_from([0, 50, ML]),
+)
+def test_state_loss_right_after_a_burst_keeps_the_budget(
+    before: int, burst: int, lead_us: int, lose_after_us: int, loss: str, after: int, lead2_us: int
+) -> None:
+    """A burst claimed ahead (lead), the store loses the state, a new epoch claims at once:
+    the new epoch counts the burst as used when the state was lost (a burst of 30 intervals
+    outlasts MAX_LEAD_US, and the tasks cost 1 and the whole burst)."""
+    steps: list[Step] = []
+    for task in TASKS[:before]:
+        steps += [("grant", task, 0, 0), ("claim_due", "w1", lead_us, 5_000, 0)]
+    steps += [("advance", lose_after_us), (loss,)]
+    for task in TASKS[:after]:
+        steps += [("grant", task, 1, 0), ("claim_due", "w2", lead2_us, 5_000, 0)]
+    costs = {"a": burst, "c": burst}
+    m = Model(burst=burst, costs=costs, born_us=OLD_BORN_US)
+    check_sequence(steps, m, spacing=False)
+    assert_window_property(m, burst)
