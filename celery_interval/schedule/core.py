@@ -38,6 +38,9 @@ def grant(
 
     Idempotent per (task_id, retries): a copy whose granted slot has not been passed by a
     later start gets that ticket and slot again, so redelivered copies waste no slot.
+
+    A slot further than ``pace.not_after_in_us`` from now is not granted: WAIT, with that
+    slot and its delay, takes no ticket and changes nothing.
     """
     if state is None:
         state = new_state(now_us, pace.interval_us, born_us)
@@ -58,6 +61,8 @@ def grant(
     slot_us = max(
         next_slot(state, v, spacing_us, pace.burst, pace.cost), v + max(0, pace.not_before_in_us)
     )
+    if pace.not_after_in_us is not None and slot_us - v > pace.not_after_in_us:
+        return state, mark, Grant(Outcome.WAIT, state.epoch, 0, slot_us, slot_us - v, paused)
     ticket = state.ticket + 1
     state = replace(after_grant(state, slot_us, spacing_us, pace.burst, pace.cost), ticket=ticket)
     if not isinstance(mark, Lease):

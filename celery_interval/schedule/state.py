@@ -110,6 +110,8 @@ class Pace:
     not_before_in_us: int = 0
     burst: int = 1
     cost: int = 1
+    #: The slot may be at most this far from now (None: any): a later one is not granted.
+    not_after_in_us: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -247,7 +247,7 @@ class RedisStore:
             "grant",
             self._task_keys(copy),
             [pace.interval_us, pace.not_before_in_us, copy.task_id, copy.retries, self._ledger_max,
-             pace.burst, pace.cost],
+             pace.burst, pace.cost, _not_after(pace)],
         )  # fmt: skip
         return grant_of(r)
 
@@ -259,7 +259,7 @@ class RedisStore:
             self._task_keys(copy),
             [self._now_arg(), pace.interval_us, pace.not_before_in_us, copy.task_id, copy.retries,
              self._ledger_max, terms.holder, terms.lease_us, terms.lead_us, terms.handoff_us,
-             *_cap_args(copy, terms), terms.burst, terms.cost],
+             *_cap_args(copy, terms), terms.burst, terms.cost, _not_after(pace)],
         )  # fmt: skip
         calls = [take]
         if done_first is not None:
@@ -510,6 +510,11 @@ class RedisStore:
             ) from exc
         except ResponseError as exc:
             raise StoreError(f"interval store {self._where} rejected {op}: {exc}") from exc
+
+
+def _not_after(pace: Pace) -> str | int:
+    """grant_op's not_after_in_us argument ('' = none)."""
+    return "" if pace.not_after_in_us is None else pace.not_after_in_us
 
 
 def _cap_args(copy: TaskCopy, terms: ClaimTerms) -> list[str | int]:

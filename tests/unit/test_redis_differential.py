@@ -58,6 +58,8 @@ leads_us = st.sampled_from([0, 0, 500, schedule.MAX_LEAD_US, 3 * schedule.MAX_LE
 handoffs_us = st.sampled_from([0, 0, 1, 5, 300, schedule.MAX_LEAD_US, 3 * schedule.MAX_LEAD_US, -3])
 # a capped bucket's cap (None: no cap) and how long a start holds its place (None: the lease)
 caps = st.sampled_from([None, 1, 1, 2])
+#: A grant's deadline (``slot()``'s timeout): mostly none.
+not_afters_us = st.sampled_from([None, None, None, 0, 1_000, 100_000])
 places_us = st.sampled_from([None, 1, 999, 1_000_000, 30_000_000, 30_000_000])
 # a bucket's burst and a task's cost (units): mostly none, sometimes a cost past the burst
 bursts = st.sampled_from([1, 1, 2, 3, 5, 40])
@@ -208,6 +210,7 @@ class Differential(RuleBasedStateMachine):
         not_before=st.one_of(st.just(0), st.integers(-(10**6), 10**8)),
         burst=bursts,
         cost=costs,
+        not_after=not_afters_us,
     )
     def grant(
         self,
@@ -218,8 +221,10 @@ class Differential(RuleBasedStateMachine):
         not_before: int,
         burst: int,
         cost: int,
+        not_after: int | None,
     ) -> tuple[str, str, int, int, int]:
-        args = (TaskCopy(bucket, task, retry), Pace(interval, not_before, burst, cost))
+        pace = Pace(interval, not_before, burst, cost, not_after)
+        args = (TaskCopy(bucket, task, retry), pace)
         expected, got = self._compared(bucket, "grant", *args)
         assert got == expected
         return (bucket, task, retry, expected.epoch, expected.slot_us)
@@ -239,6 +244,7 @@ class Differential(RuleBasedStateMachine):
         place=places_us,
         burst=bursts,
         cost=costs,
+        not_after=not_afters_us,
     )
     def take(
         self,
@@ -255,10 +261,11 @@ class Differential(RuleBasedStateMachine):
         place: int | None,
         burst: int,
         cost: int,
+        not_after: int | None,
     ) -> tuple[str, str, int, int, int]:
         args = (
             TaskCopy(bucket, task, retry),
-            Pace(interval, not_before, burst, cost),
+            Pace(interval, not_before, burst, cost, not_after),
             ClaimTerms(holder, lease, lead, handoff, cap, place, burst, cost),
         )
         expected, got = self._compared(bucket, "take", *args)

@@ -1039,3 +1039,20 @@ def test_an_adaptive_bucket_slows_when_throttled_and_eases_back_with_clean_start
     assert seen[-1] == I_US and 600 < len(seen) <= 1_000
     # after a clean run of ADAPT_CLEAN_RUN starts, a throttle slows by a ninth, not double
     assert interval_after(throttle("a", 0, adapt_max_us=100_000)) == (1_112, True)
+
+
+def test_a_grant_whose_slot_is_past_its_deadline_takes_no_ticket() -> None:
+    """``Pace.not_after_in_us`` (``slot()``'s timeout): a slot further than that from now is
+    not granted (WAIT with the slot and its delay); nothing changes, no mark is left."""
+    now = T0_US
+    state, _, first = schedule.grant(None, None, now, Pace(1_000), born_us=0)
+    state, _, second = schedule.grant(state, None, now, Pace(1_000), born_us=0)
+    late = Pace(1_000, not_after_in_us=second.delay_us + 999)
+    after, mark, refused = schedule.grant(state, None, now, late, born_us=0)
+    assert (refused.outcome, refused.ticket) == (Outcome.WAIT, 0)
+    assert refused.delay_us == second.delay_us + 1_000
+    assert after == state and mark is None
+    soon = Pace(1_000, not_after_in_us=second.delay_us + 1_000)
+    _, mark, granted = schedule.grant(state, None, now, soon, born_us=0)
+    assert (granted.outcome, granted.ticket) == (Outcome.OK, 3) and mark is not None
+    assert first.ticket == 1

@@ -10,9 +10,11 @@
 -- lib.lua's born_us)
 -- ARGV[1] now_us override ('' = Redis TIME), ARGV[2] interval_us, ARGV[3] not_before_in_us,
 -- ARGV[4] task_id, ARGV[5] retries (both for the ledger), ARGV[6] ledger_max (0 = no ledger),
--- ARGV[7] burst, ARGV[8] cost (units; absent: 1)
--- Returns {outcome, epoch, ticket, slot_us, delay_us, paused(0|1)}; outcome 'OK' or
--- 'DUPLICATE' (the mark is a live done: ticket, slot and delay are 0). Saves a new epoch;
+-- ARGV[7] burst, ARGV[8] cost (units; absent: 1), ARGV[9] not_after_in_us (absent or '': none)
+-- Returns {outcome, epoch, ticket, slot_us, delay_us, paused(0|1)}; outcome 'OK',
+-- 'DUPLICATE' (the mark is a live done: ticket, slot and delay are 0) or 'WAIT' (a new slot
+-- would be further than not_after from now: no ticket taken, nothing changed but a new epoch
+-- saved; slot and delay are that slot's). Saves a new epoch;
 -- a new ticket leaves a granted mark (unless the copy's task holds a live lease).
 -- Ledger: op=grant:<outcome> now task r ticket slot delay epoch paused interval (effective),
 -- again=1 when a copy got its slot again.
@@ -25,11 +27,13 @@ local function grant_op(keys, argv)
   local ledger_max = tonumber(argv[6])
   local burst = tonumber(argv[7]) or 1
   local cost = tonumber(argv[8]) or 1
+  local not_after = num(argv[9])
   local s, is_new = load_or_new(keys[1], keys[5], now, interval)
   local v = virtual_now(s, now)
   local paused = s.p ~= nil and 1 or 0
   local m = live(load_mark(keys[2]), now)
   local outcome, ticket, slot, delay, again = 'DUPLICATE', 0, 0, 0, nil
+  local spacing = effective_interval(s, interval)
   local reuse = m ~= nil and m.kind == 'G' and m.e == s.e and (m.front or m.slot >= s.c)
   if (m ~= nil and m.kind == 'D') or reuse then
     if is_new then
@@ -41,9 +45,15 @@ local function grant_op(keys, argv)
     end
   else
     outcome = 'OK'
-    local spacing = effective_interval(s, interval)
     slot = math.max(next_slot(s, v, spacing, burst, cost), v + math.max(0, not_before))
     delay = slot - v
+  end
+  if outcome == 'OK' and not again and not_after ~= nil and delay > not_after then
+    outcome = 'WAIT'
+    if is_new then
+      save_state(keys[1], s, now, interval)
+    end
+  elseif outcome == 'OK' and not again then
     s.n = s.n + 1
     after_grant(s, slot, spacing, burst, cost)
     ticket = s.n

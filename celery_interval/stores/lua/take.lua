@@ -2,7 +2,8 @@
 -- lead and the bucket runs: a task whose turn is now takes its ticket and start in one trip.
 -- KEYS as grant.lua's. ARGV[1..6] as grant.lua's, then ARGV[7] holder, ARGV[8] lease_us,
 -- ARGV[9] lead_us, ARGV[10] handoff_us, ARGV[11] cap, ARGV[12] place_us, ARGV[13] place name
--- (as claim.lua's), ARGV[14] burst, ARGV[15] cost (units; absent: 1).
+-- (as claim.lua's), ARGV[14] burst, ARGV[15] cost (units; absent: 1), ARGV[16] not_after_in_us
+-- ('' = none, as grant.lua's ARGV[9]).
 -- Returns grant.lua's reply, followed by claim.lua's when it claimed (10 values); grant's
 -- outcome is HELD (delay = the lease left, no ticket) while another holder's lease is live.
 -- Ledger: op=grant:HELD now task r holder delay epoch interval (effective) for that.
@@ -21,7 +22,9 @@ if lease ~= nil and lease.kind == 'L' and lease.holder ~= ARGV[7] then
   })
   return { 'HELD', s.e, 0, 0, left, s.p ~= nil and 1 or 0 }
 end
-local g = grant_op(KEYS, { now, ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[14], ARGV[15] })
+local g = grant_op(KEYS, {
+  now, ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[14], ARGV[15], ARGV[16],
+})
 if g[1] ~= 'OK' or g[6] == 1 or g[5] > clamp_lead(tonumber(ARGV[9])) then
   return g
 end
