@@ -14,6 +14,7 @@ from celery_interval.errors import (
     StoreUnavailable,
     UnknownBucket,
 )
+from celery_interval.inline import SlotTimeout, slot
 from celery_interval.install import install
 from celery_interval.intervals import parse_interval_us
 from celery_interval.task import IntervalTask
@@ -28,6 +29,7 @@ __all__ = [
     "ConfigurationError",
     "IntervalError",
     "IntervalTask",
+    "SlotTimeout",
     "StoreError",
     "StoreUnavailable",
     "Throttled",
@@ -37,6 +39,7 @@ __all__ = [
     "pause",
     "reset",
     "set_interval",
+    "slot",
     "status",
     "unpause",
     "unset_interval",
