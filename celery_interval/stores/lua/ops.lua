@@ -31,7 +31,8 @@ local function grant_op(keys, argv)
   local s, is_new = load_or_new(keys[1], keys[5], now, interval)
   local v = virtual_now(s, now)
   local paused = s.p ~= nil and 1 or 0
-  local m = live(load_mark(keys[2]), now)
+  local raw = load_mark(keys[2])
+  local m = live(raw, now)
   local outcome, ticket, slot, delay, again = 'DUPLICATE', 0, 0, 0, nil
   local spacing = effective_interval(s, interval)
   local reuse = m ~= nil and m.kind == 'G' and m.e == s.e and (m.front or m.slot >= s.c)
@@ -52,6 +53,9 @@ local function grant_op(keys, argv)
     outcome = 'WAIT'
     if is_new then
       save_state(keys[1], s, now, interval)
+    end
+    if raw ~= nil and m == nil then
+      redis.call('DEL', keys[2])
     end
   elseif outcome == 'OK' and not again then
     s.n = s.n + 1
