@@ -3,6 +3,7 @@ Spark Connect server, each from the installed PySpark; none can start: skip (CI:
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterator
 from typing import Any
 
@@ -85,8 +86,8 @@ def spark_cluster() -> Iterator[Any]:
 def spark_standalone(spark_cluster: Any, _stop_classic_session: None) -> Any:
     """A classic SparkSession on the standalone cluster (``spark://``), its executors on both
     workers (the local[2] session is stopped meanwhile: one SparkContext per process)."""
-    conf = {"spark.executor.cores": "1", "spark.executor.memory": "1g",
-            "spark.cores.max": "2"}  # fmt: skip
+    conf = {"spark.executor.cores": "1", "spark.executor.memory": "1g", "spark.cores.max": "2",
+            "spark.pyspark.python": sys.executable}  # fmt: skip
     return classic_session(spark_cluster.master, conf)
 
 
