@@ -70,7 +70,7 @@ def spark(_stop_classic_session: None) -> Any:
 
 
 @pytest.fixture(scope="module")
-def spark_cluster() -> Iterator[Any]:
+def standalone_cluster() -> Iterator[Any]:
     """A standalone master and two workers (1 core, 1 GiB each) from the installed PySpark,
     for the module (``tools/spark_cluster.py``)."""
     from tools import spark_cluster
@@ -83,12 +83,12 @@ def spark_cluster() -> Iterator[Any]:
 
 
 @pytest.fixture
-def spark_standalone(spark_cluster: Any, _stop_classic_session: None) -> Any:
+def spark_standalone(standalone_cluster: Any, _stop_classic_session: None) -> Any:
     """A classic SparkSession on the standalone cluster (``spark://``), its executors on both
     workers (the local[2] session is stopped meanwhile: one SparkContext per process)."""
     conf = {"spark.executor.cores": "1", "spark.executor.memory": "1g", "spark.cores.max": "2",
             "spark.pyspark.python": sys.executable}  # fmt: skip
-    return classic_session(spark_cluster.master, conf)
+    return classic_session(standalone_cluster.master, conf)
 
 
 @pytest.fixture(scope="module")

@@ -13,11 +13,12 @@ import redis
 from celery_interval.defaults import KEY_PREFIX
 from celery_interval.spark import EnqueueCounts, enqueue, task_id_for
 from celery_interval.stores.keys import ledger_key
+from tests.helpers.brokers import skip_or_fail
 from tests.helpers.spark_faults import fail_once_router
 from tests.helpers.spark_fixtures import (  # noqa: F401
     queued_task_ids,
-    spark_cluster,
     spark_standalone,
+    standalone_cluster,
 )
 from tests.spark.test_spark_audit import check_known_answers, ledgers  # noqa: F401
 
@@ -107,3 +108,33 @@ def test_a_retried_task_sends_its_rows_again_and_each_runs_once(
     starts = Counter(r["id"] for r in pool.records() if r["kind"] == "start")
     assert set(starts) == set(ids) and max(starts.values()) == 1, "each row ran exactly once"
     assert all(ids[r["id"]] == r["args"][0] for r in records), "each id carried its row"
+
+
+def test_the_command_line_starts_and_stops_a_cluster(tmp_path: Any) -> None:
+    """``tools/spark_cluster.py start`` leaves a master and its worker running and their ids in
+    the state file; ``stop`` ends every one of them."""
+    import json
+    import os
+    import sys
+
+    from tools import spark_cluster
+
+    why = spark_cluster.missing()
+    if why is not None:
+        skip_or_fail(why)
+    state = tmp_path / "state.json"
+    argv = ["--workers", "1", "--memory", "512m", "--state", str(state), "--log-dir", str(tmp_path)]
+    assert spark_cluster.main(["start", *argv]) == 0
+    started = json.loads(state.read_text())
+    try:
+        assert started["master"].startswith("spark://127.0.0.1:")
+        assert spark_cluster.alive_workers(started["web"]) == 1
+    finally:
+        assert spark_cluster.main(["stop", "--state", str(state)]) == 0
+    assert not state.exists()
+    for pid in started["pids"]:
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)
+    check = "import os, sys; sys.exit(not os.environ['SPARK_MASTER_URL'].startswith('spark://'))"
+    assert spark_cluster.main(["run", "--workers", "1", "--memory", "512m", "--",
+                               sys.executable, "-c", check]) == 0  # fmt: skip
