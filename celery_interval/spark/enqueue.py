@@ -121,7 +121,8 @@ def enqueue(
     options: Mapping[str, Any] | None = None,
 ) -> EnqueueCounts:
     """Send one ``task`` message per row of ``df`` from the executors (``foreachPartition``,
-    one producer per partition, rows streamed) and return the counts.
+    one producer per partition, rows streamed) and return the counts. ``df`` is a classic or
+    a Spark Connect DataFrame.
 
     ``task`` is a task name (or a task, whose name is used). Each row's task id is
     ``task_id_for(task name, row[key], job)``: a retried Spark task or a re-run job sends the
