@@ -142,6 +142,11 @@ def by_bucket(rows: list[Any]) -> dict[str, dict[str, Any]]:
 
 
 def test_known_answers(spark: Any, ledgers: list[str]) -> None:  # noqa: F811
+    check_known_answers(spark, ledgers)
+
+
+def check_known_answers(spark: Any, ledgers: list[str]) -> None:  # noqa: F811
+    """The audit of ``ledgers`` on ``spark`` (a local, cluster or Spark Connect session)."""
     from celery_interval.spark import audit, checks, entries
 
     raw = audit.read_ledgers(spark, ledgers)
