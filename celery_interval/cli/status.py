@@ -78,6 +78,7 @@ def status(
         row = control.status_dict(result)
         row["queue"] = bucket
         row["burst"] = settings.burst_of(bucket)
+        row["running"] = result.running  # the live places: read by ``status`` only
         rows.append(row)
     rows.sort(key=_SORTS[sort_by])
     total = len(rows)
