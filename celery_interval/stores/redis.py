@@ -254,18 +254,27 @@ class RedisStore:
     def take(
         self, copy: TaskCopy, pace: Pace, terms: ClaimTerms, *, done_first: DoneBatch | None = None
     ) -> tuple[Grant, Claim | None]:
-        take: Named = (
+        calls = [self._take_call(copy, pace, terms)]
+        if done_first is not None:
+            calls[:0] = self._done_calls(done_first.copies, done_first.dedupe_ttl_us)
+        return _taken(self._send("take", calls)[-1])
+
+    def take_many(
+        self, takes: Sequence[tuple[TaskCopy, Pace, ClaimTerms]]
+    ) -> list[tuple[Grant, Claim | None]]:
+        """``take`` of each (copy, pace, terms), in order, in one round trip (each take is
+        atomic on its own; a script error raises after all ran)."""
+        calls = [self._take_call(copy, pace, terms) for copy, pace, terms in takes]
+        return [_taken(r) for r in self._send("take", calls)] if calls else []
+
+    def _take_call(self, copy: TaskCopy, pace: Pace, terms: ClaimTerms) -> Named:
+        return (
             "take",
             self._task_keys(copy),
             [self._now_arg(), pace.interval_us, pace.not_before_in_us, copy.task_id, copy.retries,
              self._ledger_max, terms.holder, terms.lease_us, terms.lead_us, terms.handoff_us,
              *_cap_args(copy, terms), terms.burst, terms.cost, _not_after(pace)],
         )  # fmt: skip
-        calls = [take]
-        if done_first is not None:
-            calls[:0] = self._done_calls(done_first.copies, done_first.dedupe_ttl_us)
-        r = self._send("take", calls)[-1]
-        return grant_of(r), (claim_of(r[6:]) if len(r) > 6 else None)
 
     def claim(
         self, copy: TaskCopy, interval_us: int, slot: Slot, terms: ClaimTerms, *, ticket: int = 0
@@ -510,6 +519,11 @@ class RedisStore:
             ) from exc
         except ResponseError as exc:
             raise StoreError(f"interval store {self._where} rejected {op}: {exc}") from exc
+
+
+def _taken(reply: Any) -> tuple[Grant, Claim | None]:
+    """Decode take.lua's reply: the grant, then the claim when it claimed."""
+    return grant_of(reply), (claim_of(reply[6:]) if len(reply) > 6 else None)
 
 
 def _not_after(pace: Pace) -> str | int:
