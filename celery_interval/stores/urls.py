@@ -27,6 +27,7 @@ __all__ = [
     "file_directory",
     "is_redis_broker_url",
     "is_redis_url",
+    "is_sentinel_url",
     "mask_url",
     "parse_store_url",
     "redis_kind",
@@ -154,6 +155,11 @@ def redis_kind(url: str, shown: str) -> RedisKind:
 def is_redis_url(url: str) -> bool:
     """Whether ``url`` names a standalone Redis (redis://, rediss://, unix://)."""
     return urlsplit(url).scheme.lower() in REDIS_SCHEMES
+
+
+def is_sentinel_url(url: str) -> bool:
+    """Whether ``url`` names a master watched by Redis Sentinel (redis[s]+sentinel://)."""
+    return urlsplit(url).scheme.lower() in SENTINEL_SCHEMES
 
 
 def is_redis_broker_url(url: object) -> TypeGuard[str]:

@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import contextlib
+import sys
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 import redis
+from celery.bin.celery import celery
+from click.testing import CliRunner
 
 from celery_interval.errors import StoreUnavailable
 from celery_interval.schedule import ClaimTerms, Outcome, Pace
@@ -55,12 +59,26 @@ def _until_served(call: Any, timeout_s: float = 30.0) -> tuple[Any, int]:
             time.sleep(0.05)
 
 
-def test_every_operation_on_the_sentinels_master(group: SentinelGroup) -> None:
+def test_every_operation_on_the_sentinels_master(
+    group: SentinelGroup, redis_server: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Every store operation, the birth marker, and ``interval ledger export`` on the URL."""
     store = _store(group)
-    exercise(store, "sentinel-ops")
+    exercise(store, "api")
     with contextlib.closing(redis.Redis(port=group.master.port)) as master:
         assert master.exists("ci:{~born}"), "the birth marker is kept as on a single Redis"
     store.close()
+    monkeypatch.setenv("CLI_TEST_BROKER", redis_server.broker_url_for(4))
+    monkeypatch.setenv("CLI_TEST_STORE", group.url)
+    sys.modules.pop("tests.helpers.cliapp", None)
+    out = tmp_path / "api.jsonl"
+    result = CliRunner().invoke(
+        celery,
+        ["-A", "tests.helpers.cliapp:app", "interval", "ledger", "export", "--out", str(out)],
+    )
+    assert result.exit_code == 0, result.output
+    assert "exported 10 entries of 1 buckets" in result.output
+    assert out.read_text().count('"bucket":"api"') == 10
 
 
 def test_the_store_follows_the_promoted_replica_with_its_state(group: SentinelGroup) -> None:
