@@ -6,8 +6,10 @@ import math
 from dataclasses import replace
 
 from celery_interval.schedule.state import (
+    MAX_LEAD_US,
     BucketState,
     new_state,
+    virtual_now,
 )
 
 #: An adaptive bucket throttled within this many starts of its last throttle slows by a third;
@@ -85,3 +87,13 @@ def _respaced(state: BucketState, interval_us: int, override_us: int | None) -> 
     state = replace(state, interval_override_us=override_us)
     grown_us = max(0, effective_interval(state, interval_us) - old_us)
     return replace(state, tat_us=state.tat_us + grown_us)
+
+
+def fenced(state: BucketState, now_us: int, interval_us: int) -> BucketState:
+    """The state as a master promoted at or before ``now_us`` finds it (a Redis replica): the
+    old master's last writes may be missing, a start admitted up to MAX_LEAD_US ahead among
+    them, so no start before one interval after ``now + MAX_LEAD_US``. Epoch, tickets, pause
+    and overrides are kept. Only a replicated Redis store applies it (lib.lua's fence)."""
+    last_us = max(state.last_start_us, virtual_now(state, now_us) + MAX_LEAD_US)
+    tat_us = max(state.tat_us, last_us + effective_interval(state, interval_us))
+    return replace(state, last_start_us=last_us, tat_us=tat_us)
