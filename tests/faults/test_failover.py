@@ -35,6 +35,9 @@ INTERVAL_S = 0.05
 TASKS = 100
 #: How long the master goes on admitting starts the replica never gets (``replica_behind``).
 LAG_S = 0.2
+#: How far a start deadline may stray in mapping the store's clock to this host's monotonic
+#: one (half a round trip to the store, with room for a slow one).
+MAPPING_US = 2_000
 
 
 def _ledger(url: str, bucket: str) -> list[dict[str, str]]:
@@ -66,8 +69,8 @@ def run_through_a_failover(
     """Two workers run ``TASKS`` tasks; after 30 starts ``fail()`` kills the bucket's master
     (in its block) and returns once the replica is promoted. Asserts what a failover promises:
     every task starts exactly once, no start is admitted while no master serves the bucket,
-    and (the interval being shorter than the failover) no two start deadlines come closer
-    than the interval allows."""
+    the new master fences the bucket (its first start comes an interval and MAX_LEAD_US after
+    its first write), and no two start deadlines come closer than the interval allows."""
     pool.recorder.delete(f"record:{pool.queue}")
     workers = pool.start(2)
     ids = pool.send(TASKS)
@@ -90,6 +93,8 @@ def run_through_a_failover(
     # The old master's last start was admitted at most MAX_LEAD_US ahead of its death; the new
     # master admits none before its first write.
     assert old and new and new[0] >= first_new_ns, (old[-1:], new[:1], first_new_ns)
+    fence_ns = (round(INTERVAL_S * 1e6) + MAX_LEAD_US - MAPPING_US) * 1000
+    assert new[0] - first_new_ns >= fence_ns, "the new master did not fence the bucket"
     gaps = [b - a for a, b in itertools.pairwise(deadlines)]
     across_us = (new[0] - old[-1]) // 1000
     print(
