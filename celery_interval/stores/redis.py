@@ -22,6 +22,7 @@ from redis.exceptions import (
 )
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
+from redis.sentinel import SentinelConnectionPool
 
 import celery_interval.stores.keys as keys
 from celery_interval.defaults import KEY_PREFIX, LEDGER_MAX, STORE_TIMEOUT_S
@@ -112,12 +113,17 @@ def _lua_text(name: str) -> str:
 
 
 @functools.cache
-def script_source(name: str) -> str:
-    """The full text sent to Redis for script ``name``: lib.lua followed by ``<name>.lua``."""
+def script_source(name: str, fenced: bool = False) -> str:
+    """The full text sent to Redis for script ``name``: lib.lua followed by ``<name>.lua``.
+
+    ``fenced`` (a replicated store: Sentinel, Cluster): each state carries the replication id
+    of the master that saved it, and a master that finds another's fences it
+    (``schedule.fenced``); otherwise the scripts never look (lib.lua's FENCED)."""
     if name not in SCRIPT_NAMES:
         raise ValueError(f"unknown script {name!r}")
     parts = ("lib", "ops", name) if name in _RUN_OPS else ("lib", name)
-    return "\n".join(_lua_text(part) for part in parts)
+    flag = f"local FENCED = {'true' if fenced else 'false'}"
+    return "\n".join([flag, *(_lua_text(part) for part in parts)])
 
 
 class RedisStore:
@@ -160,6 +166,7 @@ class RedisStore:
         self._line: ScriptLine | None = None
         self._posted: PostedLine | None = None
         self._born_keys: list[str] = []
+        self._fenced = False
         if isinstance(client, redis.Redis | redis.RedisCluster):
             self._where = where or describe(client)
             self._use(client)
@@ -175,8 +182,12 @@ class RedisStore:
                 "scripts are UTF-8 (drop encoding= from the store URL)"
             )
         self._live = cast(Any, client)
+        self._fenced = not isinstance(client, redis.Redis) or isinstance(
+            client.connection_pool, SentinelConnectionPool
+        )
         self._scripts = {
-            name: self._live.register_script(script_source(name)) for name in SCRIPT_NAMES
+            name: self._live.register_script(script_source(name, self._fenced))
+            for name in SCRIPT_NAMES
         }
         # redis-py sends a RedisCluster's scripts itself (node routing, MOVED and failover).
         self._line = ScriptLine(client) if isinstance(client, redis.Redis) else None
@@ -193,6 +204,13 @@ class RedisStore:
         """The redis-py client (made on first use): for reads beside the scripts (bucket
         listings, the overflow index); wrap its calls in ``guard``."""
         return self._ensure_client()
+
+    @property
+    def fenced(self) -> bool:
+        """Whether a master promoted after a failover fences each state it finds
+        (``schedule.fenced``): a Sentinel or Cluster store; known once the client is made."""
+        self._ensure_client()
+        return self._fenced
 
     @property
     def prefix(self) -> str:
@@ -420,7 +438,8 @@ class RedisStore:
         """The bucket's raw state record, or None; for tests, ``status`` and debugging."""
         with self._errors("read_state"):
             raw: dict[Any, Any] = self._client.hgetall(self._state_key(bucket))
-        f = {as_text(k): int(v) for k, v in raw.items()}
+        # m: the replication id of the master that saved it (a fenced store), not a number
+        f = {as_text(k): int(v) for k, v in raw.items() if as_text(k) != "m"}
         if "e" not in f:  # no record, or only a reset's
             return None
         try:
