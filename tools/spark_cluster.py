@@ -199,9 +199,11 @@ def start(
     log_dir: str | Path | None = None,
     conf: Mapping[str, str] | None = None,
     timeout_s: float = 120,
+    local: str = "local[2]",
 ) -> Cluster:
     """Start a master and ``workers`` workers (none when 0) and, with ``connect``, a Spark
-    Connect server on them (on ``local[2]`` without workers); ``conf`` goes to the server."""
+    Connect server on them (on ``local`` without workers, e.g. ``local[2,2]``: 2 threads, a
+    failed task tried twice); ``conf`` goes to the server."""
     why = missing_connect() if connect else missing()
     if why is not None:
         raise RuntimeError(why)
@@ -232,7 +234,7 @@ def start(
         if connect:
             port = free_port()
             submit = [str(spark_home() / "bin" / "spark-submit"), "--class", CONNECT_CLASS,
-                      "--name", "Spark Connect server", "--master", cluster.master or "local[2]",
+                      "--name", "Spark Connect server", "--master", cluster.master or local,
                       "--conf", f"spark.connect.grpc.binding.port={port}",
                       "--conf", f"spark.connect.grpc.binding.address={HOST}",
                       "--conf", "spark.ui.enabled=false"]  # fmt: skip

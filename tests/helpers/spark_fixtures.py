@@ -94,7 +94,8 @@ def spark_standalone(standalone_cluster: Any, _stop_classic_session: None) -> An
 @pytest.fixture(scope="module")
 def spark_connect() -> Iterator[Any]:
     """A Spark Connect session (``sc://``) on a local Connect server (its Spark on
-    local[2]) started from the installed PySpark, for the module. Afterwards this process is
+    local[2,2]: a failed task is tried again) started from the installed PySpark, for the
+    module. Afterwards this process is
     no longer in Connect mode (PySpark's builder turns it on for the whole process, and the
     local sessions of other tests are classic ones)."""
     import os
@@ -105,9 +106,12 @@ def spark_connect() -> Iterator[Any]:
     if why is not None:
         skip_or_fail(why)
     conf = {k: v for k, v in TEST_CONF.items() if k != "spark.ui.enabled"}
-    with spark_cluster.connect_server(workers=0, conf=conf) as server:
+    with spark_cluster.connect_server(workers=0, conf=conf, local="local[2,2]") as server:
         from pyspark.sql import SparkSession
 
+        classic = SparkSession.getActiveSession()
+        if classic is not None:  # PySpark starts no remote session beside a classic one
+            classic.stop()
         before = os.environ.get("SPARK_CONNECT_MODE_ENABLED")
         session = SparkSession.builder.remote(server.remote).getOrCreate()
         try:

@@ -74,3 +74,27 @@ def test_fan_out_through_connect(
     two = spark_connect.range(0, 2, 1, 4).selectExpr("string(id) AS key")
     assert enqueue(two, "t", key="key", broker_url=broker, queue="q") == EnqueueCounts(2, 2)
     assert len(queued_task_ids(redis_client, "q")) == 2
+
+
+def test_fan_out_through_connect_across_a_task_retry(
+    spark_connect: Any,  # noqa: F811
+    redis_client: Any,
+    redis_server: Any,
+) -> None:
+    """Partition 0's first attempt fails at its 300th send and is run again: its 299 rows are
+    in the broker twice under the same ids, and the observed counts are each row once (the
+    failed attempt's metrics are dropped)."""
+    from collections import Counter
+
+    from pyspark.sql import functions as F
+
+    from tests.helpers.spark_faults import fail_once_router
+
+    df = spark_connect.range(0, 2_000, 1, 4)
+    df = df.select(F.col("id").alias("i"), F.format_string("row-%d", "id").alias("key"))
+    counts = enqueue(df, "t", key="key", args=["i"], broker_url=redis_server.broker_url_for(0),
+                     queue="q", conf={"task_routes": (fail_once_router(300),)})  # fmt: skip
+    assert counts == EnqueueCounts(rows=2_000, partitions=4)
+    copies = Counter(queued_task_ids(redis_client, "q"))
+    assert set(copies) == {task_id_for("t", f"row-{i}") for i in range(2_000)}
+    assert Counter(copies.values()) == {1: 2_000 - 299, 2: 299}
