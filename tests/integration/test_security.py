@@ -41,7 +41,7 @@ STORE_PASSWORD = "ci-Pw-91c2"
 ACL_LINE = (
     "ACL SETUSER ci reset on >PASSWORD ~ci:{* +evalsha +script|load +ping +xrange"
     " +hmget +hset +hdel +get +set +del +xadd +time +pexpire +persist"
-    " +zadd +hincrby +zrangebyscore +hget +zrem +zcard"
+    " +zadd +hincrby +zrangebyscore +hget +zrem +zcard +zrange +zremrangebyscore +zscore +zcount"
 )
 ACL_COMMANDS = tuple(word[1:] for word in ACL_LINE.split() if word.startswith("+"))
 #: What ``interval ledger export`` adds: it lists ledgers with SCAN and finds the newest entry.
@@ -77,6 +77,10 @@ def exercise(store: Any, bucket: str = "api") -> None:
     assert (status.exists, status.ticket, status.overridden) == (True, 2, True)
     unset = store.unset_interval(bucket, INTERVAL_US)
     assert unset.dropped and (unset.status.interval_us, unset.status.ticket) == (INTERVAL_US, 2)
+    running = TaskCopy(bucket, "t9", 0)  # a capped body takes its place back, then ends
+    assert store.renew_place(running, LEASE_US, cap=1)
+    assert store.status(bucket, INTERVAL_US).running == 1
+    assert store.release(running)
     ops = [fields["op"] for _, fields in store.ledger(bucket)]
     assert ops[:3] == ["grant:OK", "grant:OK", "claim:OK"]
     assert ops[-2:] == ["set_interval", "unset_interval"]
