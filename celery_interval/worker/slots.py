@@ -120,7 +120,13 @@ class SlotCycle:
                 marks = self.done.take()
                 grant, claimed = self.store.take(
                     TaskCopy(held.bucket, held.task_id, held.retries),
-                    Pace(held.interval_us, not_before_in_us, held.burst, held.cost),
+                    Pace(
+                        held.interval_us,
+                        not_before_in_us,
+                        held.burst,
+                        held.cost,
+                        limits=held.limits,
+                    ),
                     ClaimTerms(
                         held.holder,
                         self.settings.lease_us,
@@ -128,13 +134,20 @@ class SlotCycle:
                         cap=held.cap,
                         burst=held.burst,
                         cost=held.cost,
+                        limits=held.limits,
                     ),
                     done_first=DoneBatch(marks, self.settings.dedupe_ttl_us),
                 )
             else:
                 grant = self.store.grant(
                     TaskCopy(held.bucket, held.task_id, held.retries),
-                    Pace(held.interval_us, not_before_in_us, held.burst, held.cost),
+                    Pace(
+                        held.interval_us,
+                        not_before_in_us,
+                        held.burst,
+                        held.cost,
+                        limits=held.limits,
+                    ),
                 )
         except StoreUnavailable as exc:
             self.done.put_back(marks)
@@ -165,6 +178,7 @@ class SlotCycle:
         stats.grants += 1
         stats.interval_us = held.interval_us
         stats.burst = held.burst
+        stats.limits = held.limits
         stats.last_paused = grant.paused
         held.granted(grant.epoch, grant.ticket, grant.slot_us, time.time() + grant.delay_us / 1e6)
         self.holding.due_at(held.bucket, time.monotonic_ns() + grant.delay_us * 1000)
