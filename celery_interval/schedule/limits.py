@@ -38,11 +38,12 @@ def _with(state: BucketState, tats: list[LimitTats]) -> BucketState:
 
 def earliest_start(state: BucketState, limits: Limits, cost: int, earliest_us: int) -> int:
     """``earliest_us``, or later where a start of ``cost`` conforms to every limit."""
-    for i, limit in enumerate(limits):
-        tat_us = _lost(state, limit, _tats(state, i).start_us)
-        if tat_us is not None:
-            earliest_us = max(earliest_us, tat_us - room(limit.burst, cost) * limit.interval_us)
-    return earliest_us
+    return _earliest(state, limits, cost, earliest_us, start=True)
+
+
+def next_slot(state: BucketState, limits: Limits, cost: int, slot_us: int) -> int:
+    """``slot_us``, or later where a ticket of ``cost`` conforms to every limit's grants."""
+    return _earliest(state, limits, cost, slot_us, start=False)
 
 
 def after_start(state: BucketState, start_us: int, limits: Limits, cost: int) -> BucketState:
@@ -51,20 +52,9 @@ def after_start(state: BucketState, start_us: int, limits: Limits, cost: int) ->
     tats = []
     for i, limit in enumerate(limits):
         old = _tats(state, i)
-        tat_us = _lost(state, limit, old.start_us)
-        tat_us = start_us if tat_us is None else max(tat_us, start_us)
-        grant_us = _lost(state, limit, old.grant_us)
-        tats.append(LimitTats(grant_us, tat_us + max(1, cost) * limit.interval_us))
+        start_us_after = _spent(_lost(state, limit, old.start_us), start_us, limit, cost)
+        tats.append(LimitTats(_lost(state, limit, old.grant_us), start_us_after))
     return _with(state, tats)
-
-
-def next_slot(state: BucketState, limits: Limits, cost: int, slot_us: int) -> int:
-    """``slot_us``, or later where a ticket of ``cost`` conforms to every limit's grants."""
-    for i, limit in enumerate(limits):
-        tat_us = _lost(state, limit, _tats(state, i).grant_us)
-        if tat_us is not None:
-            slot_us = max(slot_us, tat_us - room(limit.burst, cost) * limit.interval_us)
-    return slot_us
 
 
 def after_grant(state: BucketState, slot_us: int, limits: Limits, cost: int) -> BucketState:
@@ -72,10 +62,25 @@ def after_grant(state: BucketState, slot_us: int, limits: Limits, cost: int) -> 
     tats = []
     for i, limit in enumerate(limits):
         old = _tats(state, i)
-        tat_us = _lost(state, limit, old.grant_us)
-        tat_us = slot_us if tat_us is None else max(tat_us, slot_us)
-        tats.append(LimitTats(tat_us + max(1, cost) * limit.interval_us, old.start_us))
+        grant_us = _spent(_lost(state, limit, old.grant_us), slot_us, limit, cost)
+        tats.append(LimitTats(grant_us, old.start_us))
     return _with(state, tats)
+
+
+def _earliest(state: BucketState, limits: Limits, cost: int, at_us: int, *, start: bool) -> int:
+    """``at_us``, or later where ``cost`` conforms to every limit's starts' (``start``) or
+    grants' GCRA."""
+    for i, limit in enumerate(limits):
+        tats = _tats(state, i)
+        tat_us = _lost(state, limit, tats.start_us if start else tats.grant_us)
+        if tat_us is not None:
+            at_us = max(at_us, tat_us - room(limit.burst, cost) * limit.interval_us)
+    return at_us
+
+
+def _spent(tat_us: int | None, at_us: int, limit: Limit, cost: int) -> int:
+    """A GCRA's ``tat_us`` (None: nothing counted) after ``cost`` units at ``at_us``."""
+    return (at_us if tat_us is None else max(tat_us, at_us)) + max(1, cost) * limit.interval_us
 
 
 def emptied(

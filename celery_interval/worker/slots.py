@@ -113,20 +113,16 @@ class SlotCycle:
         claimed: Claim | None = None
         marks: list[TaskCopy] = []
         op = "grant"
+        copy = TaskCopy(held.bucket, held.task_id, held.retries)
+        pace = Pace(held.interval_us, not_before_in_us, held.burst, held.cost, limits=held.limits)
         sent_ns = time.monotonic_ns()
         try:
             if self.pool.free() > 0 and not self.pool.waiting and not held.request.revoked():
                 op = "take"
                 marks = self.done.take()
                 grant, claimed = self.store.take(
-                    TaskCopy(held.bucket, held.task_id, held.retries),
-                    Pace(
-                        held.interval_us,
-                        not_before_in_us,
-                        held.burst,
-                        held.cost,
-                        limits=held.limits,
-                    ),
+                    copy,
+                    pace,
                     ClaimTerms(
                         held.holder,
                         self.settings.lease_us,
@@ -139,16 +135,7 @@ class SlotCycle:
                     done_first=DoneBatch(marks, self.settings.dedupe_ttl_us),
                 )
             else:
-                grant = self.store.grant(
-                    TaskCopy(held.bucket, held.task_id, held.retries),
-                    Pace(
-                        held.interval_us,
-                        not_before_in_us,
-                        held.burst,
-                        held.cost,
-                        limits=held.limits,
-                    ),
-                )
+                grant = self.store.grant(copy, pace)
         except StoreUnavailable as exc:
             self.done.put_back(marks)
             self.outage.failed(exc)

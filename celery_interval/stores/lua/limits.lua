@@ -38,15 +38,34 @@ local function lim_with(s, tats)
   end
 end
 
--- schedule.limits.earliest_start
-local function lim_earliest_start(s, limits, cost, earliest)
+-- schedule.limits._earliest: at, or later where cost conforms to every limit's GCRA on side
+-- ('s': the starts', 'g': the grants').
+local function lim_earliest(s, limits, cost, at, side)
   for i, lim in ipairs(limits) do
-    local tat = lim_lost(s, lim, lim_tats(s, i).s)
+    local tat = lim_lost(s, lim, lim_tats(s, i)[side])
     if tat ~= nil then
-      earliest = math.max(earliest, tat - room(lim.b, cost) * lim.t)
+      at = math.max(at, tat - room(lim.b, cost) * lim.t)
     end
   end
-  return earliest
+  return at
+end
+
+-- schedule.limits._spent: a GCRA's tat (nil: nothing counted) after cost units at at.
+local function lim_spent(tat, at, lim, cost)
+  if tat ~= nil then
+    at = math.max(tat, at)
+  end
+  return at + math.max(1, cost) * lim.t
+end
+
+-- schedule.limits.earliest_start
+local function lim_earliest_start(s, limits, cost, earliest)
+  return lim_earliest(s, limits, cost, earliest, 's')
+end
+
+-- schedule.limits.next_slot
+local function lim_next_slot(s, limits, cost, slot)
+  return lim_earliest(s, limits, cost, slot, 'g')
 end
 
 -- schedule.limits.after_start (before lib.lua's after_start, which ends z)
@@ -54,26 +73,10 @@ local function lim_after_start(s, start, limits, cost)
   local tats = {}
   for i, lim in ipairs(limits) do
     local old = lim_tats(s, i)
-    local tat = lim_lost(s, lim, old.s)
-    if tat == nil then
-      tat = start
-    else
-      tat = math.max(tat, start)
-    end
-    tats[i] = { g = lim_lost(s, lim, old.g), s = tat + math.max(1, cost) * lim.t }
+    local tat = lim_spent(lim_lost(s, lim, old.s), start, lim, cost)
+    tats[i] = { g = lim_lost(s, lim, old.g), s = tat }
   end
   lim_with(s, tats)
-end
-
--- schedule.limits.next_slot
-local function lim_next_slot(s, limits, cost, slot)
-  for i, lim in ipairs(limits) do
-    local tat = lim_lost(s, lim, lim_tats(s, i).g)
-    if tat ~= nil then
-      slot = math.max(slot, tat - room(lim.b, cost) * lim.t)
-    end
-  end
-  return slot
 end
 
 -- schedule.limits.after_grant
@@ -81,13 +84,7 @@ local function lim_after_grant(s, slot, limits, cost)
   local tats = {}
   for i, lim in ipairs(limits) do
     local old = lim_tats(s, i)
-    local tat = lim_lost(s, lim, old.g)
-    if tat == nil then
-      tat = slot
-    else
-      tat = math.max(tat, slot)
-    end
-    tats[i] = { g = tat + math.max(1, cost) * lim.t, s = old.s }
+    tats[i] = { g = lim_spent(lim_lost(s, lim, old.g), slot, lim, cost), s = old.s }
   end
   lim_with(s, tats)
 end
