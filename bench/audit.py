@@ -1,11 +1,15 @@
 """Audit throughput: 10 million synthetic ledger entries (JSON lines) audited on local[2].
 
     python bench/audit.py [--entries 10000000] [--buckets 100] [--keep DIR]
+    python bench/audit.py --cluster 2 [--worker-memory 4g] [--format parquet] [--conf K=V]
 
 Spark itself writes the synthetic ledger (as `interval ledger export` would, one JSON object
-per entry) into a temporary directory; then a fresh process runs the audit on local[2] while
-this one samples the memory of that process and its JVM. Prints seconds (with and without the
-JVM start), entries per second and the peak resident memory of the driver (python + JVM).
+per entry; or Parquet with ``--format parquet``) into a temporary directory; then a fresh
+process runs the audit on local[2] (``--master`` another URL; ``--cluster N`` a standalone
+master and N workers of one core each, started by ``tools/spark_cluster.py``) while this one
+samples the memory of that process and its JVM. Prints seconds (with and without the JVM
+start), entries per second and the peak resident memory of the driver (python + JVM; a
+cluster's executors are other processes).
 """
 
 from __future__ import annotations
@@ -28,8 +32,9 @@ INTERVAL_US = 20_000
 CYCLE = 5
 
 
-def generate(out: Path, entries: int, buckets: int) -> float:
-    """Write ``entries`` ledger entries spread over ``buckets`` as JSON lines; returns s."""
+def generate(out: Path, entries: int, buckets: int, fmt: str = "json") -> float:
+    """Write ``entries`` ledger entries spread over ``buckets`` as JSON lines (or Parquet);
+    returns s."""
     from pyspark.sql import SparkSession
     from pyspark.sql import functions as F
 
@@ -77,7 +82,7 @@ def generate(out: Path, entries: int, buckets: int) -> float:
         F.when(is_start & control.isNull(), late).alias("late"),
         F.when(step == 1, 8_000 - late).alias("delay"),
     )
-    df.write.mode("overwrite").json(str(out))
+    df.write.mode("overwrite").format(fmt).save(str(out))
     seconds = time.monotonic() - started
     spark.stop()
     return seconds
@@ -98,12 +103,13 @@ def _tree_rss_bytes(pid: int) -> int:
     return total
 
 
-def child(ledger: str, out: str) -> None:
-    """The measured process: start Spark on local[2], run the audit, print timings as JSON."""
+def child(ledger: str, out: str, master: str, conf: str) -> None:
+    """The measured process: start Spark on ``master``, run the audit, print timings as
+    JSON."""
     from celery_interval.spark.audit import build_session, main
 
     started = time.monotonic()
-    spark = build_session("local[2]")
+    spark = build_session(master, json.loads(conf))
     spark.sparkContext.setLogLevel("ERROR")
     ready = time.monotonic()
     doc = main([ledger], out)
@@ -116,10 +122,10 @@ def child(ledger: str, out: str) -> None:
     }}))  # fmt: skip
 
 
-def measure(ledger: Path, out: Path) -> dict[str, Any]:
+def measure(ledger: Path, out: Path, master: str, conf: dict[str, str]) -> dict[str, Any]:
     started = time.monotonic()
     proc = subprocess.Popen(
-        [sys.executable, __file__, "--child", str(ledger), str(out)],
+        [sys.executable, __file__, "--child", str(ledger), str(out), master, json.dumps(conf)],
         stdout=subprocess.PIPE,
         text=True,
     )
@@ -154,11 +160,11 @@ def to_parquet(ledger: Path, out: Path) -> None:
     spark.stop()
 
 
-def report(name: str, r: dict[str, Any]) -> None:
+def report(name: str, r: dict[str, Any], where: str) -> None:
     doc = r["doc"]
     entries = doc["entries"]
     print(f"audit of {entries:,} entries ({name}) in {doc['buckets']} buckets "
-          f"({doc['starts']:,} starts, {doc['violations']} violations) on local[2]:")  # fmt: skip
+          f"({doc['starts']:,} starts, {doc['violations']} violations) on {where}:")  # fmt: skip
     print(f"  audit      {r['audit_s']:.1f} s  ({entries / r['audit_s']:,.0f} entries/s)")
     print(f"  with JVM   {r['wall_s']:.1f} s  ({entries / r['wall_s']:,.0f} entries/s)")
     print(f"  peak RSS   {r['peak_rss_mb']:,.0f} MiB (driver python + JVM)")
@@ -172,27 +178,62 @@ def main() -> None:
     parser.add_argument(
         "--parquet", action="store_true", help="Also audit a Parquet copy of the same entries."
     )
-    parser.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--format",
+        choices=("json", "parquet"),
+        default="json",
+        help="how the synthetic ledger is written",
+    )
+    parser.add_argument("--master", default="local[2]", help="where the audit runs")
+    parser.add_argument(
+        "--cluster",
+        type=int,
+        metavar="N",
+        help="start a standalone master and N workers (1 core each) for it",
+    )
+    parser.add_argument("--worker-memory", default="4g", help="--cluster: each worker's memory")
+    parser.add_argument(
+        "--conf",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a Spark setting of the audit's session",
+    )
+    parser.add_argument("--child", nargs=4, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
         child(*args.child)
         return
+    conf = dict(kv.split("=", 1) for kv in args.conf)
     work = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="bench-audit-"))
-    ledger = work / "ledger"
+    ledger = work / ("ledger" if args.format == "json" else "ledger.parquet")
+    cluster = None
     try:
         if not (ledger / "_SUCCESS").exists():
-            gen_s = generate(ledger, args.entries, args.buckets)
+            gen_s = generate(ledger, args.entries, args.buckets, args.format)
             size = sum(f.stat().st_size for f in ledger.glob("part-*"))
             print(f"generated {args.entries:,} entries ({size / 2**30:.2f} GiB) in {gen_s:.1f}s")
-        inputs = [("JSON lines", ledger)]
-        if args.parquet:
+        master, where = args.master, args.master
+        if args.cluster:
+            sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+            from tools import spark_cluster
+
+            cluster = spark_cluster.start(args.cluster, 1, args.worker_memory)
+            master = str(cluster.master)
+            where = f"a standalone master and {args.cluster} workers (1 core, {args.worker_memory})"
+            conf.setdefault("spark.executor.memory", args.worker_memory)
+            conf.setdefault("spark.pyspark.python", sys.executable)
+        inputs = [("JSON lines" if args.format == "json" else "Parquet", ledger)]
+        if args.parquet and args.format == "json":
             copy = work / "ledger.parquet"
             if not copy.exists():
                 to_parquet(ledger, copy)
             inputs.append(("Parquet", copy))
         for name, path in inputs:
-            report(name, measure(path, work / "report"))
+            report(name, measure(path, work / "report", master, conf), where)
     finally:
+        if cluster is not None:
+            cluster.stop()
         if not args.keep:
             shutil.rmtree(work, ignore_errors=True)
 

@@ -22,9 +22,11 @@ INTERVAL_US = 1  # no waiting: measure the store, not the schedule
 
 
 def _worker(
-    url: str, prefix: str, n_buckets: int, seconds: float, start_at: float, seed: int
+    url: str, prefix: str, n_buckets: int, seconds: float, start_at: float, seed: int, batch: int
 ) -> tuple[int, dict[str, int]]:
-    """Run grant+claim pairs from ``start_at`` for ``seconds``; return (pairs, outcomes)."""
+    """Run grant+claim pairs from ``start_at`` for ``seconds``; return (pairs, outcomes). With
+    ``batch`` > 0 each pair is one ``take`` (grant and claim in one script, its slot due at
+    once), ``batch`` of them per round trip (``take_many``)."""
     store = RedisStore.from_url(url, key_prefix=prefix)
     holder = f"bench-{os.getpid()}"
     outcomes: Counter[str] = Counter()
@@ -33,7 +35,18 @@ def _worker(
     while time.time() < start_at:
         time.sleep(0.001)
     deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
+    terms = ClaimTerms(holder, LEASE_US)
+    while batch and time.monotonic() < deadline:
+        takes = []
+        for _ in range(batch):
+            takes.append(
+                (TaskCopy(f"b{i % n_buckets}", f"{seed}-{i}", 0), Pace(INTERVAL_US), terms)
+            )
+            i += 1
+        for _grant, claimed in store.take_many(takes):
+            outcomes["none" if claimed is None else claimed.outcome.value] += 1
+            pairs += 1
+    while not batch and time.monotonic() < deadline:
         for _ in range(50):
             bucket = f"b{i % n_buckets}"
             task_id = f"{seed}-{i}"
@@ -60,7 +73,7 @@ def _cleanup(client: redis.Redis[Any], prefix: str) -> None:
 
 
 def throughput(
-    url: str, n_procs: int, n_buckets: int, seconds: float
+    url: str, n_procs: int, n_buckets: int, seconds: float, batch: int = 0
 ) -> tuple[float, Counter[str]]:
     """Pairs per second summed over ``n_procs`` client processes."""
     prefix = f"cibench-{uuid.uuid4().hex[:8]}:"
@@ -69,7 +82,7 @@ def throughput(
     with ctx.Pool(n_procs) as pool:
         results = pool.starmap(
             _worker,
-            [(url, prefix, n_buckets, seconds, start_at, k) for k in range(n_procs)],
+            [(url, prefix, n_buckets, seconds, start_at, k, batch) for k in range(n_procs)],
         )
     outcomes: Counter[str] = Counter()
     for _, o in results:
@@ -109,6 +122,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--procs", default="1,4", help="client process counts")
     parser.add_argument("--buckets", default="1,10000", help="bucket counts")
     parser.add_argument("--idle-buckets", type=int, default=10_000)
+    parser.add_argument(
+        "--batch",
+        default="0",
+        help="takes per round trip, comma-separated (0: a grant, then a claim, per pair)",
+    )
     args = parser.parse_args(argv)
 
     server = None
@@ -124,13 +142,18 @@ def main(argv: list[str] | None = None) -> None:
             f"Redis {info['redis_version']} at {url.split('@')[-1]}, "
             f"{os.cpu_count()} CPUs, {args.seconds:g} s per run\n"
         )
-        print("| client processes | buckets | grant+claim pairs/s | claim outcomes |")
-        print("|---:|---:|---:|---|")
-        for n_procs in (int(x) for x in args.procs.split(",")):
-            for n_buckets in (int(x) for x in args.buckets.split(",")):
-                rate, outcomes = throughput(url, n_procs, n_buckets, args.seconds)
-                shown = ", ".join(f"{k} {v}" for k, v in sorted(outcomes.items()))
-                print(f"| {n_procs} | {n_buckets:,} | {rate:,.0f} | {shown} |", flush=True)
+        print("| client processes | buckets | takes per trip | grant+claim pairs/s | claims |")
+        print("|---:|---:|---:|---:|---|")
+        for batch in (int(x) for x in args.batch.split(",")):
+            for n_procs in (int(x) for x in args.procs.split(",")):
+                for n_buckets in (int(x) for x in args.buckets.split(",")):
+                    rate, outcomes = throughput(url, n_procs, n_buckets, args.seconds, batch)
+                    shown = ", ".join(f"{k} {v}" for k, v in sorted(outcomes.items()))
+                    per_trip = str(batch) if batch else "grant, claim"
+                    print(
+                        f"| {n_procs} | {n_buckets:,} | {per_trip} | {rate:,.0f} | {shown} |",
+                        flush=True,
+                    )
         usage, growth = idle_bucket_bytes(url, args.idle_buckets)
         print(
             f"\nIdle bucket (state hash only; marks and ledger excluded, {args.idle_buckets:,} "

@@ -153,5 +153,4 @@ def status_dict(result: Status) -> dict[str, Any]:
         "paused": result.paused,
         "tickets": result.ticket,
         "next_slot_in_s": result.next_slot_in_us / 1e6,
-        "running": result.running,
     }

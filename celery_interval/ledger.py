@@ -24,7 +24,7 @@ from celery_interval.stores import keys, mask_url
 from celery_interval.stores.codec import as_text
 from celery_interval.stores.redis import RedisStore
 from celery_interval.stores.redis_client import client_for_url
-from celery_interval.stores.urls import is_redis_url
+from celery_interval.stores.urls import is_redis_url, is_sentinel_url
 
 __all__ = [
     "DEFAULT_CHUNK",
@@ -153,12 +153,12 @@ def reader_for_app(app: Any) -> LedgerReader:
     """A reader of the app's store (``interval_store_url``, ``interval_key_prefix``)."""
     settings = settings_of(app)
     url = settings.store_url
-    if not is_redis_url(url):
+    if not is_redis_url(url) and not is_sentinel_url(url):
         raise ConfigurationError(
             f"interval_store_url={mask_url(url)!r} keeps no ledger: only a Redis store "
-            "(redis://, rediss://, unix://) does"
+            "(redis://, rediss://, unix://, redis+sentinel://) does"
         )
-    # A standalone URL (checked above) gives a client, not a Cluster client's maker.
+    # A standalone or Sentinel URL (checked above) gives a client, not a Cluster client's maker.
     client = cast(redis.Redis, client_for_url(url, mask_url(url), settings.store_timeout_s))
     return LedgerReader(client, settings.key_prefix)
 

@@ -37,7 +37,8 @@ CHECKS: dict[str, str] = {
     "import pyspark, pandas, pyarrow, matplotlib; import pyspark.pandas; "
     "from pyspark.sql.pandas.utils import require_minimum_pandas_version as p, "
     "require_minimum_pyarrow_version as a; p(); a(); "
-    "import celery_interval.spark, celery_interval.spark.audit, celery_interval.spark.plots",
+    "import celery_interval.spark, celery_interval.spark.audit, celery_interval.spark.plots; "
+    "from pyspark.sql.connect.utils import check_dependencies; check_dependencies()",
     "bench": "import dramatiq, dramatiq.brokers.redis, psutil, matplotlib.pyplot",
     "docs": "import sphinx, myst_parser, sphinx_click",
     "dev": "import pytest, pytest_timeout, hypothesis, mypy, tox, gevent, sphinx, myst_parser, "

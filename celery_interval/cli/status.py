@@ -83,6 +83,7 @@ def status(
             {"interval_s": limit.interval_us / 1e6, "burst": limit.burst}
             for limit in settings.limits_of(bucket)
         ]
+        row["running"] = result.running  # the live places: read by ``status`` only
         rows.append(row)
     rows.sort(key=_SORTS[sort_by])
     total = len(rows)

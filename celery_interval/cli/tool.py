@@ -111,7 +111,12 @@ def _spark_conf(_ctx: click.Context, _param: click.Parameter, values: tuple[str,
 @main.command()
 @click.argument("ledgers", nargs=-1, required=True, metavar="LEDGER...")
 @click.option("--out", "out_dir", required=True, help="Directory for the summary, plots, report.")
-@click.option("--master", default="local[*]", show_default=True, help="Spark master URL.")
+@click.option(
+    "--master",
+    default="local[*]",
+    show_default=True,
+    help="Spark master URL (local[*], spark://host:port), or sc://host:port for Spark Connect.",
+)
 @click.option(
     "--interval-of",
     "intervals_us",

@@ -7,8 +7,10 @@ from dataclasses import replace
 
 from celery_interval.schedule.burst import rescaled_extra
 from celery_interval.schedule.state import (
+    MAX_LEAD_US,
     BucketState,
     new_state,
+    virtual_now,
 )
 
 #: An adaptive bucket throttled within this many starts of its last throttle slows by a third;
@@ -90,3 +92,15 @@ def _respaced(state: BucketState, interval_us: int, override_us: int | None) -> 
         tat_us=state.tat_us + max(0, new_us - old_us),
         start_extra_us=rescaled_extra(state.start_extra_us, old_us, new_us),
     )
+
+
+def fenced(state: BucketState, now_us: int, interval_us: int) -> BucketState:
+    """The state as a master promoted at or before ``now_us`` finds it (a Redis replica): the
+    old master's last writes may be missing, a start admitted up to MAX_LEAD_US ahead among
+    them, so no start before one interval after ``now + MAX_LEAD_US``, and a burst counts as
+    used then (``lost_start_us``, as after a lost state). Epoch, tickets, pause and overrides
+    are kept. Only a replicated Redis store applies it (lib.lua's fence)."""
+    last_us = max(state.last_start_us, virtual_now(state, now_us) + MAX_LEAD_US)
+    tat_us = max(state.tat_us, last_us + effective_interval(state, interval_us))
+    lost_us = last_us if state.lost_start_us is None else max(state.lost_start_us, last_us)
+    return replace(state, last_start_us=last_us, tat_us=tat_us, lost_start_us=lost_us)

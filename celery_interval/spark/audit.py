@@ -82,11 +82,13 @@ JVM_OPTIONS = "-XX:+UseParallelGC"
 
 
 def build_session(master: str = "local[*]", conf: Mapping[str, str] | None = None) -> SparkSession:
-    """A SparkSession for the audit on ``master`` (``local[*]`` or a cluster's URL); ``conf``
-    adds or overrides Spark settings (e.g. ``spark.driver.memory``)."""
+    """A SparkSession for the audit on ``master`` (``local[*]``, a cluster's URL, or a Spark
+    Connect server's ``sc://host:port``); ``conf`` adds or overrides Spark settings (e.g.
+    ``spark.driver.memory``; through Spark Connect only the SQL ones take effect)."""
+    builder = SparkSession.builder
+    builder = builder.remote(master) if master.startswith("sc://") else builder.master(master)
     builder = (
-        SparkSession.builder.master(master)
-        .appName("celery-interval audit")
+        builder.appName("celery-interval audit")
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.session.timeZone", "UTC")
     )

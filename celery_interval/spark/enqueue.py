@@ -22,7 +22,8 @@ ID_NAMESPACE = uuid.UUID("6f3c1e52-8d0b-5a8e-9b7e-2f61c0d4a9b3")
 
 @dataclass(frozen=True)
 class EnqueueCounts:
-    """What one ``enqueue`` call sent: rows (messages) and partitions (one producer each)."""
+    """What one ``enqueue`` call sent: rows (messages) and the partitions that sent them
+    (one producer each)."""
 
     rows: int
     partitions: int
@@ -73,8 +74,8 @@ def _send_partition(
     job: str,
     queue: str | None,
     options: tuple[tuple[str, Any], ...],
-    sent: Any,
-    partitions: Any,
+    sent: Any = None,
+    partitions: Any = None,
 ) -> None:
     """Send one partition's rows through one producer, streaming (never a whole partition)."""
     app = _app_for(spec)
@@ -94,8 +95,9 @@ def _send_partition(
                 **sent_once(dict(options)),
             )
             count += 1
-    sent.add(count)
-    partitions.add(1)
+    if sent is not None:
+        sent.add(count)
+        partitions.add(int(count > 0))
 
 
 def sent_once(options: dict[str, Any]) -> dict[str, Any]:
@@ -119,7 +121,8 @@ def enqueue(
     options: Mapping[str, Any] | None = None,
 ) -> EnqueueCounts:
     """Send one ``task`` message per row of ``df`` from the executors (``foreachPartition``,
-    one producer per partition, rows streamed) and return the counts.
+    one producer per partition, rows streamed) and return the counts. ``df`` is a classic or
+    a Spark Connect DataFrame.
 
     ``task`` is a task name (or a task, whose name is used). Each row's task id is
     ``task_id_for(task name, row[key], job)``: a retried Spark task or a re-run job sends the
@@ -154,22 +157,38 @@ def enqueue(
             find_app(app)  # the same lookup the executors make: fail early on a typo
         except Exception as exc:
             raise ConfigurationError(f"app={app!r}: cannot import it: {exc}") from exc
-    spec = _AppSpec(app, broker_url, tuple(sorted((conf or {}).items())))
+    send = functools.partial(
+        _send_partition,
+        spec=_AppSpec(app, broker_url, tuple(sorted((conf or {}).items()))),
+        task_name=task_name,
+        key=key,
+        args=tuple(args),
+        kwargs=named,
+        job=job,
+        queue=queue,
+        options=tuple(sorted((options or {}).items())),
+    )
+    if type(df).__module__.startswith("pyspark.sql.connect"):
+        return _enqueue_remote(df, send)
     sc = df.sparkSession.sparkContext
     sent, partitions = sc.accumulator(0), sc.accumulator(0)
-    df.foreachPartition(
-        functools.partial(
-            _send_partition,
-            spec=spec,
-            task_name=task_name,
-            key=key,
-            args=tuple(args),
-            kwargs=named,
-            job=job,
-            queue=queue,
-            options=tuple(sorted((options or {}).items())),
-            sent=sent,
-            partitions=partitions,
-        )
-    )
+    df.foreachPartition(functools.partial(send, sent=sent, partitions=partitions))
     return EnqueueCounts(rows=int(sent.value), partitions=int(partitions.value))
+
+
+def _enqueue_remote(df: DataFrame, send: Any) -> EnqueueCounts:
+    """``enqueue`` through Spark Connect, which has no accumulators: the same partition
+    function, counted by an observation of the rows it reads (the metrics of a failed task
+    attempt are dropped, as its accumulator updates are)."""
+    from pyspark.sql import Observation
+    from pyspark.sql import functions as F
+
+    counts, part = Observation(), "__celery_interval_partition"
+    observed = (
+        df.withColumn(part, F.spark_partition_id())  # (observed metrics take only aggregates)
+        .observe(counts, F.count(F.lit(1)).alias("rows"), F.size(F.collect_set(part)).alias("p"))
+        .drop(part)
+    )
+    observed.foreachPartition(send)
+    got = counts.get
+    return EnqueueCounts(rows=int(got["rows"]), partitions=int(got["p"]))

@@ -33,7 +33,7 @@ __all__ = [
 
 _TEXT = ("bucket", "id", "op", "task", "holder")
 _NUMBERS = ("now", "r", "ticket", "slot", "delay", "epoch", "paused", "start", "late", "again")
-_NUMBERS_TOO = ("changed", "interval", "readmit")
+_NUMBERS_TOO = ("changed", "interval", "readmit", "burst", "cost")
 #: Every field an exported entry may carry (``ledger.entry_record``), typed.
 LEDGER_SCHEMA = StructType(
     [StructField(n, StringType()) for n in _TEXT]
@@ -42,7 +42,7 @@ LEDGER_SCHEMA = StructType(
 #: The fields the audit reads.
 AUDIT_FIELDS = (
     "bucket", "id", "op", "now", "task", "r", "holder", "start", "late", "again",
-    "changed", "interval", "readmit",
+    "changed", "interval", "readmit", "burst", "cost",
 )  # fmt: skip
 #: Lateness over time is kept per second of store time, per bucket and worker.
 TBIN_US = 1_000_000
@@ -53,7 +53,7 @@ _CONTROLS = CONTROL_OPS
 #: Besides starts, the entries the running windows read: intervals set, pauses opened, closed.
 _TIMELINE_OPS = (*_CONTROLS, "reset")
 #: The fields only a start's later steps read.
-_START_FIELDS = ("task", "r", "holder", "late", "readmit")
+_START_FIELDS = ("task", "r", "holder", "late", "readmit", "burst", "cost")
 #: Where a start's interval came from; entries carry the index (numbers aggregate faster).
 SOURCES = ("--interval-of", "ledger", "control")
 
@@ -149,7 +149,8 @@ def annotate(ledger: DataFrame, intervals_us: Mapping[str, int] | None = None) -
     """Every entry of a ``normalize``-d ledger (or of ``keyed``: repeats of an entry are
     dropped in the same pass, see ``dedupe``) with, for starts: interval_us and its
     interval_source, prev_start_us, prev_task, gap_us, violation (gap_us < interval_us;
-    null for a bucket's first start or an unknown interval), worker, tbin (second since the
+    null for a bucket's first start or an unknown interval; for a start of a bucket with a
+    burst, ``budget_violation``), worker, tbin (second since the
     bucket's first start) and hbin (histogram bin); for the close of a pause: pause_from_us and
     pause_to_us; for a pause or a close: event_code (now x 2, + 1 for a pause).
 
@@ -211,7 +212,31 @@ def annotate(ledger: DataFrame, intervals_us: Mapping[str, int] | None = None) -
         # the last pause or close wins: now x 2 + 1 for a pause (max() of it is the latest)
         F.when(is_open | is_close, F.col("now") * 2 + is_open.cast("long")).alias("event_code"),
     )
-    return shaped
+    return _budget_checked(shaped)
+
+
+def _budget_checked(shaped: DataFrame) -> DataFrame:
+    """``shaped`` with each start of a bucket with a burst (its claim records ``burst``)
+    judged by the budget instead of the gap before it: a violation ends a run of starts i..j
+    with Σ cost > burst + span / interval (``celery_interval.starts.Budget``'s property; the
+    gap rule is its case burst = cost = 1). With prefix sums of cost P, the worst run ending at
+    j starts where (P_i-1 · T - s_i) is least: a running minimum, in a second window pass over
+    the same sort (no shuffle, no sort). The interval T is each start's own: exact while a
+    bucket's interval stays the same."""
+    is_start, start, t_us = F.col("is_start"), F.col("start_key"), F.col("interval_us")
+    cost = F.coalesce(F.col("cost"), F.lit(1))
+    upto = _by_time().rowsBetween(Window.unboundedPreceding, Window.currentRow)
+    spent = shaped.select(
+        "*", F.sum(F.when(is_start, cost).otherwise(0)).over(upto).alias("_spent")
+    )
+    run_from = F.when(is_start, (F.col("_spent") - cost) * t_us - start)
+    least = F.min(run_from).over(upto)
+    overdrawn = F.col("_spent") * t_us - start - least > F.col("burst") * t_us
+    budget = is_start & F.col("burst").isNotNull()
+    return spent.select(
+        *[F.when(budget, overdrawn).otherwise(F.col(c)).alias(c) if c == "violation" else c
+          for c in shaped.columns]
+    )  # fmt: skip
 
 
 def starts_of(ledger: DataFrame, intervals_us: Mapping[str, int] | None = None) -> DataFrame:

@@ -59,13 +59,23 @@ class ScriptLine:
         try:
             return self._exchange(conn, calls)
         except BaseException:
-            conn.disconnect()  # replies may be left unread: the next call reconnects
+            conn.disconnect()  # replies may be left unread
+            self._give_back_kept()
             raise
 
     def close(self) -> None:
         """Return the kept connection to the pool."""
         with self._lock:
             self._closed = True
+            if self._give_back is not None:
+                self._give_back()
+            self._owner = self._kept = self._give_back = None
+
+    def _give_back_kept(self) -> None:
+        """Return the kept connection after an error: the next call takes one from the pool,
+        which connects it (a Sentinel pool asks where the master is now; a connection that
+        reconnects by itself would go back to the old master's address)."""
+        with self._lock:
             if self._give_back is not None:
                 self._give_back()
             self._owner = self._kept = self._give_back = None

@@ -22,6 +22,7 @@ from redis.exceptions import (
 )
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
+from redis.sentinel import SentinelConnectionPool
 
 import celery_interval.stores.keys as keys
 from celery_interval.defaults import KEY_PREFIX, LEDGER_MAX, STORE_TIMEOUT_S
@@ -113,12 +114,17 @@ def _lua_text(name: str) -> str:
 
 
 @functools.cache
-def script_source(name: str) -> str:
-    """The full text sent to Redis for script ``name``: lib.lua followed by ``<name>.lua``."""
+def script_source(name: str, fenced: bool = False) -> str:
+    """The full text sent to Redis for script ``name``: lib.lua followed by ``<name>.lua``.
+
+    ``fenced`` (a replicated store: Sentinel, Cluster): each state carries the replication id
+    of the master that saved it, and a master that finds another's fences it
+    (``schedule.fenced``); otherwise the scripts never look (lib.lua's FENCED)."""
     if name not in SCRIPT_NAMES:
         raise ValueError(f"unknown script {name!r}")
     parts = ("lib", "limits", "ops", name) if name in _RUN_OPS else ("lib", "limits", name)
-    return "\n".join(_lua_text(part) for part in parts)
+    flag = f"local FENCED = {'true' if fenced else 'false'}"
+    return "\n".join([flag, *(_lua_text(part) for part in parts)])
 
 
 class RedisStore:
@@ -161,6 +167,7 @@ class RedisStore:
         self._line: ScriptLine | None = None
         self._posted: PostedLine | None = None
         self._born_keys: list[str] = []
+        self._fenced = False
         if isinstance(client, redis.Redis | redis.RedisCluster):
             self._where = where or describe(client)
             self._use(client)
@@ -176,8 +183,12 @@ class RedisStore:
                 "scripts are UTF-8 (drop encoding= from the store URL)"
             )
         self._live = cast(Any, client)
+        self._fenced = not isinstance(client, redis.Redis) or isinstance(
+            client.connection_pool, SentinelConnectionPool
+        )
         self._scripts = {
-            name: self._live.register_script(script_source(name)) for name in SCRIPT_NAMES
+            name: self._live.register_script(script_source(name, self._fenced))
+            for name in SCRIPT_NAMES
         }
         # redis-py sends a RedisCluster's scripts itself (node routing, MOVED and failover).
         self._line = ScriptLine(client) if isinstance(client, redis.Redis) else None
@@ -194,6 +205,13 @@ class RedisStore:
         """The redis-py client (made on first use): for reads beside the scripts (bucket
         listings, the overflow index); wrap its calls in ``guard``."""
         return self._ensure_client()
+
+    @property
+    def fenced(self) -> bool:
+        """Whether a master promoted after a failover fences each state it finds
+        (``schedule.fenced``): a Sentinel or Cluster store; known once the client is made."""
+        self._ensure_client()
+        return self._fenced
 
     @property
     def prefix(self) -> str:
@@ -255,7 +273,21 @@ class RedisStore:
     def take(
         self, copy: TaskCopy, pace: Pace, terms: ClaimTerms, *, done_first: DoneBatch | None = None
     ) -> tuple[Grant, Claim | None]:
-        take: Named = (
+        calls = [self._take_call(copy, pace, terms)]
+        if done_first is not None:
+            calls[:0] = self._done_calls(done_first.copies, done_first.dedupe_ttl_us)
+        return _taken(self._send("take", calls)[-1])
+
+    def take_many(
+        self, takes: Sequence[tuple[TaskCopy, Pace, ClaimTerms]]
+    ) -> list[tuple[Grant, Claim | None]]:
+        """``take`` of each (copy, pace, terms), in order, in one round trip (each take is
+        atomic on its own; a script error raises after all ran)."""
+        calls = [self._take_call(copy, pace, terms) for copy, pace, terms in takes]
+        return [_taken(r) for r in self._send("take", calls)] if calls else []
+
+    def _take_call(self, copy: TaskCopy, pace: Pace, terms: ClaimTerms) -> Named:
+        return (
             "take",
             self._task_keys(copy),
             [self._now_arg(), pace.interval_us, pace.not_before_in_us, copy.task_id, copy.retries,
@@ -263,11 +295,6 @@ class RedisStore:
              *_cap_args(copy, terms), terms.burst, terms.cost, _not_after(pace),
              limits_arg(terms.limits)],
         )  # fmt: skip
-        calls = [take]
-        if done_first is not None:
-            calls[:0] = self._done_calls(done_first.copies, done_first.dedupe_ttl_us)
-        r = self._send("take", calls)[-1]
-        return grant_of(r), (claim_of(r[6:]) if len(r) > 6 else None)
 
     def claim(
         self, copy: TaskCopy, interval_us: int, slot: Slot, terms: ClaimTerms, *, ticket: int = 0
@@ -413,7 +440,8 @@ class RedisStore:
         """The bucket's raw state record, or None; for tests, ``status`` and debugging."""
         with self._errors("read_state"):
             raw: dict[Any, Any] = self._client.hgetall(self._state_key(bucket))
-        f = {as_text(k): v for k, v in raw.items()}
+        # m: the replication id of the master that saved it (a fenced store), not a number
+        f = {as_text(k): v for k, v in raw.items() if as_text(k) != "m"}
         if "e" not in f:  # no record, or only a reset's
             return None
         limit_tats = decode_tats(as_text(f.pop("x", b"")))
@@ -515,6 +543,11 @@ class RedisStore:
             ) from exc
         except ResponseError as exc:
             raise StoreError(f"interval store {self._where} rejected {op}: {exc}") from exc
+
+
+def _taken(reply: Any) -> tuple[Grant, Claim | None]:
+    """Decode take.lua's reply: the grant, then the claim when it claimed."""
+    return grant_of(reply), (claim_of(reply[6:]) if len(reply) > 6 else None)
 
 
 def _not_after(pace: Pace) -> str | int:

@@ -13,6 +13,7 @@ from redis.cluster import ClusterNode
 from redis.retry import Retry
 
 from celery_interval.defaults import HEALTH_CHECK_INTERVAL_S
+from celery_interval.stores.sentinel import sentinel_client
 from celery_interval.stores.urls import cluster_seeds, connection_options, redis_kind
 
 __all__ = [
@@ -29,12 +30,21 @@ RedisClient: TypeAlias = "redis.Redis | redis.RedisCluster"
 def client_for_url(
     url: str, shown: str, timeout_s: float
 ) -> redis.Redis | Callable[[], redis.RedisCluster]:
-    """A client for a redis://, rediss:// or unix:// URL, or for a cluster URL a function making
-    one (a Cluster client connects as it is made). A bad URL or option raises
-    ConfigurationError naming ``shown`` (the URL, password masked)."""
-    if redis_kind(url, shown) == "cluster":
+    """A client for a redis://, rediss://, unix:// or redis[s]+sentinel:// URL, or for a cluster
+    URL a function making one (a Cluster client connects as it is made). A bad URL or option
+    raises ConfigurationError naming ``shown`` (the URL, password masked)."""
+    kind = redis_kind(url, shown)
+    if kind == "cluster":
         seed, nodes = cluster_seeds(url, shown)
         return functools.partial(cluster_client, seed, nodes, timeout_s)
+    if kind == "sentinel":
+        return sentinel_client(
+            url,
+            shown,
+            timeout_s,
+            health_check_interval=HEALTH_CHECK_INTERVAL_S,
+            retry=_quick_retry(),
+        )
     connection_options(url, shown)
     return redis.Redis.from_url(
         url,

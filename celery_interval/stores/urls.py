@@ -17,7 +17,9 @@ from celery_interval.errors import ConfigurationError
 __all__ = [
     "CLUSTER_SCHEMES",
     "REDIS_SCHEMES",
+    "SENTINEL_SCHEMES",
     "STORE_URL_FORMS",
+    "RedisKind",
     "StoreKind",
     "StoreURL",
     "cluster_seeds",
@@ -25,6 +27,7 @@ __all__ = [
     "file_directory",
     "is_redis_broker_url",
     "is_redis_url",
+    "is_sentinel_url",
     "mask_url",
     "parse_store_url",
     "redis_kind",
@@ -34,16 +37,22 @@ __all__ = [
 REDIS_SCHEMES = ("redis", "rediss", "unix")
 #: URL schemes of a Redis Cluster (the ``+cluster`` convention of limits, go-redis and others).
 CLUSTER_SCHEMES = ("redis+cluster", "rediss+cluster")
+#: URL schemes of a master watched by Redis Sentinel (``limits``' ``+sentinel`` convention).
+SENTINEL_SCHEMES = ("redis+sentinel", "rediss+sentinel")
 #: Every form of store URL, for error messages.
 STORE_URL_FORMS = (
     "redis://host:6379/0, rediss://…, unix:///path.sock, redis+cluster://host:port[,host:port…], "
-    "rediss+cluster://…, file:///shared/dir or memory://"
+    "rediss+cluster://…, redis+sentinel://host:port[,host:port…]/service_name[/db], "
+    "rediss+sentinel://…, file:///shared/dir or memory://"
 )
 
-#: Which store a URL names: RedisStore (standalone or Cluster), FileStore or MemoryStore.
-StoreKind = Literal["redis", "cluster", "file", "memory"]
+#: Which store a URL names: RedisStore (standalone, Cluster or Sentinel), FileStore or
+#: MemoryStore.
+StoreKind = Literal["redis", "cluster", "sentinel", "file", "memory"]
+#: The kinds of store a RedisStore serves.
+RedisKind = Literal["redis", "cluster", "sentinel"]
 
-_QUERY_PASSWORD = re.compile(r"(?i)([?&]password=)[^&#]*")
+_QUERY_PASSWORD = re.compile(r"(?i)([?&](?:sentinel_)?password=)[^&#]*")
 #: Broker URLs whose Redis is the store when ``interval_store_url`` is unset.
 _REDIS_BROKER_PREFIXES = ("redis://", "rediss://")
 #: URL query options that name a file (checked when the store is made, not at first use).
@@ -81,7 +90,7 @@ def parse_store_url(url: object) -> StoreURL:
     shown = mask_url(url)
     try:
         parts = urlsplit(url)
-        if parts.scheme.lower() not in CLUSTER_SCHEMES:  # host:port,host:port: checked per node
+        if parts.scheme.lower() not in CLUSTER_SCHEMES + SENTINEL_SCHEMES:  # checked per node
             parts.port  # noqa: B018 — urlsplit checks the port only when it is read
     except ValueError:
         # The parser's own message may quote part of a password: name the URL masked instead.
@@ -93,7 +102,7 @@ def parse_store_url(url: object) -> StoreURL:
     if kind is None:
         why = "has no scheme" if not scheme else f"has unknown scheme {scheme!r}"
         raise ConfigurationError(f"interval store URL {shown!r} {why}: use {STORE_URL_FORMS}")
-    if kind in ("redis", "cluster") and "://" not in url:
+    if kind in ("redis", "cluster", "sentinel") and "://" not in url:
         raise ConfigurationError(f"malformed interval store URL {shown!r}: expected {scheme}://")
     return StoreURL(url, shown, kind, parts)
 
@@ -103,6 +112,8 @@ def _kind_of(scheme: str) -> StoreKind | None:
         return "redis"
     if scheme in CLUSTER_SCHEMES:
         return "cluster"
+    if scheme in SENTINEL_SCHEMES:
+        return "sentinel"
     if scheme == "file":
         return "file"
     if scheme == "memory":
@@ -125,18 +136,18 @@ def file_directory(target: StoreURL) -> str:
     return path
 
 
-def redis_kind(url: str, shown: str) -> Literal["redis", "cluster"]:
-    """Whether ``url`` names a standalone Redis or a Redis Cluster; ConfigurationError if
-    neither (``shown`` is ``url`` masked, for the message)."""
+def redis_kind(url: str, shown: str) -> RedisKind:
+    """Whether ``url`` names a standalone Redis, a Redis Cluster or a Sentinel-watched master;
+    ConfigurationError if none (``shown`` is ``url`` masked, for the message)."""
     try:
         scheme = urlsplit(url).scheme.lower()
     except ValueError as exc:
         raise ConfigurationError(f"malformed interval store URL {shown!r}: {exc}") from None
     kind = _kind_of(scheme)
-    if kind != "redis" and kind != "cluster":
+    if kind != "redis" and kind != "cluster" and kind != "sentinel":
         raise ConfigurationError(
             f"interval store URL {shown!r} must start with redis://, rediss://, unix://, "
-            "redis+cluster:// or rediss+cluster://"
+            "redis+cluster://, rediss+cluster://, redis+sentinel:// or rediss+sentinel://"
         )
     return kind
 
@@ -144,6 +155,11 @@ def redis_kind(url: str, shown: str) -> Literal["redis", "cluster"]:
 def is_redis_url(url: str) -> bool:
     """Whether ``url`` names a standalone Redis (redis://, rediss://, unix://)."""
     return urlsplit(url).scheme.lower() in REDIS_SCHEMES
+
+
+def is_sentinel_url(url: str) -> bool:
+    """Whether ``url`` names a master watched by Redis Sentinel (redis[s]+sentinel://)."""
+    return urlsplit(url).scheme.lower() in SENTINEL_SCHEMES
 
 
 def is_redis_broker_url(url: object) -> TypeGuard[str]:

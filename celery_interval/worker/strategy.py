@@ -25,6 +25,7 @@ from celery_interval.headers import (
     drop_internal_headers,
 )
 from celery_interval.placement import Arrival, placement_of
+from celery_interval.stores.base import TaskCopy
 from celery_interval.throttled import Throttled
 from celery_interval.worker.consumer import service_for
 from celery_interval.worker.delivery import consumed_queue, taken_back
@@ -45,7 +46,7 @@ def interval_strategy(task: Any, app: Any, consumer: Any, **_: Any) -> Any:
         create_request_cls(
             symbol_by_name(task.Request), task, consumer.pool, hostname, eventer, app=app
         ),
-        lambda request: service.from_pool(service.body_ended, request),
+        lambda request: service.from_pool(_body_ended, service, request),
         service.slots.pool.accepted,
     )
     acks_late = bool(getattr(task, "acks_late", False))
@@ -106,7 +107,7 @@ def interval_strategy(task: Any, app: Any, consumer: Any, **_: Any) -> Any:
         if _broadcast(message, queue):
             task_id = f"{task_id}@{hostname}"
         holder = service.new_holder()
-        _track_ack(req, service, bucket, task_id, retries)
+        _track_ack(req, service, TaskCopy(bucket, task_id, retries), acks_late)
         not_before_in_us = 0
         if req.eta is not None:
             not_before_in_us = max(0, int((req.eta.timestamp() - time.time()) * 1e6))
@@ -171,7 +172,7 @@ def _freeing_pool(
     return Request
 
 
-def _track_ack(req: Any, service: Any, bucket: str, task_id: str, retries: int) -> None:
+def _track_ack(req: Any, service: Any, copy: TaskCopy, acks_late: bool) -> None:
     """Mirror the broker ack into a done mark; a requeue ends the lease instead.
 
     Celery acks an ordinary task when a pool process accepts it, which here is up to ``lead``
@@ -181,6 +182,10 @@ def _track_ack(req: Any, service: Any, bucket: str, task_id: str, retries: int) 
     body starts (``worker.started``). A mark here too would cost a script call per task and add
     nothing, except where a sent ack never reached the broker: there it would drop the copy of
     a task whose body had not begun.
+
+    Without it (a store that posts no marks: a Cluster), the mark of an ordinary task waits
+    for the body's end (``_body_ended``): its pool process, reaching the task after the start
+    it was admitted for, claims a new start, which a done mark would refuse as a duplicate.
     """
     on_ack, on_reject = req.on_ack, req.on_reject
     # Not req itself: closures stored on req that refer to it form a cycle, which only the
@@ -189,8 +194,12 @@ def _track_ack(req: Any, service: Any, bucket: str, task_id: str, retries: int) 
 
     def ack_now(*args: Any, **kwargs: Any) -> None:
         on_ack(*args, **kwargs)
-        if MARK_HEADER not in request_dict and not request_dict.get(THROTTLED_KEY):
-            service.mark_done(bucket, task_id, retries)
+        if MARK_HEADER in request_dict or request_dict.get(THROTTLED_KEY):
+            return
+        if acks_late or request_dict.get(ENDED_KEY):
+            service.mark_done(copy.bucket, copy.task_id, copy.retries)
+        else:
+            request_dict[PENDING_MARK_KEY] = copy
 
     def ack_in_loop(args: Any, kwargs: Any) -> None:
         start_ns = request_dict.get(START_HEADER)
@@ -202,11 +211,11 @@ def _track_ack(req: Any, service: Any, bucket: str, task_id: str, retries: int) 
 
     def reject_in_loop(log: Any, errors: Any, requeue: bool) -> None:
         if requeue:  # the lease ends before the broker can hand the message out again
-            service.leases.end(bucket, task_id, retries)
+            service.leases.end(copy.bucket, copy.task_id, copy.retries)
             on_reject(log, errors, requeue)
         else:
             on_reject(log, errors, requeue)
-            service.mark_done(bucket, task_id, retries)
+            service.mark_done(copy.bucket, copy.task_id, copy.retries)
 
     def ack(*args: Any, **kwargs: Any) -> None:
         service.from_pool(ack_in_loop, args, kwargs)
@@ -226,6 +235,22 @@ def _cap_of(task: Any, bucket: str, settings: Any) -> int | None:
 
 #: Set on a request whose run raised ``Throttled``: the same copy was sent again to run.
 THROTTLED_KEY = "interval_throttled"
+#: The copy of an acknowledged request whose done mark waits for the body's end.
+PENDING_MARK_KEY = "interval_mark_at_end"
+#: Set on a request whose body ended.
+ENDED_KEY = "interval_ended"
+
+
+def _body_ended(service: Any, request: Any) -> None:
+    """A pool process finished ``request`` (on the loop's thread): the done mark that waited
+    for it is written (not for a throttled run: its copy was sent again), then the service
+    frees its process and place."""
+    request_dict = request.request_dict
+    request_dict[ENDED_KEY] = True
+    pending = request_dict.pop(PENDING_MARK_KEY, None)
+    if pending is not None and not request_dict.get(THROTTLED_KEY):
+        service.mark_done(pending.bucket, pending.task_id, pending.retries)
+    service.body_ended(request)
 
 
 def _throttled(exc_info: Any) -> bool:

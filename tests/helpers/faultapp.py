@@ -63,8 +63,8 @@ if KILL_BEFORE_ACK:
     _original_track_ack = strategy._track_ack
     _acks = 0
 
-    def _track_ack_or_die(req: Any, service: Any, bucket: str, task_id: str, retries: int) -> None:
-        _original_track_ack(req, service, bucket, task_id, retries)
+    def _track_ack_or_die(req: Any, service: Any, copy: Any, acks_late: bool) -> None:
+        _original_track_ack(req, service, copy, acks_late)
         ack = req._on_ack
 
         def ack_or_die(*args: Any, **kwargs: Any) -> None:

@@ -19,44 +19,15 @@ from celery_interval.schedule import ClaimTerms, Outcome, Pace
 from celery_interval.stores import mask_url, store_from_url
 from celery_interval.stores.base import DoneBatch, TaskCopy
 from celery_interval.stores.redis import RedisStore, script_source
+from tests.helpers.failover import assemble_cluster, cluster_url
 from tests.helpers.pool import Pool, run_once
 from tests.integration.test_pool import assert_exactly_once, assert_ticket_order
 from tests.integration.test_security import exercise
 
-SLOTS = 16384
 BUCKETS = 1000
 INTERVAL_US = 200_000
 LEASE_US = 30_000_000
 DEDUPE_US = 3_600_000_000
-
-
-def _assemble(nodes: list[RedisProc], timeout_s: float = 30.0) -> None:
-    """Turn one-node clusters into one cluster of three masters, a third of the slots each."""
-    clients = [redis.Redis(host="127.0.0.1", port=n.port, decode_responses=True) for n in nodes]
-    try:
-        bounds = [i * SLOTS // len(nodes) for i in range(len(nodes) + 1)]
-        for i, client in enumerate(clients):
-            client.config_set("cluster-node-timeout", 1000)  # rejoin delay 1 s instead of 5 s
-            client.execute_command("CLUSTER RESET", "HARD")  # forget the slots RedisProc added
-            client.execute_command("CLUSTER SET-CONFIG-EPOCH", i + 1)
-            client.execute_command("CLUSTER ADDSLOTS", *range(bounds[i], bounds[i + 1]))
-        for client in clients[1:]:
-            client.execute_command("CLUSTER MEET", "127.0.0.1", nodes[0].port)
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            infos = [client.execute_command("CLUSTER INFO") for client in clients]
-            if all(
-                info["cluster_state"] == "ok"
-                and int(info["cluster_known_nodes"]) == len(nodes)
-                and int(info["cluster_slots_ok"]) == SLOTS
-                for info in infos
-            ):
-                return
-            time.sleep(0.05)
-        raise RuntimeError(f"the cluster did not converge in {timeout_s}s: {infos}")
-    finally:
-        for client in clients:
-            client.close()
 
 
 @pytest.fixture(scope="module")
@@ -65,15 +36,11 @@ def cluster() -> Iterator[list[RedisProc]]:
     with ThreadPoolExecutor(3) as executor:  # each start waits ~2 s for its one-node cluster
         nodes = list(executor.map(lambda _: RedisProc(cluster=True), range(3)))
     try:
-        _assemble(nodes)
+        assemble_cluster(nodes)
         yield nodes
     finally:
         for node in nodes:
             node.stop()
-
-
-def cluster_url(nodes: list[RedisProc]) -> str:
-    return "redis+cluster://" + ",".join(f"127.0.0.1:{n.port}" for n in nodes)
 
 
 @pytest.fixture
@@ -156,7 +123,7 @@ def test_scripts_reload_on_every_master_from_one_seed(
     assert {store.grant(TaskCopy(b, "t", 0), Pace(INTERVAL_US)).outcome for b in buckets} == {
         Outcome.DUPLICATE
     }
-    sha = hashlib.sha1(script_source("grant").encode()).hexdigest()  # redis-py's Script.sha
+    sha = hashlib.sha1(script_source("grant", fenced=True).encode()).hexdigest()  # Script.sha
     assert [c.script_exists(sha) for c in node_clients] == [[True]] * 3
     assert all(_buckets_on(c, "s") for c in node_clients), "every master served some bucket"
 

@@ -142,6 +142,11 @@ def by_bucket(rows: list[Any]) -> dict[str, dict[str, Any]]:
 
 
 def test_known_answers(spark: Any, ledgers: list[str]) -> None:  # noqa: F811
+    check_known_answers(spark, ledgers)
+
+
+def check_known_answers(spark: Any, ledgers: list[str]) -> None:  # noqa: F811
+    """The audit of ``ledgers`` on ``spark`` (a local, cluster or Spark Connect session)."""
     from celery_interval.spark import audit, checks, entries
 
     raw = audit.read_ledgers(spark, ledgers)
@@ -218,6 +223,28 @@ def test_an_unset_interval_entry_gives_the_interval_of_the_starts_after_it(
     unset = got["unset"]
     assert (unset["interval_s"], unset["interval_source"]) == (0.5, "control")
     assert (unset["starts"], unset["violations"], unset["ok"]) == (4, 0, True)
+
+
+def test_a_bucket_with_a_burst_is_judged_by_its_budget(
+    spark: Any,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    """Claims that record a burst (3) and costs: a burst back to back after an idle spell is
+    no violation (the gap rule would see two); a start that overdraws the budget is one."""
+    from celery_interval.spark import audit
+
+    led = Ledger("burst")
+    for task, at_s in (("b1", 0.0), ("b2", 0.0), ("b3", 0.0)):  # the whole burst at once
+        led.start(task, at_s, "w1@a", burst=3)
+    led.start("b4", 1.0, "w1@a", burst=3)  # one unit back after a second
+    led.start("b5", 4.0, "w1@a", burst=3, cost=3)  # three units back by then
+    led.start("b6", 4.5, "w1@a", burst=3)  # half a unit: overdrawn
+    led.start("b7", 10.0, "w1@a", burst=3, cost=2)
+    path = write_jsonl(tmp_path / "burst.jsonl", led.rows)
+    got = by_bucket(audit.audit(audit.read_ledgers(spark, [str(path)])).summary.collect())
+    assert (got["burst"]["starts"], got["burst"]["violations"]) == (7, 1)
+    flagged = audit.audit(audit.read_ledgers(spark, [str(path)])).entries.where("violation")
+    assert [r["task"] for r in flagged.collect()] == ["b6"]
 
 
 def test_a_throttled_task_run_again_is_no_duplicate(

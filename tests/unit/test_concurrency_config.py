@@ -56,7 +56,7 @@ def test_the_task_option_wins_and_is_checked_when_bound() -> None:
     assert _cap_of(plain, "api:t", settings) == 4
     with pytest.raises(ConfigurationError, match=r"capconf.bad.interval_concurrency=0"):
 
-        @app.task(base=IntervalTask, interval_concurrency=0, name="capconf.bad")
+        @app.task(base=IntervalTask, interval_concurrency=0, name="capconf.bad", shared=False)
         def bad() -> None: ...
 
         bad.run  # noqa: B018 (binds the lazy task)

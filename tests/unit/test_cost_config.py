@@ -103,7 +103,7 @@ def test_a_bad_cost_option_is_an_error_when_bound() -> None:
     app.finalize()
     with pytest.raises(ConfigurationError, match=r"costconf.bad.interval_cost='3'"):
 
-        @app.task(base=IntervalTask, interval_cost="3", name="costconf.bad")
+        @app.task(base=IntervalTask, interval_cost="3", name="costconf.bad", shared=False)
         def bad() -> None: ...
 
 

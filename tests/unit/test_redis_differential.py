@@ -654,6 +654,24 @@ def test_take_carries_done_marks_ahead_of_it(
     assert all(isinstance(redis_store.read_mark(m.bucket, m.task_id, 0), Done) for m in marks)
 
 
+def test_take_many_is_each_take_in_order(redis_client: redis.Redis[Any]) -> None:
+    """``take_many`` (one round trip) answers as the model's takes one after another, with the
+    same answers: tickets, starts, waits, and one copy taken twice."""
+    now = [1_700_000_000_000_000]
+    store = RedisStore(redis_client, now_us=lambda: now[0])
+    model = MemoryStore(clock_us=lambda: now[0])
+    terms = ClaimTerms("w1", 10**7, lead_us=20_000, burst=3, cost=1)
+    takes = [
+        (TaskCopy(bucket, f"t{i % 7}", 0), Pace(100_000, burst=3), terms)
+        for i, bucket in enumerate(["api", "api", "mail", "api", "api", "mail", "api", "api"])
+    ]
+    got = store.take_many(takes)
+    expected = [model.take(copy, pace, t) for copy, pace, t in takes]
+    assert got == expected
+    assert [g.ticket for g, _ in got] == [1, 2, 1, 3, 4, 2, 5, 1]  # t0 again: its own ticket
+    assert store.take_many([]) == []
+
+
 def test_threads_sharing_a_store_each_get_their_own_replies(redis_store: RedisStore) -> None:
     """The first thread keeps a connection, the others take one from the pool per call: no
     thread reads a reply meant for another (each bucket's tickets come back 1, 2, 3, ...)."""

@@ -6,10 +6,13 @@
 -- t=tat_us n=ticket c=current_slot_us l=last_start_us i=interval_override_us (absent: none)
 -- h=reserved_us (a throttled task's kept slot; absent: none) a=adapted_us (an adaptive bucket's
 -- lengthened interval; absent: none) k=clean_starts (absent: 0) q=start_extra_us (absent: 0)
--- g=last_slot_us (absent: none) z=lost_start_us (absent: none) x=the extra limits' times
+-- g=last_slot_us (absent: none) z=lost_start_us (absent: none) m=the master_replid of the
+-- master that last saved it (fenced scripts only; absent otherwise) x=the extra limits' times
 -- (limit_tats: "<grant_us>:<start_us>" per limit, comma-separated, in the order of the bucket's
 -- limits, an empty side for none; absent: none, as in records written before limits existed).
 -- A reset bucket's hash holds only r=<reset time>, until its next state is made.
+-- FENCED (a line RedisStore puts before this file): true on a replicated store (Sentinel,
+-- Cluster), where a master may be a replica promoted without the old master's last writes.
 -- The store's birth marker: the key <prefix>born (µs), set by the first script that makes a
 -- state and finds it missing; scripts on a Cluster get no such key (see born_us).
 -- Mark strings: lease "L|<holder>|<start_us>|<expires_real_us>", done "D|<expires_real_us>",
@@ -79,7 +82,7 @@ end
 -- The state at key, or nil and the time of the bucket's reset (nil if none) when it has none.
 local function load_state(key)
   local r = redis.call('HMGET', key, 'e', 'o', 'p', 't', 'n', 'c', 'l', 'i', 'r', 'h', 'a', 'k',
-    'q', 'g', 'z', 'x')
+    'q', 'g', 'z', 'm', 'x')
   if r[1] == false then
     return nil, num(r[9])
   end
@@ -87,7 +90,7 @@ local function load_state(key)
     e = num(r[1]), o = num(r[2]), p = num(r[3]), t = num(r[4]),
     n = num(r[5]), c = num(r[6]), l = num(r[7]), i = num(r[8]), h = num(r[10]),
     a = num(r[11]), k = num(r[12]) or 0, q = num(r[13]) or 0, g = num(r[14]), z = num(r[15]),
-    x = decode_tats(r[16]),
+    m = r[16] or nil, x = decode_tats(r[17]),
   }
 end
 
@@ -132,14 +135,6 @@ local function born_us(born_key, reset, now, set_missing)
   return born
 end
 
--- load_state, else a new epoch; the second value says whether it is new (must be saved whole).
-local function load_or_new(key, born_key, now, interval)
-  local s, reset = load_state(key)
-  if s == nil then
-    return new_state(now, interval, born_us(born_key, reset, now, true)), true
-  end
-  return s, false
-end
 
 -- schedule.virtual_now
 local function virtual_now(s, now)
@@ -328,10 +323,48 @@ local function save_state(key, s, now, interval)
       redis.call('HSET', key, f, fmt(s[f]))
     end
   end
+  if s.m ~= nil then
+    redis.call('HSET', key, 'm', s.m)
+  end
   if #s.x > 0 then
     redis.call('HSET', key, 'x', encode_tats(s.x))
   end
   keep_until(key, s, now, interval)
+end
+
+-- This master's replication id on a fenced store (a promoted replica gets a new one), else nil.
+local function incarnation()
+  if not FENCED then
+    return nil
+  end
+  return string.match(redis.call('INFO', 'replication'), 'master_replid:(%x+)')
+end
+
+-- schedule.fenced: a state that another master saved last may lack that master's last
+-- writes, a start admitted up to MAX_LEAD_US ahead among them: no start before one interval
+-- after now + MAX_LEAD_US, and a burst counts as used then (z, as after a lost state).
+local function fence(s, now, interval)
+  s.l = math.max(s.l, virtual_now(s, now) + MAX_LEAD_US)
+  s.t = math.max(s.t, s.l + effective_interval(s, interval))
+  s.z = math.max(s.z or s.l, s.l)
+end
+
+-- load_state, else a new epoch; the second value says whether it is new (must be saved whole).
+-- On a fenced store a state another master saved last is fenced and saved here.
+local function load_or_new(key, born_key, now, interval)
+  local s, reset = load_state(key)
+  local m = incarnation()
+  if s == nil then
+    s = new_state(now, interval, born_us(born_key, reset, now, true))
+    s.m = m
+    return s, true
+  end
+  if m ~= nil and s.m ~= m then
+    fence(s, now, interval)
+    s.m = m
+    save_state(key, s, now, interval)
+  end
+  return s, false
 end
 
 -- Write only the named fields of an existing state (a new one is saved whole).
