@@ -293,7 +293,7 @@ class RedisStore:
             [self._now_arg(), pace.interval_us, pace.not_before_in_us, copy.task_id, copy.retries,
              self._ledger_max, terms.holder, terms.lease_us, terms.lead_us, terms.handoff_us,
              *_cap_args(copy, terms), terms.burst, terms.cost, _not_after(pace),
-             limits_arg(terms.limits)],
+             limits_arg(pace.limits), limits_arg(terms.limits)],
         )  # fmt: skip
 
     def claim(

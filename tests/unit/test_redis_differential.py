@@ -267,6 +267,7 @@ class Differential(RuleBasedStateMachine):
         burst=bursts,
         cost=costs,
         limits=limit_sets,
+        claim_limits=limit_sets,
         not_after=not_afters_us,
     )
     def take(
@@ -285,12 +286,13 @@ class Differential(RuleBasedStateMachine):
         burst: int,
         cost: int,
         limits: Limits,
+        claim_limits: Limits,
         not_after: int | None,
     ) -> tuple[str, str, int, int, int]:
         args = (
             TaskCopy(bucket, task, retry),
             Pace(interval, not_before, burst, cost, not_after, limits),
-            ClaimTerms(holder, lease, lead, handoff, cap, place, burst, cost, limits),
+            ClaimTerms(holder, lease, lead, handoff, cap, place, burst, cost, claim_limits),
         )
         expected, got = self._compared(bucket, "take", *args)
         assert got == expected
