@@ -6,7 +6,9 @@ from typing import Any
 
 import pytest
 
+from celery_interval import schedule
 from celery_interval.schedule import Limit, Limits
+from celery_interval.schedule import limits as limits_model
 from tests.unit.test_burst import assert_window_property
 from tests.unit.test_schedule import (
     ML,
@@ -128,3 +130,15 @@ def test_an_idle_bucket_is_kept_until_every_limit_has_refilled() -> None:
     plain.run([at(0), grant("a"), claim("a")])
     assert slow.expires_real_us is not None and plain.expires_real_us is not None
     assert slow.expires_real_us - plain.expires_real_us == 50_000 - 1_000
+
+
+def test_a_fenced_state_counts_every_limits_burst_as_used() -> None:
+    """After a failover's fence (``schedule.fenced``) a limit's next start waits its whole
+    burst from the fenced start, as the interval's budget does."""
+    m = Model(limits=(Limit(5_000, 3),), born_us=OLD_BORN_US)
+    m.run([at(0), grant("a"), claim("a")])
+    assert m.state is not None
+    fenced = schedule.fenced(m.state, m.now_us, m.interval_us)
+    assert fenced.lost_start_us is not None
+    earliest_us = limits_model.earliest_start(fenced, m.limits, 1, 0)
+    assert earliest_us == fenced.lost_start_us + (3 - 2) * 5_000
