@@ -12,7 +12,8 @@ from celery_interval.buckets import queue_of
 from celery_interval.defaults import SETTINGS
 from celery_interval.errors import ConfigurationError, UnknownBucket
 from celery_interval.intervals import MAX_INTERVAL_S, US_PER_S, parse_interval_us
-from celery_interval.schedule import MAX_LEAD_US
+from celery_interval.limits_config import parse_limits
+from celery_interval.schedule import MAX_LEAD_US, Limits
 from celery_interval.stores.urls import is_redis_broker_url
 
 __all__ = ["DEFAULTS", "Settings", "check_cap", "check_units", "settings_of"]
@@ -49,6 +50,8 @@ class Settings:
     concurrency: Mapping[str, int] = field(default_factory=dict)
     #: Buckets (queues) → their burst: units that may start back to back (``interval_burst``).
     burst: Mapping[str, int] = field(default_factory=dict)
+    #: Buckets (queues) → their extra limits beside the interval (``interval_limits``).
+    limits: Mapping[str, Limits] = field(default_factory=dict)
 
     def concurrency_of(self, bucket: str) -> int | None:
         """The cap of ``bucket`` (``queue:key`` falls back to ``queue``); None: uncapped."""
@@ -58,6 +61,13 @@ class Settings:
         """The burst of ``bucket`` (``queue:key`` falls back to ``queue``); 1: none."""
         burst = _of(self.burst, bucket)
         return 1 if burst is None else burst
+
+    def limits_of(self, bucket: str) -> Limits:
+        """The extra limits of ``bucket`` (``queue:key`` falls back to ``queue``); (): none."""
+        for name in (bucket, queue_of(bucket)):
+            if name in self.limits:
+                return self.limits[name]
+        return ()
 
     def interval_us(self, bucket: str) -> int:
         """The configured interval of ``bucket`` (``queue:key`` falls back to ``queue``)."""
@@ -163,6 +173,7 @@ def _load(conf: Any) -> Settings:
         adaptive_max_us=_adaptive(_get(conf, "interval_adaptive")),
         concurrency=_per_bucket(conf, "interval_concurrency", check_cap),
         burst=_per_bucket(conf, "interval_burst", check_units),
+        limits=parse_limits(_get(conf, "interval_limits"), check_units),
         store_url=_store_url(conf),
         queues_us=queues_us,
         key_prefix=str(_get(conf, "interval_key_prefix")),

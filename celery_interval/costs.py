@@ -11,6 +11,7 @@ from celery_interval.config import check_units, settings_of
 from celery_interval.errors import ConfigurationError, short_repr
 from celery_interval.headers import COST_HEADER
 from celery_interval.placement import Arrival, bucket_of
+from celery_interval.schedule import Limits
 
 __all__ = ["CostSpec", "check_cost_option", "check_within_burst", "message_cost", "send_cost"]
 
@@ -53,13 +54,23 @@ def _resolve(task: Any, spec: CostSpec, args: Sequence[Any], kwargs: Mapping[str
     return units(spec, name)
 
 
-def check_within_burst(task_name: str, bucket: str, cost: int, burst: int) -> None:
-    """A start costs at most its bucket's burst: a larger one could never fit the budget."""
+def check_within_burst(
+    task_name: str, bucket: str, cost: int, burst: int, limits: Limits = ()
+) -> None:
+    """A start costs at most its bucket's burst, and at most each extra limit's: a larger one
+    could never fit the budget."""
     if cost > burst:
         raise ConfigurationError(
             f"task {task_name}: interval_cost={cost} is more than the burst of bucket "
             f"{bucket!r} ({burst}; set interval_burst[{bucket!r}] to at least {cost})"
         )
+    for i, limit in enumerate(limits):
+        if cost > limit.burst:
+            raise ConfigurationError(
+                f"task {task_name}: interval_cost={cost} is more than the burst of bucket "
+                f"{bucket!r}'s limit {i} ({limit.burst}; give interval_limits[{bucket!r}][{i}] "
+                f"a burst of at least {cost})"
+            )
 
 
 def send_cost(
@@ -79,7 +90,10 @@ def send_cost(
     else:
         cost = units(per_call, "interval_cost")
     bucket = bucket_of(sent._replace(queue=queue()))
-    check_within_burst(task.name, bucket, cost, settings_of(task.app).burst_of(bucket))
+    settings = settings_of(task.app)
+    check_within_burst(
+        task.name, bucket, cost, settings.burst_of(bucket), settings.limits_of(bucket)
+    )
     return cost
 
 

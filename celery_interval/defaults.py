@@ -70,6 +70,16 @@ SETTINGS: tuple[Setting, ...] = (
         "burst is an error at send time). ``queue:key`` buckets take their queue's entry.",
     ),
     Setting(
+        "interval_limits",
+        {},
+        "Bucket (queue) → its extra limits beside its interval, a list of rates (``'100/min'``) "
+        "or pairs (rate, burst) (``('1000/h', 50)``; a burst is an integer >= 1, default 1): "
+        "every start conforms to each of them at once, in one atomic step on the bucket's "
+        "record. With burst B a rate N/unit never has more than N + B - 1 cost units start in "
+        "any window of length unit (N with B = 1). A task's cost may not exceed any limit's "
+        "burst. ``queue:key`` buckets take their queue's entry unless they have their own.",
+    ),
+    Setting(
         "interval_store_url",
         None,
         "Where the shared state lives: ``redis://``, ``rediss://``, ``unix:///path.sock``, "

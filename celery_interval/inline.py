@@ -63,10 +63,16 @@ class InlineStart:
         self.bucket = bucket
         self.interval_us = configured_interval_us(app, bucket)
         self.burst = settings.burst_of(bucket)
+        self.limits = settings.limits_of(bucket)
         if cost > self.burst:
             raise ConfigurationError(
                 f"slot({bucket!r}, cost={cost}): the cost exceeds the bucket's interval_burst "
                 f"of {self.burst}, so it could never start"
+            )
+        if any(cost > limit.burst for limit in self.limits):
+            raise ConfigurationError(
+                f"slot({bucket!r}, cost={cost}): the cost exceeds the burst of one of the "
+                f"bucket's interval_limits, so it could never start"
             )
         self.cost = cost
         self.timeout_s = timeout_s
@@ -80,6 +86,7 @@ class InlineStart:
             cap=settings.concurrency_of(bucket),
             burst=self.burst,
             cost=cost,
+            limits=self.limits,
         )
         self.started: Started | None = None
 
@@ -112,7 +119,11 @@ class InlineStart:
             None if deadline is None else round(max(0.0, deadline - time.monotonic()) * 1e6)
         )
         return Pace(
-            self.interval_us, burst=self.burst, cost=self.cost, not_after_in_us=not_after_us
+            self.interval_us,
+            burst=self.burst,
+            cost=self.cost,
+            not_after_in_us=not_after_us,
+            limits=self.limits,
         )
 
     def _steps(self) -> _Steps:

@@ -4,7 +4,7 @@ or a burst's budget (one rule for the Spark audit, the demo's figures and the ex
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 __all__ = [
     "AGAIN",
@@ -12,6 +12,7 @@ __all__ = [
     "CONTROL_OPS",
     "COST",
     "GRANT_OP",
+    "LIMITS",
     "READMIT",
     "START_OP",
     "THROTTLE_OP",
@@ -20,6 +21,7 @@ __all__ = [
     "is_readmit",
     "is_start",
     "is_violation",
+    "limits_of",
     "start_time_us",
     "units_of",
 ]
@@ -40,6 +42,9 @@ THROTTLE_OP = "throttle"
 #: task's cost, in units of one interval's budget (absent: 1).
 BURST = "burst"
 COST = "cost"
+#: On a claim of a bucket with extra limits: each one's interval (µs) and burst, as
+#: ``<interval_us>:<burst>`` comma-separated (absent: none).
+LIMITS = "limits"
 #: The control entries that record the interval in force (``interval``) without a start.
 CONTROL_OPS = ("pause", "unpause", "set_interval", "unset_interval")
 
@@ -91,23 +96,63 @@ def units_of(fields: Mapping[str, object]) -> tuple[int, int]:
     return unit(BURST), unit(COST)
 
 
+def limits_of(fields: Mapping[str, object]) -> tuple[tuple[int, int], ...]:
+    """A start's extra limits, ``(interval_us, burst)`` each, from its entry (() where absent
+    or unreadable)."""
+    value = fields.get(LIMITS)
+    if value is None:
+        return ()
+    limits = []
+    for entry in str(value).split(","):
+        interval, _, burst = entry.partition(":")
+        try:
+            limits.append((max(1, int(interval)), max(1, int(burst))))
+        except ValueError:
+            return ()
+    return tuple(limits)
+
+
 @dataclass
 class Budget:
     """The rule for a bucket's starts fed in ledger order (the store's order of its claims):
     for every window of starts Σ cost <= burst + span / interval, checked as the store does
-    (a GCRA: ``celery_interval.schedule.burst``). With burst = cost = 1 it is ``is_violation``
-    of each start against the one before; a violation's excess is not carried on, so each
-    breach counts once."""
+    (a GCRA: ``celery_interval.schedule.burst``), and the same for each extra limit the start
+    was counted against (``limits_of``). With burst = cost = 1 and no extra limits it is
+    ``is_violation`` of each start against the one before; a violation's excess is not carried
+    on, so each breach counts once."""
 
     #: The starts' theoretical arrival time (µs, the store's real clock); None: no start yet.
     tat_us: int | None = None
+    #: Each extra limit's, by its (interval_us, burst).
+    limit_tats_us: dict[tuple[int, int], int] = field(default_factory=dict)
 
-    def overdraws(self, start_us: int, interval_us: int, burst: int = 1, cost: int = 1) -> bool:
-        """Feed a start; whether it broke the budget (the interval, with no burst)."""
-        burst, cost = max(1, burst), max(1, cost)
-        tat_us = start_us if self.tat_us is None else self.tat_us
-        broke = tat_us - start_us > max(0, burst - cost) * interval_us
-        self.tat_us = min(
-            max(tat_us, start_us) + cost * interval_us, start_us + burst * interval_us
-        )
+    def overdraws(
+        self,
+        start_us: int,
+        interval_us: int,
+        burst: int = 1,
+        cost: int = 1,
+        limits: tuple[tuple[int, int], ...] = (),
+    ) -> bool:
+        """Feed a start; whether it broke the budget (the interval, with no burst) or any
+        extra limit's."""
+        cost = max(1, cost)
+        broke, self.tat_us = _gcra(self.tat_us, start_us, interval_us, burst, cost)
+        for limit in limits:
+            over, self.limit_tats_us[limit] = _gcra(
+                self.limit_tats_us.get(limit), start_us, limit[0], limit[1], cost
+            )
+            broke = broke or over
         return broke
+
+
+def _gcra(
+    tat_us: int | None, start_us: int, interval_us: int, burst: int, cost: int
+) -> tuple[bool, int]:
+    """Whether a start of ``cost`` at ``start_us`` broke a budget of ``burst`` units refilled
+    one per ``interval_us``, and the budget's next theoretical arrival time (a breach's excess
+    not carried on)."""
+    burst = max(1, burst)
+    tat_us = start_us if tat_us is None else tat_us
+    broke = tat_us - start_us > max(0, burst - cost) * interval_us
+    return broke, min(max(tat_us, start_us) + cost * interval_us, start_us + burst * interval_us)

@@ -12,6 +12,7 @@ from celery_interval import control
 from celery_interval.buckets import overflow_queue_name, queue_of
 from celery_interval.cli.common import app_of, fail_on_interval_errors
 from celery_interval.config import settings_of
+from celery_interval.limits_config import describe_limits
 from celery_interval.monitor.fleet import held_per_worker, queue_depths
 
 __all__ = ["status"]
@@ -62,9 +63,9 @@ def status(
     as_json: bool,
     timeout_s: float,
 ) -> None:
-    """Interval, paused, tickets, next slot, bodies running (of a capped bucket's cap), held per
-    worker, broker depth and parked tasks
-    (in the bucket's overflow queue) of each bucket:
+    """Interval, burst, extra limits, paused, tickets, next slot, bodies running (of a capped
+    bucket's cap), held per worker, broker depth and parked tasks (in the bucket's overflow
+    queue) of each bucket:
     the configured ones and those with state in the store (tenant buckets ``queue:key``)."""
     app = app_of(ctx)
     unconfigured: list[str] = []
@@ -78,6 +79,10 @@ def status(
         row = control.status_dict(result)
         row["queue"] = bucket
         row["burst"] = settings.burst_of(bucket)
+        row["limits"] = [
+            {"interval_s": limit.interval_us / 1e6, "burst": limit.burst}
+            for limit in settings.limits_of(bucket)
+        ]
         row["running"] = result.running  # the live places: read by ``status`` only
         rows.append(row)
     rows.sort(key=_SORTS[sort_by])
@@ -117,8 +122,8 @@ def status(
     from rich.table import Table
 
     table = Table(title="interval buckets")
-    columns = ("bucket", "interval s", "burst", "paused", "tickets", "next slot in s", "running",
-               "held", "depth", "parked")  # fmt: skip
+    columns = ("bucket", "interval s", "burst", "limits", "paused", "tickets", "next slot in s",
+               "running", "held", "depth", "parked")  # fmt: skip
     for col in columns:
         table.add_column(col)
     for row in rows:
@@ -133,6 +138,7 @@ def status(
             + (" (set)" if row["overridden"] else "")
             + (" (adapted)" if row["adapted"] else ""),
             str(row["burst"]),
+            describe_limits(settings.limits_of(row["queue"])) or "-",
             "yes" if row["paused"] else "no",
             str(row["tickets"]),
             f"{row['next_slot_in_s']:.3f}",

@@ -49,6 +49,8 @@ class BucketRow:
     interval_s: float | None = None
     #: The bucket's configured burst (units; 1: none).
     burst: int = 1
+    #: The bucket's extra limits: (interval in seconds, burst) each (``interval_limits``).
+    limits: tuple[tuple[float, int], ...] = ()
     paused: bool | None = None
     overridden: bool | None = None
     #: Bodies holding a live place of a capped bucket (None: its status was not read).
@@ -79,6 +81,7 @@ class BucketRow:
             "violations": self.violations,
             "interval_s": self.interval_s,
             "burst": self.burst,
+            "limits": [list(limit) for limit in self.limits],
             "paused": self.paused,
             "running": self.running,
             "held": self.held,
@@ -263,4 +266,6 @@ class Collector:
         if interval_us is not None:
             row.interval_s = interval_us / 1e6
         row.burst = settings_of(self.app).burst_of(name)
+        limits = settings_of(self.app).limits_of(name)
+        row.limits = tuple((limit.interval_us / 1e6, limit.burst) for limit in limits)
         return row

@@ -141,6 +141,21 @@ def metric_families(frame: Frame) -> Iterator[Any]:
         ),
         lambda r: r.burst,
     )
+    limit_labels = [*LABELS, "limit"]
+    limit_intervals = gauge(
+        "celery_interval_limit_interval_seconds",
+        "An extra limit's interval (interval_limits; limit: its position), in seconds.",
+        labels=limit_labels,
+    )
+    limit_bursts = gauge(
+        "celery_interval_limit_burst", "An extra limit's burst (units).", labels=limit_labels
+    )
+    for row in frame.rows:
+        for i, (interval_s, burst) in enumerate(row.limits):
+            limit_intervals.add_metric([row.bucket, row.queue, str(i)], interval_s)
+            limit_bursts.add_metric([row.bucket, row.queue, str(i)], float(burst))
+    yield limit_intervals
+    yield limit_bursts
     lateness = core.HistogramMetricFamily(
         "celery_interval_start_lateness_seconds",
         "Admitted start minus the ticket's slot, in seconds.",

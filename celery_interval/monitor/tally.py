@@ -14,6 +14,7 @@ from celery_interval.starts import (
     is_grant,
     is_readmit,
     is_start,
+    limits_of,
     start_time_us,
     units_of,
 )
@@ -93,7 +94,9 @@ class BucketTally:
         start = start_time_us(fields)
         interval = recorded if recorded is not None else self._control_interval_us
         task = fields.get("task", "")
-        if interval is not None and self._budget.overdraws(start, interval, *units_of(fields)):
+        if interval is not None and self._budget.overdraws(
+            start, interval, *units_of(fields), limits_of(fields)
+        ):
             gap = 0 if self.last_start_us is None else start - self.last_start_us
             self.violations += 1
             self.last_violation = Violation(task, self.last_task, start, gap, interval)

@@ -27,7 +27,7 @@ def start_tat(state: BucketState, spacing_us: int, burst: int) -> int:
 
 def earliest_start(state: BucketState, spacing_us: int, burst: int, cost: int) -> int:
     """The earliest virtual time a start of ``cost`` conforms to the starts' GCRA."""
-    return start_tat(state, spacing_us, burst) - _room(burst, cost) * spacing_us
+    return start_tat(state, spacing_us, burst) - room(burst, cost) * spacing_us
 
 
 def after_start(
@@ -51,7 +51,7 @@ def emptied(state: BucketState, spacing_us: int, burst: int, cost: int) -> tuple
     tat_us = max(
         start_tat(state, spacing_us, burst), state.last_start_us + max(1, burst) * spacing_us
     )
-    slot_us = tat_us - _room(burst, cost) * spacing_us
+    slot_us = tat_us - room(burst, cost) * spacing_us
     state = replace(
         state,
         tat_us=max(grant_tat(state, spacing_us, burst), slot_us + max(1, burst) * spacing_us),
@@ -71,7 +71,7 @@ def grant_tat(state: BucketState, spacing_us: int, burst: int) -> int:
 def next_slot(state: BucketState, v_us: int, spacing_us: int, burst: int, cost: int) -> int:
     """The earliest slot of a ticket of ``cost`` at virtual ``v_us``: the grants' GCRA, never
     before the latest granted slot (tickets keep their order)."""
-    slot_us = max(v_us, grant_tat(state, spacing_us, burst) - _room(burst, cost) * spacing_us)
+    slot_us = max(v_us, grant_tat(state, spacing_us, burst) - room(burst, cost) * spacing_us)
     return slot_us if state.last_slot_us is None else max(slot_us, state.last_slot_us)
 
 
@@ -92,7 +92,7 @@ def rescaled_extra(extra_us: int, old_spacing_us: int, new_spacing_us: int) -> i
     return -(-extra_us // max(1, old_spacing_us)) * new_spacing_us
 
 
-def _room(burst: int, cost: int) -> int:
+def room(burst: int, cost: int) -> int:
     """How many units beyond ``cost`` the budget holds: a start may come that many intervals
     before its ``tat``."""
     return max(0, max(1, burst) - max(1, cost))

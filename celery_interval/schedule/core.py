@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import replace
 
+from celery_interval.schedule import limits
 from celery_interval.schedule.burst import after_grant, after_start, earliest_start, next_slot
 from celery_interval.schedule.pace import eased, effective_interval
 from celery_interval.schedule.state import (
@@ -59,11 +60,14 @@ def grant(
         return state, mark, again
     spacing_us = effective_interval(state, pace.interval_us)
     slot_us = max(
-        next_slot(state, v, spacing_us, pace.burst, pace.cost), v + max(0, pace.not_before_in_us)
+        next_slot(state, v, spacing_us, pace.burst, pace.cost),
+        v + max(0, pace.not_before_in_us),
     )
+    slot_us = limits.next_slot(state, pace.limits, pace.cost, slot_us)
     if pace.not_after_in_us is not None and slot_us - v > pace.not_after_in_us:
         return state, mark, Grant(Outcome.WAIT, state.epoch, 0, slot_us, slot_us - v, paused)
     ticket = state.ticket + 1
+    state = limits.after_grant(state, slot_us, pace.limits, pace.cost)
     state = replace(after_grant(state, slot_us, spacing_us, pace.burst, pace.cost), ticket=ticket)
     if not isinstance(mark, Lease):
         mark = Granted(state.epoch, ticket, slot_us, now_us + slot_us - v + GRANTED_TTL_US)
@@ -95,7 +99,9 @@ def claim(
     if isinstance(mark, Done):
         return state, mark, Claim(Outcome.DUPLICATE, state.epoch, 0, now_us)
     spacing_us = effective_interval(state, interval_us)
-    earliest_us = earliest_start(state, spacing_us, terms.burst, terms.cost)
+    earliest_us = limits.earliest_start(
+        state, terms.limits, terms.cost, earliest_start(state, spacing_us, terms.burst, terms.cost)
+    )
     slot_us = slot.slot_us
     front = isinstance(mark, Granted) and mark.front and mark.epoch == state.epoch
     if state.reserved_us is not None and not front:
@@ -119,6 +125,7 @@ def claim(
     # The handoff is at most one interval: a task that reaches its process later than that
     # cannot start exactly anyway, and a longer wait only idles the process.
     start_us = max(v + min(max(0, terms.handoff_us), lead_us, spacing_us), earliest_us)
+    state = limits.after_start(state, start_us, terms.limits, terms.cost)
     state = replace(
         after_start(state, start_us, spacing_us, terms.burst, terms.cost),
         current_slot_us=state.current_slot_us if front else slot_us,
@@ -244,7 +251,7 @@ def status(
         overridden=state.interval_override_us is not None,
         paused=state.paused_at_real_us is not None,
         ticket=state.ticket,
-        next_slot_in_us=max(0, state.tat_us - v),
+        next_slot_in_us=max(0, limits.next_grant_tat(state, state.tat_us) - v),
         current_slot_us=state.current_slot_us,
         last_start_us=state.last_start_us,
         virtual_now_us=v,
@@ -271,5 +278,9 @@ def expires_in_us(state: BucketState, now_us: int, interval_us: int) -> int | No
         return None
     v = virtual_now(state, now_us)
     spacing_us = effective_interval(state, interval_us)
-    settled_us = max(state.tat_us, state.last_start_us + spacing_us + state.start_extra_us, v)
+    settled_us = max(
+        state.tat_us,
+        state.last_start_us + spacing_us + state.start_extra_us,
+        limits.latest_tat(state, v),
+    )
     return settled_us - v + IDLE_GRACE_US

@@ -37,6 +37,28 @@ class Outcome(str, enum.Enum):
     DUPLICATE = "DUPLICATE"
 
 
+@dataclass(frozen=True, slots=True)
+class Limit:
+    """An extra limit of a bucket beside its interval: at most ``burst`` units back to back,
+    refilled one per ``interval_us`` (a rate N/unit has the interval unit/N)."""
+
+    interval_us: int
+    burst: int = 1
+
+
+#: A bucket's extra limits, in the order configured (``schedule.limits``).
+Limits = tuple[Limit, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class LimitTats:
+    """An extra limit's theoretical arrival times: the grants' and the starts' (None: nothing
+    counted yet; a new epoch after state loss counts the burst as used, ``lost_start_us``)."""
+
+    grant_us: int | None
+    start_us: int | None
+
+
 @dataclass(frozen=True)
 class BucketState:
     """A bucket's shared record; every time is integer µs, virtual unless named ``*_real_us``."""
@@ -65,6 +87,8 @@ class BucketState:
     #: The latest start a lost state may have admitted (``new_state``): until the first start,
     #: the burst counts as used up then (None: known).
     lost_start_us: int | None = None
+    #: The extra limits' GCRAs, by position in the bucket's ``Limits`` (missing: None, None).
+    limit_tats: tuple[LimitTats, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -112,6 +136,8 @@ class Pace:
     cost: int = 1
     #: The slot may be at most this far from now (None: any): a later one is not granted.
     not_after_in_us: int | None = None
+    #: The bucket's extra limits: the slot conforms to each of them too.
+    limits: Limits = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,6 +159,8 @@ class Backoff:
     adapt_max_us: int | None = None
     burst: int = 1
     cost: int = 1
+    #: The bucket's extra limits: the throttle empties each one's budget too.
+    limits: Limits = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,6 +182,8 @@ class ClaimTerms:
     place_us: int | None = None
     burst: int = 1
     cost: int = 1
+    #: The bucket's extra limits: a start conforms to each one's starts' GCRA too.
+    limits: Limits = ()
 
 
 @dataclass(frozen=True, slots=True, order=True)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from celery_interval.schedule import limits
 from celery_interval.schedule.burst import emptied
 from celery_interval.schedule.core import done, status
 from celery_interval.schedule.pace import effective_interval, slowed
@@ -53,7 +54,9 @@ def throttle(
         state = slowed(state, interval_us, backoff.adapt_max_us)
     spacing_us = effective_interval(state, interval_us)
     v = virtual_now(state, now_us)
-    state, first_us = emptied(state, spacing_us, backoff.burst, backoff.cost)
+    emptied_state, first_us = emptied(state, spacing_us, backoff.burst, backoff.cost)
+    state, first_us = limits.emptied(state, backoff.limits, backoff.cost, first_us)
+    state = replace(emptied_state, limit_tats=state.limit_tats)
     shift_us = max(0, v + max(0, backoff.retry_after_us) - first_us)
     slot_us = first_us
     if state.reserved_us is not None:
@@ -64,6 +67,7 @@ def throttle(
         tat_us=max(state.tat_us, slot_us + max(1, backoff.burst) * spacing_us),
         reserved_us=slot_us,
     )
+    state = limits.kept(state, slot_us, backoff.limits)
     v -= shift_us
     expires_real_us = now_us + slot_us - v + GRANTED_TTL_US
     place = Granted(state.epoch, backoff.ticket, slot_us, expires_real_us, True)

@@ -6,7 +6,17 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import NamedTuple, Protocol
 
-from celery_interval.schedule import Backoff, Claim, ClaimTerms, Grant, Pace, Slot, Status, Unset
+from celery_interval.schedule import (
+    Backoff,
+    Claim,
+    ClaimTerms,
+    Grant,
+    Limits,
+    Pace,
+    Slot,
+    Status,
+    Unset,
+)
 
 __all__ = ["ClaimArgs", "DoneBatch", "Store", "TaskCopy"]
 
@@ -50,6 +60,8 @@ class ClaimArgs(NamedTuple):
     #: The bucket's burst and the task's cost (units; ``schedule.burst``).
     burst: int = 1
     cost: int = 1
+    #: The bucket's extra limits (``schedule.limits``).
+    limits: Limits = ()
 
     @property
     def copy(self) -> TaskCopy:
@@ -58,12 +70,19 @@ class ClaimArgs(NamedTuple):
 
     def pace(self, not_before_in_us: int = 0) -> Pace:
         """What a grant of this message asks for."""
-        return Pace(self.interval_us, not_before_in_us, self.burst, self.cost)
+        return Pace(self.interval_us, not_before_in_us, self.burst, self.cost, limits=self.limits)
 
     def claim(self, store: Store, lease_us: int, lead_us: int, cap: int | None = None) -> Claim:
         """``store.claim`` of this message's slot under its holder (under the bucket's ``cap``)."""
         terms = ClaimTerms(
-            self.holder, lease_us, lead_us, self.handoff_us, cap, burst=self.burst, cost=self.cost
+            self.holder,
+            lease_us,
+            lead_us,
+            self.handoff_us,
+            cap,
+            burst=self.burst,
+            cost=self.cost,
+            limits=self.limits,
         )
         slot = Slot(self.epoch, self.slot_us)
         return store.claim(self.copy, self.interval_us, slot, terms, ticket=self.ticket)

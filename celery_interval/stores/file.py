@@ -27,13 +27,15 @@ from celery_interval.schedule import (
     live_places,
 )
 from celery_interval.stores._apply import BucketTxn, ModelStore
+from celery_interval.stores.tats import decode_tats, encode_tats
 
 __all__ = ["FORMAT_VERSION", "FileStore", "wall_clock_us"]
 
 FORMAT_VERSION = 1
 _SAFE_CHARS = "abcdefghijklmnopqrstuvwxyz0123456789._-"
 _MAX_STEM_CHARS = 160  # leaves room for ".json.tmp" under the usual 255-byte name limit
-_STATE_FIELDS = tuple(f.name for f in dataclasses.fields(BucketState))
+#: The integer fields; ``limit_tats`` is written as lib.lua's field ``x`` (absent: none).
+_STATE_FIELDS = tuple(f.name for f in dataclasses.fields(BucketState) if f.name != "limit_tats")
 _NULLABLE_FIELDS = frozenset(
     f.name for f in dataclasses.fields(BucketState) if "None" in str(f.type)
 )
@@ -290,12 +292,12 @@ def _encode(bucket: str, record: _Record, now_us: int) -> bytes:
         else:
             row.update(kind="done", expires_real_us=mark.expires_real_us)
         rows.append(row)
-    doc = {
-        "version": FORMAT_VERSION,
-        "bucket": bucket,
-        "state": None if state is None else {name: getattr(state, name) for name in _STATE_FIELDS},
-        "marks": rows,
-    }
+    fields: dict[str, Any] | None = None
+    if state is not None:
+        fields = {name: getattr(state, name) for name in _STATE_FIELDS}
+        if state.limit_tats:
+            fields["limit_tats"] = encode_tats(state.limit_tats)
+    doc = {"version": FORMAT_VERSION, "bucket": bucket, "state": fields, "marks": rows}
     if expires_real_us is not None:
         doc["expires_real_us"] = expires_real_us
     if reset_us is not None:
@@ -338,12 +340,17 @@ def _decode(raw: bytes, path: Path, bucket: str) -> _Record:
     if raw_state is None:
         state = None
     elif isinstance(raw_state, dict):
+        try:
+            limit_tats = decode_tats(raw_state.get("limit_tats", ""))
+        except (AttributeError, ValueError) as exc:
+            raise corrupt(f"limit_tats={raw_state.get('limit_tats')!r}: {exc}") from None
         state = BucketState(
             **{
                 name: integer(raw_state, name, name in _NULLABLE_FIELDS)
                 for name in _STATE_FIELDS
                 if name in raw_state or name not in _OPTIONAL_FIELDS
-            }
+            },
+            limit_tats=limit_tats,
         )
     else:
         raise corrupt("state is not an object")

@@ -57,6 +57,7 @@ from celery_interval.stores.redis_client import (
     codec_name,
     describe,
 )
+from celery_interval.stores.tats import decode_tats, limits_arg
 from celery_interval.stores.urls import mask_url
 
 if TYPE_CHECKING:
@@ -121,7 +122,7 @@ def script_source(name: str, fenced: bool = False) -> str:
     (``schedule.fenced``); otherwise the scripts never look (lib.lua's FENCED)."""
     if name not in SCRIPT_NAMES:
         raise ValueError(f"unknown script {name!r}")
-    parts = ("lib", "ops", name) if name in _RUN_OPS else ("lib", name)
+    parts = ("lib", "limits", "ops", name) if name in _RUN_OPS else ("lib", "limits", name)
     flag = f"local FENCED = {'true' if fenced else 'false'}"
     return "\n".join([flag, *(_lua_text(part) for part in parts)])
 
@@ -265,7 +266,7 @@ class RedisStore:
             "grant",
             self._task_keys(copy),
             [pace.interval_us, pace.not_before_in_us, copy.task_id, copy.retries, self._ledger_max,
-             pace.burst, pace.cost, _not_after(pace)],
+             pace.burst, pace.cost, _not_after(pace), limits_arg(pace.limits)],
         )  # fmt: skip
         return grant_of(r)
 
@@ -291,7 +292,8 @@ class RedisStore:
             self._task_keys(copy),
             [self._now_arg(), pace.interval_us, pace.not_before_in_us, copy.task_id, copy.retries,
              self._ledger_max, terms.holder, terms.lease_us, terms.lead_us, terms.handoff_us,
-             *_cap_args(copy, terms), terms.burst, terms.cost, _not_after(pace)],
+             *_cap_args(copy, terms), terms.burst, terms.cost, _not_after(pace),
+             limits_arg(pace.limits), limits_arg(terms.limits)],
         )  # fmt: skip
 
     def claim(
@@ -302,7 +304,7 @@ class RedisStore:
             self._task_keys(copy),
             [interval_us, slot.epoch, slot.slot_us, terms.holder, terms.lease_us, terms.lead_us,
              copy.task_id, copy.retries, ticket, self._ledger_max, terms.handoff_us,
-             *_cap_args(copy, terms), terms.burst, terms.cost],
+             *_cap_args(copy, terms), terms.burst, terms.cost, limits_arg(terms.limits)],
         )  # fmt: skip
         return claim_of(r)
 
@@ -362,7 +364,7 @@ class RedisStore:
             "throttle",
             self._task_keys(copy),
             [interval_us, backoff.retry_after_us, backoff.ticket, copy.task_id, copy.retries,
-             self._ledger_max, adapt, backoff.burst, backoff.cost],
+             self._ledger_max, adapt, backoff.burst, backoff.cost, limits_arg(backoff.limits)],
         )  # fmt: skip
         return status_from_reply(r)
 
@@ -439,9 +441,11 @@ class RedisStore:
         with self._errors("read_state"):
             raw: dict[Any, Any] = self._client.hgetall(self._state_key(bucket))
         # m: the replication id of the master that saved it (a fenced store), not a number
-        f = {as_text(k): int(v) for k, v in raw.items() if as_text(k) != "m"}
+        f = {as_text(k): v for k, v in raw.items() if as_text(k) != "m"}
         if "e" not in f:  # no record, or only a reset's
             return None
+        limit_tats = decode_tats(as_text(f.pop("x", b"")))
+        f = {k: int(v) for k, v in f.items()}
         try:
             return BucketState(
                 epoch=f["e"],
@@ -458,6 +462,7 @@ class RedisStore:
                 start_extra_us=f.get("q", 0),
                 last_slot_us=f.get("g"),
                 lost_start_us=f.get("z"),
+                limit_tats=limit_tats,
             )
         except KeyError as exc:
             raise StoreError(f"interval state of bucket {bucket!r} lacks field {exc}") from None

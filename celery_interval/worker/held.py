@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from celery_interval.headers import TICKET_HEADER
+from celery_interval.schedule import Limits
 from celery_interval.stores.base import ClaimArgs
 
 __all__ = ["Held", "HeldState"]
@@ -52,6 +53,8 @@ class Held:
     #: Its bucket's burst and its own cost (units of one interval's budget).
     burst: int = 1
     cost: int = 1
+    #: Its bucket's extra limits (``interval_limits``).
+    limits: Limits = ()
     #: Start order among the messages waiting here: lower first (the broker's priority).
     rank: int = 0
     epoch: int = 0
@@ -95,4 +98,5 @@ class Held:
             handoff_us,
             self.burst,
             self.cost,
+            self.limits,
         )

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from celery_interval.config import Settings
+from celery_interval.schedule import Limits
 from celery_interval.worker.held import Held
 from celery_interval.worker.overflow import Overflow
 
@@ -33,6 +34,8 @@ class BucketStats:
     interval_us: int = 0
     #: The bucket's burst (units), as its last held task carried it.
     burst: int = 1
+    #: The bucket's extra limits, as its last held task carried them.
+    limits: Limits = ()
     last_paused: bool = False
 
 

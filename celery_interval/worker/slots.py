@@ -113,14 +113,16 @@ class SlotCycle:
         claimed: Claim | None = None
         marks: list[TaskCopy] = []
         op = "grant"
+        copy = TaskCopy(held.bucket, held.task_id, held.retries)
+        pace = Pace(held.interval_us, not_before_in_us, held.burst, held.cost, limits=held.limits)
         sent_ns = time.monotonic_ns()
         try:
             if self.pool.free() > 0 and not self.pool.waiting and not held.request.revoked():
                 op = "take"
                 marks = self.done.take()
                 grant, claimed = self.store.take(
-                    TaskCopy(held.bucket, held.task_id, held.retries),
-                    Pace(held.interval_us, not_before_in_us, held.burst, held.cost),
+                    copy,
+                    pace,
                     ClaimTerms(
                         held.holder,
                         self.settings.lease_us,
@@ -128,14 +130,12 @@ class SlotCycle:
                         cap=held.cap,
                         burst=held.burst,
                         cost=held.cost,
+                        limits=held.limits,
                     ),
                     done_first=DoneBatch(marks, self.settings.dedupe_ttl_us),
                 )
             else:
-                grant = self.store.grant(
-                    TaskCopy(held.bucket, held.task_id, held.retries),
-                    Pace(held.interval_us, not_before_in_us, held.burst, held.cost),
-                )
+                grant = self.store.grant(copy, pace)
         except StoreUnavailable as exc:
             self.done.put_back(marks)
             self.outage.failed(exc)
@@ -165,6 +165,7 @@ class SlotCycle:
         stats.grants += 1
         stats.interval_us = held.interval_us
         stats.burst = held.burst
+        stats.limits = held.limits
         stats.last_paused = grant.paused
         held.granted(grant.epoch, grant.ticket, grant.slot_us, time.time() + grant.delay_us / 1e6)
         self.holding.due_at(held.bucket, time.monotonic_ns() + grant.delay_us * 1000)

@@ -40,6 +40,9 @@ def interval_stats(
         out[bucket] = {
             "interval_s": st.interval_us / 1e6,
             "burst": st.burst,
+            "limits": [
+                {"interval_s": limit.interval_us / 1e6, "burst": limit.burst} for limit in st.limits
+            ],
             "paused": st.last_paused,
             "held": counts.get(bucket, 0),
             "running": running.get(bucket, 0),

@@ -98,7 +98,8 @@ def interval_strategy(task: Any, app: Any, consumer: Any, **_: Any) -> Any:
                 arrival, service.settings.interval_us
             )
             burst, cost = service.settings.burst_of(bucket), message_cost(arrival)
-            check_within_burst(task.name, bucket, cost, burst)
+            limits = service.settings.limits_of(bucket)
+            check_within_burst(task.name, bucket, cost, burst, limits)
         except ConfigurationError as exc:
             service.notify.received_request(req)
             _fail(req, exc)
@@ -129,6 +130,7 @@ def interval_strategy(task: Any, app: Any, consumer: Any, **_: Any) -> Any:
                 cap=_cap_of(task, bucket, service.settings),
                 burst=burst,
                 cost=cost,
+                limits=limits,
                 rank=_rank((req.delivery_info or {}).get("priority"), lower_first),
                 acks_late=acks_late,
                 release=release_with_callbacks,

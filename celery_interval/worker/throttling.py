@@ -50,7 +50,12 @@ def throttled(task: Any, exc: Throttled) -> NoReturn:
             store.prepare_post()  # a done mark posted as the body began lands first
         adapt_max_us = settings_of(task.app).adapt_max_us(claimed.bucket, claimed.interval_us)
         backoff = Backoff(
-            exc.retry_after_us, claimed.ticket, adapt_max_us, claimed.burst, claimed.cost
+            exc.retry_after_us,
+            claimed.ticket,
+            adapt_max_us,
+            claimed.burst,
+            claimed.cost,
+            claimed.limits,
         )
         status = store.throttle(claimed.copy, claimed.interval_us, backoff)
         headers[RESEND_HEADER] = True

@@ -50,8 +50,11 @@ def test_status_with_no_worker_running(run: Any) -> None:
         False,
     )
     assert (row["burst"], status(run, "mail")["burst"]) == (3, 1)
+    assert row["limits"] == [{"interval_s": 0.6, "burst": 1}, {"interval_s": 3.6, "burst": 50}]
+    assert status(run, "mail")["limits"] == []
     table = run("status", "--timeout", "0.2")
     assert table.exit_code == 0 and "api" in table.output and "mail" in table.output
+    assert "0.6s, 3.6s burst 50" in table.output
 
 
 def test_pause_unpause_and_set(run: Any) -> None:

@@ -115,6 +115,17 @@ def test_the_metrics_of_a_hand_written_ledger(run: Any, redis_client: redis.Redi
     assert values(first, "celery_interval_claim_violations_total") == {"api": 0, "mail": 0}
     assert values(first, "celery_interval_interval_seconds") == {"api": 1.0, "mail": 2.0}
     assert values(first, "celery_interval_burst") == {"api": 3, "mail": 1}
+    per_limit = {
+        (name, dict(labels)["bucket"], dict(labels)["limit"]): value
+        for (name, labels), value in first.items()
+        if name.startswith("celery_interval_limit_")
+    }
+    assert per_limit == {
+        ("celery_interval_limit_interval_seconds", "api", "0"): 0.6,
+        ("celery_interval_limit_interval_seconds", "api", "1"): 3.6,
+        ("celery_interval_limit_burst", "api", "0"): 1,
+        ("celery_interval_limit_burst", "api", "1"): 50,
+    }
     assert values(first, "celery_interval_paused") == {"api": 0, "mail": 0}
     assert values(first, "celery_interval_held") == {"api": 0, "mail": 0}
     assert values(first, "celery_interval_start_lateness_seconds_count") == {"api": 4, "mail": 0}

@@ -8,6 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from celery_interval.schedule import Limit
 from tests.unit.test_schedule import (
     HOLDERS,
     I_US,
@@ -123,15 +124,16 @@ def test_a_burst_of_one_is_the_plain_slot_model() -> None:
     assert m.state.lost_start_us is None
 
 
-def assert_window_property(m: Model, burst: int) -> None:
+def assert_window_property(m: Model, burst: int, interval_us: int = I_US) -> None:
     """For every window of starts (real time): Σ cost <= burst + span / interval."""
     starts = sorted(m.new_starts)
     for i, (first_us, _) in enumerate(starts):
         total = 0
         for last_us, cost in starts[i:]:
             total += cost
-            assert total * I_US <= burst * I_US + (last_us - first_us), (
-                f"starts {starts[i:]}: {total} units in {last_us - first_us} µs, burst {burst}"
+            assert total * interval_us <= burst * interval_us + (last_us - first_us), (
+                f"starts {starts[i:]}: {total} units in {last_us - first_us} µs, "
+                f"burst {burst} per {interval_us} µs"
             )
 
 
@@ -195,20 +197,34 @@ burst_ops: st.SearchStrategy[list[Step]] = st.lists(
     st.lists(st.integers(1, 5), min_size=len(TASKS), max_size=len(TASKS)),
     st.lists(st.sampled_from([0, 0, 5, 300, ML]), min_size=len(HOLDERS), max_size=len(HOLDERS)),
     st.sampled_from([None, OLD_BORN_US]),
+    st.lists(
+        st.builds(Limit, st.sampled_from([300, 1_500, 2_500, 7_000]), st.sampled_from([1, 2, 4])),
+        max_size=2,
+    ),
 )
 def test_random_sequences_keep_the_budget(
-    steps: list[Step], burst: int, costs: list[int], handoffs: list[int], born_us: int | None
+    steps: list[Step],
+    burst: int,
+    costs: list[int],
+    handoffs: list[int],
+    born_us: int | None,
+    limits: list[Limit],
 ) -> None:
-    """Bursts, weighted costs and handoffs that differ per holder: for every window of starts
-    Σ cost <= burst + span / interval, across throttles, pauses, expiry and state loss."""
+    """Bursts, weighted costs, handoffs that differ per holder and extra limits: for every
+    limit (the interval's and each extra one) and every window of starts Σ cost <= burst +
+    span / interval, across throttles, pauses, expiry and state loss."""
+    most = min([burst, *(limit.burst for limit in limits)])
     m = Model(
         burst=burst,
-        costs={t: min(c, burst) for t, c in zip(TASKS, costs, strict=True)},
+        costs={t: min(c, most) for t, c in zip(TASKS, costs, strict=True)},
         handoffs_us=dict(zip(HOLDERS, handoffs, strict=True)),
         born_us=born_us,
+        limits=tuple(limits),
     )
     check_sequence(steps, m, spacing=False)
     assert_window_property(m, burst)
+    for limit in limits:
+        assert_window_property(m, limit.burst, limit.interval_us)
 
 
 @settings(max_examples=300, deadline=None)

@@ -16,7 +16,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from celery_interval.errors import StoreError, StoreUnavailable
-from celery_interval.schedule import IDLE_GRACE_US, MAX_LEAD_US, ClaimTerms, Outcome, Pace, Slot
+from celery_interval.schedule import (
+    IDLE_GRACE_US,
+    MAX_LEAD_US,
+    ClaimTerms,
+    Limit,
+    Outcome,
+    Pace,
+    Slot,
+)
 from celery_interval.stores import file as file_module
 from celery_interval.stores.base import Store, TaskCopy
 from celery_interval.stores.file import FileStore
@@ -388,3 +396,28 @@ def test_a_state_written_before_bursts_reads_with_their_defaults(
         del doc["state"][name]
     path.write_text(json.dumps(doc))
     assert store.grant(TaskCopy("b", "t2", 0), Pace(1_000)).ticket == 2
+
+
+def test_extra_limits_times_persist_and_an_older_file_reads_without_them(
+    store: FileStore, clock: Clock
+) -> None:
+    """The extra limits' times are written (``limit_tats``) and read back; a file without them
+    (an older version) reads as a bucket whose limits have counted nothing yet."""
+    limits = (Limit(5_000), Limit(9_000, 2))
+    first = store.grant(TaskCopy("b", "t1", 0), Pace(1_000, limits=limits))
+    path = store.state_path("b")
+    doc = json.loads(path.read_bytes())
+    assert doc["state"]["limit_tats"] == f"{first.slot_us + 5_000}:,{first.slot_us + 18_000}:"
+    second = FileStore(store.directory, clock_us=clock).grant(
+        TaskCopy("b", "t2", 0), Pace(1_000, limits=limits)
+    )
+    assert second.slot_us - first.slot_us == 9_000  # the burst of 2 counted as used
+    doc = json.loads(path.read_bytes())
+    del doc["state"]["limit_tats"]
+    path.write_text(json.dumps(doc))
+    third = store.grant(TaskCopy("b", "t3", 0), Pace(1_000, limits=limits))
+    assert third.slot_us - second.slot_us == 1_000  # the limits counted nothing yet
+    doc["state"]["limit_tats"] = "1:2,x"
+    path.write_text(json.dumps(doc))
+    with pytest.raises(StoreError, match="limit_tats='1:2,x'"):
+        store.grant(TaskCopy("b", "t4", 0), Pace(1_000, limits=limits))

@@ -27,8 +27,20 @@ from celery_interval import schedule
 from celery_interval.defaults import KEY_PREFIX
 from celery_interval.demo.embedded import RedisProc
 from celery_interval.errors import ConfigurationError, StoreUnavailable
-from celery_interval.schedule import Backoff, Claim, ClaimTerms, Done, Lease, Outcome, Pace, Slot
+from celery_interval.schedule import (
+    Backoff,
+    Claim,
+    ClaimTerms,
+    Done,
+    Lease,
+    Limit,
+    Limits,
+    Outcome,
+    Pace,
+    Slot,
+)
 from celery_interval.schedule import burst as burst_model
+from celery_interval.schedule import limits as limits_model
 from celery_interval.stores import keys, mask_url
 from celery_interval.stores.base import DoneBatch, TaskCopy
 from celery_interval.stores.memory import MemoryStore
@@ -64,6 +76,10 @@ places_us = st.sampled_from([None, 1, 999, 1_000_000, 30_000_000, 30_000_000])
 # a bucket's burst and a task's cost (units): mostly none, sometimes a cost past the burst
 bursts = st.sampled_from([1, 1, 2, 3, 5, 40])
 costs = st.sampled_from([1, 1, 1, 2, 3, 7])
+#: A bucket's extra limits: mostly none; sometimes one or two, tighter or looser than the interval
+limit_sets = st.sampled_from(
+    [(), (), (), (Limit(1_500),), (Limit(2_500, 3),), (Limit(700, 2), Limit(4_000)), (Limit(1),)]
+)
 # time steps: none, sub-ms, around an interval, hours
 steps_us = st.one_of(
     st.just(0), st.integers(0, 1_000), st.integers(0, 5_000_000), st.integers(0, 10**10)
@@ -157,6 +173,7 @@ class Differential(RuleBasedStateMachine):
         delta=st.sampled_from([-1, 0, 1]),
         burst=bursts,
         cost=costs,
+        limits=limit_sets,
     )
     def advance_to_edge(
         self,
@@ -169,6 +186,7 @@ class Differential(RuleBasedStateMachine):
         delta: int,
         burst: int,
         cost: int,
+        limits: Limits,
     ) -> None:
         """Jump to where a comparison flips (v = tat, v = earliest - lead, a mark expires, an
         idle state expires)."""
@@ -188,7 +206,9 @@ class Differential(RuleBasedStateMachine):
                 target_v = state.current_slot_us
             else:
                 eff = schedule.effective_interval(state, interval)
-                earliest = burst_model.earliest_start(state, eff, burst, cost)
+                earliest = limits_model.earliest_start(
+                    state, limits, cost, burst_model.earliest_start(state, eff, burst, cost)
+                )
                 target_v = earliest - min(max(0, lead), schedule.MAX_LEAD_US)
             target_real_us = self.now_us + target_v - v
         if target_real_us is not None and target_real_us + delta >= self.now_us:
@@ -210,6 +230,7 @@ class Differential(RuleBasedStateMachine):
         not_before=st.one_of(st.just(0), st.integers(-(10**6), 10**8)),
         burst=bursts,
         cost=costs,
+        limits=limit_sets,
         not_after=not_afters_us,
     )
     def grant(
@@ -221,9 +242,10 @@ class Differential(RuleBasedStateMachine):
         not_before: int,
         burst: int,
         cost: int,
+        limits: Limits,
         not_after: int | None,
     ) -> tuple[str, str, int, int, int]:
-        pace = Pace(interval, not_before, burst, cost, not_after)
+        pace = Pace(interval, not_before, burst, cost, not_after, limits)
         args = (TaskCopy(bucket, task, retry), pace)
         expected, got = self._compared(bucket, "grant", *args)
         assert got == expected
@@ -244,6 +266,8 @@ class Differential(RuleBasedStateMachine):
         place=places_us,
         burst=bursts,
         cost=costs,
+        limits=limit_sets,
+        claim_limits=limit_sets,
         not_after=not_afters_us,
     )
     def take(
@@ -261,12 +285,14 @@ class Differential(RuleBasedStateMachine):
         place: int | None,
         burst: int,
         cost: int,
+        limits: Limits,
+        claim_limits: Limits,
         not_after: int | None,
     ) -> tuple[str, str, int, int, int]:
         args = (
             TaskCopy(bucket, task, retry),
-            Pace(interval, not_before, burst, cost, not_after),
-            ClaimTerms(holder, lease, lead, handoff, cap, place, burst, cost),
+            Pace(interval, not_before, burst, cost, not_after, limits),
+            ClaimTerms(holder, lease, lead, handoff, cap, place, burst, cost, claim_limits),
         )
         expected, got = self._compared(bucket, "take", *args)
         assert got == expected
@@ -284,6 +310,7 @@ class Differential(RuleBasedStateMachine):
         place=places_us,
         burst=bursts,
         cost=costs,
+        limits=limit_sets,
     )
     def claim_granted(
         self,
@@ -298,13 +325,14 @@ class Differential(RuleBasedStateMachine):
         place: int | None,
         burst: int,
         cost: int,
+        limits: Limits,
     ) -> None:
         bucket, task, retry, epoch, slot = g
         self._claim(
             TaskCopy(bucket, task, retry),
             interval,
             Slot(epoch, slot + slot_shift),
-            ClaimTerms(holder, lease, lead, handoff, cap, place, burst, cost),
+            ClaimTerms(holder, lease, lead, handoff, cap, place, burst, cost, limits),
         )
 
     @rule(
@@ -400,6 +428,7 @@ class Differential(RuleBasedStateMachine):
         adapt_max=st.sampled_from([None, None, 1, 77_777, 3_600_000_000]),
         burst=bursts,
         cost=costs,
+        limits=limit_sets,
     )
     def throttle(
         self,
@@ -412,9 +441,10 @@ class Differential(RuleBasedStateMachine):
         adapt_max: int | None,
         burst: int,
         cost: int,
+        limits: Limits,
     ) -> None:
         copy = TaskCopy(bucket, task, retry)
-        backoff = Backoff(retry_after, ticket, adapt_max, burst, cost)
+        backoff = Backoff(retry_after, ticket, adapt_max, burst, cost, limits)
         expected, got = self._compared(bucket, "throttle", copy, interval, backoff)
         assert got == expected
 

@@ -54,6 +54,7 @@ class Model:
     reset_us: int | None = None  # the bucket's reset, until its next state is made
     expires_real_us: int | None = None  # when the store may drop the state
     burst: int = 1  # the bucket's burst (units)
+    limits: schedule.Limits = ()  # the bucket's extra limits
     costs: dict[str, int] = field(default_factory=dict)  # a task's cost (units; absent: 1)
     handoffs_us: dict[str, int] = field(default_factory=dict)  # a holder's handoff (absent: 0)
     new_starts: list[tuple[int, int]] = field(default_factory=list)  # (real µs, cost), no repeats
@@ -85,7 +86,8 @@ class Model:
     def op_grant(self, task: str, retries: int, not_before_in_us: int) -> tuple[Any, ...]:
         self.state, mark, g = schedule.grant(
             self.state, self.marks.get((task, retries)), self.now_us,
-            Pace(self.interval_us, not_before_in_us, self.burst, self.costs.get(task, 1)),
+            Pace(self.interval_us, not_before_in_us, self.burst, self.costs.get(task, 1),
+                 limits=self.limits),
             born_us=self.born(),
         )  # fmt: skip
         self._put((task, retries), mark)
@@ -123,7 +125,9 @@ class Model:
     def _terms(self, task: str, holder: str, lease_us: int, lead_us: int) -> ClaimTerms:
         handoff_us = self.handoffs_us.get(holder, 0)
         cost = self.costs.get(task, 1)
-        return ClaimTerms(holder, lease_us, lead_us, handoff_us, burst=self.burst, cost=cost)
+        return ClaimTerms(
+            holder, lease_us, lead_us, handoff_us, burst=self.burst, cost=cost, limits=self.limits
+        )
 
     def op_done(self, task: str, retries: int, ttl_us: int) -> None:
         key = (task, retries)
@@ -136,7 +140,8 @@ class Model:
         key = (task, retries)
         self.state, mark, st = schedule.throttle(
             self.state, self.marks.get(key), self.now_us, self.interval_us,
-            Backoff(retry_after_us, 1, adapt_max_us, self.burst, self.costs.get(task, 1)),
+            Backoff(retry_after_us, 1, adapt_max_us, self.burst, self.costs.get(task, 1),
+                    self.limits),
             born_us=self.born(),
         )  # fmt: skip
         self._put(key, mark)

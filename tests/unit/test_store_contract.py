@@ -10,7 +10,14 @@ from typing import Any
 
 import pytest
 
-from celery_interval.schedule import MAX_LEAD_US, PLACE_SETTLE_US, ClaimTerms, Outcome, Pace
+from celery_interval.schedule import (
+    MAX_LEAD_US,
+    PLACE_SETTLE_US,
+    ClaimTerms,
+    Limit,
+    Outcome,
+    Pace,
+)
 from celery_interval.stores.base import Store, TaskCopy
 from celery_interval.stores.file import FileStore
 from celery_interval.stores.memory import MemoryStore
@@ -346,3 +353,22 @@ def test_a_burst_starts_back_to_back_after_an_idle_spell_then_one_per_interval(
     assert [c.outcome for c in claims.values()] == [Outcome.OK, Outcome.OK, Outcome.WAIT]
     assert 0 < claims["t3"].delay_us <= I_US
     assert store.status("b", I_US).ticket == 4
+
+
+def test_several_limits_hold_at_once(store: Store) -> None:
+    """The interval I_US and a limit of 2 per 5 intervals (burst 2): after an idle spell two
+    start back to back at the interval, the third waits until the limit's budget is back."""
+    limits = (Limit(5 * I_US // 2, 2),)
+    first = store.grant(TaskCopy("l", "t0", 0), Pace(I_US, limits=limits))
+    wait_s(first.delay_us + 6 * I_US)  # idle: every budget is back
+    grants = [store.grant(TaskCopy("l", f"t{i}", 0), Pace(I_US, limits=limits)) for i in (1, 2, 3)]
+    offsets_us = [g.slot_us - grants[0].slot_us for g in grants]
+    assert offsets_us == [0, I_US, 5 * I_US // 2]
+    terms = ClaimTerms("h1", LEASE_US, 0, 0, limits=limits)
+    claimed = store.claim(TaskCopy("l", "t1", 0), I_US, grants[0].slot, terms)
+    assert claimed.outcome is Outcome.OK
+    wait_s(grants[1].delay_us)
+    assert store.claim(TaskCopy("l", "t2", 0), I_US, grants[1].slot, terms).outcome is Outcome.OK
+    late = store.claim(TaskCopy("l", "t3", 0), I_US, grants[2].slot, terms)
+    assert late.outcome is Outcome.WAIT
+    assert I_US // 2 - 10_000 < late.delay_us <= 3 * I_US // 2

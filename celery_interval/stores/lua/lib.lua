@@ -7,7 +7,9 @@
 -- h=reserved_us (a throttled task's kept slot; absent: none) a=adapted_us (an adaptive bucket's
 -- lengthened interval; absent: none) k=clean_starts (absent: 0) q=start_extra_us (absent: 0)
 -- g=last_slot_us (absent: none) z=lost_start_us (absent: none) m=the master_replid of the
--- master that last saved it (fenced scripts only; absent otherwise).
+-- master that last saved it (fenced scripts only; absent otherwise) x=the extra limits' times
+-- (limit_tats: "<grant_us>:<start_us>" per limit, comma-separated, in the order of the bucket's
+-- limits, an empty side for none; absent: none, as in records written before limits existed).
 -- A reset bucket's hash holds only r=<reset time>, until its next state is made.
 -- FENCED (a line RedisStore puts before this file): true on a replicated store (Sentinel,
 -- Cluster), where a master may be a replica promoted without the old master's last writes.
@@ -41,10 +43,46 @@ local function num(v)
   return tonumber(v)
 end
 
+-- The x field as a list of {g = grant_us or nil, s = start_us or nil} (schedule.LimitTats).
+local function decode_tats(raw)
+  local tats = {}
+  if raw == false or raw == nil or raw == '' then
+    return tats
+  end
+  for g, st in string.gmatch(raw .. ',', '(%-?%d*):(%-?%d*),') do
+    tats[#tats + 1] = { g = tonumber(g), s = tonumber(st) }
+  end
+  return tats
+end
+
+local function encode_tats(tats)
+  local parts = {}
+  for i, t in ipairs(tats) do
+    parts[i] = (t.g and fmt(t.g) or '') .. ':' .. (t.s and fmt(t.s) or '')
+  end
+  return table.concat(parts, ',')
+end
+
+-- schedule.limits.latest_tat: tat, or the latest of the limits' times if later.
+local function lim_latest(s, tat)
+  for _, t in ipairs(s.x) do
+    tat = math.max(tat, t.g or tat, t.s or tat)
+  end
+  return tat
+end
+
+-- schedule.limits.next_grant_tat: tat, or the latest of the limits' grants' times if later.
+local function lim_next_grant(s, tat)
+  for _, t in ipairs(s.x) do
+    tat = math.max(tat, t.g or tat)
+  end
+  return tat
+end
+
 -- The state at key, or nil and the time of the bucket's reset (nil if none) when it has none.
 local function load_state(key)
   local r = redis.call('HMGET', key, 'e', 'o', 'p', 't', 'n', 'c', 'l', 'i', 'r', 'h', 'a', 'k',
-    'q', 'g', 'z', 'm')
+    'q', 'g', 'z', 'm', 'x')
   if r[1] == false then
     return nil, num(r[9])
   end
@@ -52,7 +90,7 @@ local function load_state(key)
     e = num(r[1]), o = num(r[2]), p = num(r[3]), t = num(r[4]),
     n = num(r[5]), c = num(r[6]), l = num(r[7]), i = num(r[8]), h = num(r[10]),
     a = num(r[11]), k = num(r[12]) or 0, q = num(r[13]) or 0, g = num(r[14]), z = num(r[15]),
-    m = r[16] or nil,
+    m = r[16] or nil, x = decode_tats(r[17]),
   }
 end
 
@@ -74,7 +112,7 @@ end
 local function new_state(now, interval, born)
   local last = math.max(now - interval, born + MAX_LEAD_US)
   return { e = now, o = 0, p = nil, t = last + interval, n = 0, c = 0, l = last, i = nil, h = nil,
-    a = nil, k = 0, q = 0, g = nil, z = born + MAX_LEAD_US }
+    a = nil, k = 0, q = 0, g = nil, z = born + MAX_LEAD_US, x = {} }
 end
 
 -- schedule.new_state's born_us: the birth marker at born_key (set to now when missing, if
@@ -121,7 +159,7 @@ end
 
 -- schedule.burst: the grants' and the starts' GCRA of a bucket's burst and a task's cost (units
 -- of one interval's budget).
--- schedule.burst._room: a start may come this many intervals before its tat.
+-- schedule.burst.room: a start may come this many intervals before its tat.
 local function room(burst, cost)
   return math.max(0, math.max(1, burst) - math.max(1, cost))
 end
@@ -243,7 +281,8 @@ local function expires_in(s, now, interval)
     return nil
   end
   local v = virtual_now(s, now)
-  return math.max(s.t, s.l + effective_interval(s, interval) + s.q, v) - v + IDLE_GRACE_US
+  local settled = math.max(s.t, s.l + effective_interval(s, interval) + s.q, v)
+  return lim_latest(s, settled) - v + IDLE_GRACE_US
 end
 
 -- After each write of a state: PEXPIRE (whole ms, rounded up) as expires_in says, or PERSIST.
@@ -286,6 +325,9 @@ local function save_state(key, s, now, interval)
   end
   if s.m ~= nil then
     redis.call('HSET', key, 'm', s.m)
+  end
+  if #s.x > 0 then
+    redis.call('HSET', key, 'x', encode_tats(s.x))
   end
   keep_until(key, s, now, interval)
 end
@@ -333,7 +375,14 @@ local function save_fields(key, s, is_new, now, interval, ...)
   end
   local args = {}
   for _, f in ipairs({ ... }) do
-    if s[f] == nil or ((f == 'k' or f == 'q') and s[f] == 0) then
+    if f == 'x' then
+      if #s.x == 0 then
+        redis.call('HDEL', key, f)
+      else
+        args[#args + 1] = f
+        args[#args + 1] = encode_tats(s.x)
+      end
+    elseif s[f] == nil or ((f == 'k' or f == 'q') and s[f] == 0) then
       redis.call('HDEL', key, f)
     else
       args[#args + 1] = f
@@ -449,7 +498,7 @@ local function status_reply(s, exists, now, interval, running)
     s.i ~= nil and 1 or 0,
     s.p ~= nil and 1 or 0,
     s.n,
-    math.max(0, s.t - v),
+    math.max(0, lim_next_grant(s, s.t) - v),
     s.c,
     s.l,
     v,

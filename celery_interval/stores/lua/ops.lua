@@ -10,11 +10,12 @@
 -- lib.lua's born_us)
 -- ARGV[1] now_us override ('' = Redis TIME), ARGV[2] interval_us, ARGV[3] not_before_in_us,
 -- ARGV[4] task_id, ARGV[5] retries (both for the ledger), ARGV[6] ledger_max (0 = no ledger),
--- ARGV[7] burst, ARGV[8] cost (units; absent: 1), ARGV[9] not_after_in_us (absent or '': none)
+-- ARGV[7] burst, ARGV[8] cost (units; absent: 1), ARGV[9] not_after_in_us (absent or '': none),
+-- ARGV[10] the bucket's extra limits (limits.lua's parse_limits; absent or '': none)
 -- Returns {outcome, epoch, ticket, slot_us, delay_us, paused(0|1)}; outcome 'OK',
 -- 'DUPLICATE' (the mark is a live done: ticket, slot and delay are 0) or 'WAIT' (a new slot
 -- would be further than not_after from now: no ticket taken, nothing changed but a new epoch
--- saved; slot and delay are that slot's). Saves a new epoch;
+-- saved and an expired mark dropped; slot and delay are that slot's). Saves a new epoch;
 -- a new ticket leaves a granted mark (unless the copy's task holds a live lease).
 -- Ledger: op=grant:<outcome> now task r ticket slot delay epoch paused interval (effective),
 -- again=1 when a copy got its slot again.
@@ -28,6 +29,7 @@ local function grant_op(keys, argv)
   local burst = tonumber(argv[7]) or 1
   local cost = tonumber(argv[8]) or 1
   local not_after = num(argv[9])
+  local limits = parse_limits(argv[10])
   local s, is_new = load_or_new(keys[1], keys[5], now, interval)
   local v = virtual_now(s, now)
   local paused = s.p ~= nil and 1 or 0
@@ -47,6 +49,7 @@ local function grant_op(keys, argv)
   else
     outcome = 'OK'
     slot = math.max(next_slot(s, v, spacing, burst, cost), v + math.max(0, not_before))
+    slot = lim_next_slot(s, limits, cost, slot)
     delay = slot - v
   end
   if outcome == 'OK' and not again and not_after ~= nil and delay > not_after then
@@ -59,9 +62,10 @@ local function grant_op(keys, argv)
     end
   elseif outcome == 'OK' and not again then
     s.n = s.n + 1
+    lim_after_grant(s, slot, limits, cost)
     after_grant(s, slot, spacing, burst, cost)
     ticket = s.n
-    save_fields(keys[1], s, is_new, now, interval, 't', 'n', 'g')
+    save_fields(keys[1], s, is_new, now, interval, 't', 'n', 'g', 'x')
     if m == nil or m.kind ~= 'L' then
       put_mark(keys[2], { kind = 'G', e = s.e, ticket = ticket, slot = slot,
         exp = now + delay + GRANTED_TTL_US }, now)
@@ -87,7 +91,8 @@ end
 -- 0..MAX_LEAD_US), ARGV[8] task_id, ARGV[9] retries, ARGV[10] ticket (these three for the
 -- ledger only), ARGV[11] ledger_max (0 = no ledger), ARGV[12] handoff_us (clamped to
 -- 0..min(lead, interval)), ARGV[13] cap ('' = none), ARGV[14] place_us, ARGV[15] the body's
--- place name (task_id:retries), ARGV[16] burst, ARGV[17] cost (units; absent: 1)
+-- place name (task_id:retries), ARGV[16] burst, ARGV[17] cost (units; absent: 1), ARGV[18]
+-- the bucket's extra limits (as grant_op's ARGV[10])
 -- Under a cap (schedule.claim_capped), a claim that would start takes (or renews) its place;
 -- when the live places are all others' it is FULL (delay: until the first expires, at most
 -- PLACE_POLL_US) and changes nothing else; expired places are dropped then. Until
@@ -103,7 +108,8 @@ end
 -- for OK start (real µs) and late (virtual start - slot, >= 0; again=1 when the holder
 -- re-claims its own lease before its start; readmit=1 when its admitted start passed
 -- unheard and a new start was admitted), for WAIT, FULL and HELD delay; burst and cost on
--- every claim of a bucket with a burst or a task with a cost (absent: 1).
+-- every claim of a bucket with a burst or a task with a cost (absent: 1); limits (as ARGV[18])
+-- on every claim of a bucket with extra limits.
 local function claim_op(keys, argv)
   local now = clock_us(argv[1])
   local interval = tonumber(argv[2])
@@ -119,6 +125,7 @@ local function claim_op(keys, argv)
   local place = argv[15]
   local burst = tonumber(argv[16]) or 1
   local cost = tonumber(argv[17]) or 1
+  local limits = parse_limits(argv[18])
 
   local function reply(s, outcome, delay, ...)
     local fields = {
@@ -131,6 +138,10 @@ local function claim_op(keys, argv)
       fields[#fields + 1] = burst
       fields[#fields + 1] = 'cost'
       fields[#fields + 1] = cost
+    end
+    if #limits > 0 then
+      fields[#fields + 1] = 'limits'
+      fields[#fields + 1] = argv[18]
     end
     for _, x in ipairs({ ... }) do
       fields[#fields + 1] = x
@@ -182,7 +193,7 @@ local function claim_op(keys, argv)
   end
   local v = virtual_now(s, now)
   local spacing = effective_interval(s, interval)
-  local earliest = earliest_start(s, spacing, burst, cost)
+  local earliest = lim_earliest_start(s, limits, cost, earliest_start(s, spacing, burst, cost))
   local front = m ~= nil and m.kind == 'G' and m.front and m.e == s.e
   if s.h ~= nil and not front then
     earliest = math.max(earliest, s.h + spacing)
@@ -224,6 +235,7 @@ local function claim_op(keys, argv)
   end
   seat()
   local start = math.max(v + math.min(math.max(0, handoff), lead, spacing), earliest)
+  lim_after_start(s, start, limits, cost)
   after_start(s, start, spacing, burst, cost)
   if front then
     if s.h ~= nil and slot >= s.h then
@@ -234,9 +246,9 @@ local function claim_op(keys, argv)
   end
   if s.a ~= nil then
     eased(s, interval)
-    save_fields(keys[1], s, false, now, interval, 'l', 'c', 'h', 'q', 'z', 'a', 'k')
+    save_fields(keys[1], s, false, now, interval, 'l', 'c', 'h', 'q', 'z', 'x', 'a', 'k')
   else
-    save_fields(keys[1], s, false, now, interval, 'l', 'c', 'h', 'q', 'z')
+    save_fields(keys[1], s, false, now, interval, 'l', 'c', 'h', 'q', 'z', 'x')
   end
   put_mark(keys[2], { kind = 'L', holder = holder, start = start, exp = now + lease }, now)
   if readmit then

@@ -7,7 +7,8 @@
 -- ARGV[4] ticket, ARGV[5] task_id, ARGV[6] retries (both for the ledger),
 -- ARGV[7] ledger_max (0 = none), ARGV[8] adapt_max_us ('' = not adaptive), ARGV[9] burst,
 -- ARGV[10] cost (units; absent: 1): the burst counts as used at the last start (lib.lua's
--- emptied)
+-- emptied), ARGV[11] the bucket's extra limits (limits.lua's parse_limits; absent or '': none),
+-- each emptied too
 -- Returns the status array of lib.lua's status_reply.
 -- Ledger: op=throttle now task r ticket retry_after slot shift epoch interval (effective, after
 -- an adaptive bucket slowed), adapted (0|1).
@@ -21,7 +22,10 @@ end
 local spacing = effective_interval(s, interval)
 local v = virtual_now(s, now)
 local burst = tonumber(ARGV[9]) or 1
-local first = emptied(s, spacing, burst, tonumber(ARGV[10]) or 1)
+local cost = tonumber(ARGV[10]) or 1
+local limits = parse_limits(ARGV[11])
+local limits_first = lim_emptied(s, limits, cost, -math.huge)
+local first = math.max(emptied(s, spacing, burst, cost), limits_first)
 local shift = math.max(0, v + retry_after - first)
 local slot = first
 if s.h ~= nil then
@@ -30,7 +34,8 @@ end
 s.o = s.o + shift
 s.t = math.max(s.t, slot + math.max(1, burst) * spacing)
 s.h = slot
-save_fields(KEYS[1], s, is_new, now, interval, 'o', 't', 'h', 'a', 'k', 'q', 'z')
+lim_kept(s, slot, limits)
+save_fields(KEYS[1], s, is_new, now, interval, 'o', 't', 'h', 'a', 'k', 'q', 'z', 'x')
 v = v - shift
 put_mark(KEYS[2], { kind = 'G', e = s.e, ticket = tonumber(ARGV[4]), slot = slot,
   exp = now + slot - v + GRANTED_TTL_US, front = true }, now)

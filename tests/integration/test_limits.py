@@ -1,0 +1,57 @@
+"""Several limits of one bucket on real workers: the interval and a tighter rate at once."""
+
+from __future__ import annotations
+
+import itertools
+import uuid
+from typing import Any
+
+import pytest
+
+from celery_interval.starts import is_readmit, is_start
+from celery_interval.stores.redis import RedisStore
+
+pytestmark = pytest.mark.slow
+
+INTERVAL_S = 0.05
+PER_S = 8  # the extra limit "8/s": tighter than the interval's 20/s
+TASKS = 80
+
+
+def test_an_interval_and_a_tighter_rate_hold_at_once_and_the_rate_is_saturated(
+    make_pool: Any,
+) -> None:
+    """Interval 50 ms and "8/s", 2 workers x 3 processes, 80 tasks sent at once: in every
+    1-s window of the starts the store admitted at most 8 (the limit holds, on the store's
+    clock), the interval holds between any two, the run saturates the limit (>= 7 a second),
+    starts come in ticket order (FIFO), every claim in the ledger names the limit, and
+    interval_stats shows it."""
+    queue = f"q{uuid.uuid4().hex[:10]}"
+    pool = make_pool(INTERVAL_S, queue=queue, conf={"interval_limits": {queue: [f"{PER_S}/s"]}})
+    pool.start(2, concurrency=3)
+    store = RedisStore.from_url(pool.store)
+    ids = pool.send(TASKS)
+    pool.wait_records(TASKS, timeout_s=90)
+    entries = [f for _, f in store.ledger(queue, count=10_000)]
+    starts = [f for f in entries if is_start(f)]
+    admitted = sorted(int(f["start"]) for f in starts)
+    for i, first_us in enumerate(admitted):
+        in_window = [s for s in admitted[i:] if s < first_us + 1_000_000]
+        assert len(in_window) <= PER_S, [round((s - first_us) / 1e3) for s in in_window]
+    gaps_us = [b - a for a, b in itertools.pairwise(admitted)]
+    assert min(gaps_us) >= INTERVAL_S * 1e6, "the interval broken"
+    ran = {f["task"]: int(f["start"]) for f in starts}  # a readmit replaces its earlier start
+    assert sorted(ran) == sorted(ids), "every task started"
+    span_s = (max(ran.values()) - min(ran.values())) / 1e6
+    rate = (len(ran) - 1) / span_s
+    print(f"{len(ran)} starts in {span_s:.2f} s: {rate:.2f}/s; min gap {min(gaps_us) / 1e3} ms")
+    assert rate >= PER_S - 1, "the tighter limit was not saturated"
+    by_ticket = sorted((int(f["ticket"]), int(f["start"])) for f in starts if not is_readmit(f))
+    assert [s for _, s in by_ticket] == sorted(s for _, s in by_ticket), "not in ticket order"
+    limit = f"{1_000_000 // PER_S}:1"
+    assert {f.get("limits") for f in entries if f["op"].startswith("claim:")} == {limit}
+    replies = pool.app.control.broadcast(
+        "interval_stats", arguments={"top": 0, "tasks": 0}, reply=True, timeout=2.0
+    )
+    shown = [s[queue]["limits"] for r in replies for s in r.values() if queue in s]
+    assert shown and all(x == [{"interval_s": 1 / PER_S, "burst": 1}] for x in shown), replies
