@@ -83,6 +83,13 @@ def after_grant(
     return replace(state, tat_us=tat_us, last_slot_us=slot_us)
 
 
+def units_left(tat_us: int, v_us: int, spacing_us: int, burst: int) -> int:
+    """The whole units of a budget of ``burst`` that a GCRA at ``tat_us`` has left at virtual
+    ``v_us`` (``burst`` once ``tat_us`` is past)."""
+    full = max(1, burst)
+    return max(0, full - max(0, -(-(tat_us - v_us) // spacing_us)))
+
+
 def rescaled_extra(extra_us: int, old_spacing_us: int, new_spacing_us: int) -> int:
     """``start_extra_us`` when the interval changes: the budget used beyond one unit, rounded
     up to whole units, kept as that many units of the new interval (a longer interval never

@@ -5,8 +5,15 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import replace
 
-from celery_interval.schedule import limits
-from celery_interval.schedule.burst import after_grant, after_start, earliest_start, next_slot
+from celery_interval.schedule import front, limits
+from celery_interval.schedule.burst import (
+    after_grant,
+    after_start,
+    earliest_start,
+    grant_tat,
+    next_slot,
+    units_left,
+)
 from celery_interval.schedule.pace import eased, effective_interval
 from celery_interval.schedule.state import (
     GRANTED_TTL_US,
@@ -41,7 +48,8 @@ def grant(
     later start gets that ticket and slot again, so redelivered copies waste no slot.
 
     A slot further than ``pace.not_after_in_us`` from now is not granted: WAIT, with that
-    slot and its delay, takes no ticket and changes nothing.
+    slot and its delay, takes no ticket and changes nothing. An interactive start
+    (``pace.share``) may go ahead of the tickets, or WAIT for its share (``schedule.front``).
     """
     if state is None:
         state = new_state(now_us, pace.interval_us, born_us)
@@ -55,23 +63,39 @@ def grant(
         and mark.epoch == state.epoch
         and (mark.front or mark.slot_us >= state.current_slot_us)
     ):
-        delay_us = max(0, mark.slot_us - v)
+        delay_us = max(0, mark.slot_us + (0 if mark.front else state.pushed_us) - v)
         again = Grant(Outcome.OK, state.epoch, mark.ticket, mark.slot_us, delay_us, paused)
         return state, mark, again
     spacing_us = effective_interval(state, pace.interval_us)
-    slot_us = max(
-        next_slot(state, v, spacing_us, pace.burst, pace.cost),
-        v + max(0, pace.not_before_in_us),
-    )
-    slot_us = limits.next_slot(state, pace.limits, pace.cost, slot_us)
-    if pace.not_after_in_us is not None and slot_us - v > pace.not_after_in_us:
-        return state, mark, Grant(Outcome.WAIT, state.epoch, 0, slot_us, slot_us - v, paused)
+    unfolded = state  # a WAIT leaves the state as it was
+    state = front.rebased(state)  # tickets carry ticket time (``schedule.front``)
+    virtual = front.in_virtual_time(state)
+    slot_us = _first_slot(virtual, v, spacing_us, pace)
+    at_us, ahead, waits = front.ahead(state, v, spacing_us, pace, slot_us)
+    slot_us = at_us if ahead else slot_us - state.pushed_us
+    if waits or (pace.not_after_in_us is not None and at_us - v > pace.not_after_in_us):
+        return unfolded, mark, Grant(Outcome.WAIT, state.epoch, 0, slot_us, at_us - v, paused)
     ticket = state.ticket + 1
-    state = limits.after_grant(state, slot_us, pace.limits, pace.cost)
-    state = replace(after_grant(state, slot_us, spacing_us, pace.burst, pace.cost), ticket=ticket)
+    if ahead:
+        state = replace(front.after_front(state, at_us, spacing_us, pace), ticket=ticket)
+    else:
+        virtual = limits.after_grant(virtual, at_us, pace.limits, pace.cost)
+        virtual = after_grant(virtual, at_us, spacing_us, pace.burst, pace.cost)
+        state = replace(front.in_ticket_time(virtual, state.pushed_us), ticket=ticket)
     if not isinstance(mark, Lease):
-        mark = Granted(state.epoch, ticket, slot_us, now_us + slot_us - v + GRANTED_TTL_US)
-    return state, mark, Grant(Outcome.OK, state.epoch, ticket, slot_us, slot_us - v, paused)
+        expires_real_us = now_us + at_us - v + GRANTED_TTL_US
+        mark = Granted(state.epoch, ticket, slot_us, expires_real_us, ahead)
+    return state, mark, Grant(Outcome.OK, state.epoch, ticket, slot_us, at_us - v, paused)
+
+
+def _first_slot(state: BucketState, v_us: int, spacing_us: int, pace: Pace) -> int:
+    """The slot a grant of ``pace`` at virtual ``v_us`` gets: the grants' GCRA's, or
+    ``v + pace.not_before_in_us`` if later, or later where an extra limit asks."""
+    slot_us = max(
+        next_slot(state, v_us, spacing_us, pace.burst, pace.cost),
+        v_us + max(0, pace.not_before_in_us),
+    )
+    return limits.next_slot(state, pace.limits, pace.cost, slot_us)
 
 
 def claim(
@@ -102,6 +126,8 @@ def claim(
     earliest_us = limits.earliest_start(
         state, terms.limits, terms.cost, earliest_start(state, spacing_us, terms.burst, terms.cost)
     )
+    if terms.not_before_us is not None:
+        earliest_us = max(earliest_us, terms.not_before_us)
     slot_us = slot.slot_us
     front = isinstance(mark, Granted) and mark.front and mark.epoch == state.epoch
     if state.reserved_us is not None and not front:
@@ -118,7 +144,7 @@ def claim(
     elif slot.epoch != state.epoch or (slot_us < state.current_slot_us and not front):
         return state, mark, Claim(Outcome.RETICKET, state.epoch, 0, now_us)
     else:
-        earliest_us = max(slot_us, earliest_us)
+        earliest_us = max(slot_us + (0 if front else state.pushed_us), earliest_us)
     lead_us = clamp_lead(terms.lead_us)
     if v + lead_us < earliest_us:
         return state, mark, Claim(Outcome.WAIT, state.epoch, earliest_us - v, now_us)
@@ -237,13 +263,28 @@ def status(
     *,
     born_us: int,
     places: Places = (),
+    pace: Pace | None = None,
 ) -> Status:
     """A read-only view; an unknown bucket reads as the new epoch it would get; ``running``
-    counts the live ``places`` (a capped bucket's)."""
+    counts the live ``places`` (a capped bucket's). With the bucket's ``pace`` (its burst and
+    extra limits; cost 1), ``next_slot_in_us`` is when the slot a ticket would get now comes
+    (a burst's budget need not be full again) and ``units_left`` each budget's units left;
+    without it, the next slot is where the grants' budgets are all full again."""
     exists = state is not None
     if state is None:
         state = new_state(now_us, interval_us, born_us)
     v = virtual_now(state, now_us)
+    view = front.in_virtual_time(state)  # the grants' times beside v (``schedule.front``)
+    units: tuple[int, ...] = ()
+    if pace is None:
+        next_us = limits.next_grant_tat(view, view.tat_us)
+    else:
+        spacing_us = effective_interval(state, interval_us)
+        next_us = _first_slot(view, v, spacing_us, replace(pace, cost=1, not_before_in_us=0))
+        units = (
+            units_left(grant_tat(view, spacing_us, pace.burst), v, spacing_us, pace.burst),
+            *limits.units_left(view, pace.limits, v),
+        )
     return Status(
         exists=exists,
         epoch=state.epoch,
@@ -251,12 +292,13 @@ def status(
         overridden=state.interval_override_us is not None,
         paused=state.paused_at_real_us is not None,
         ticket=state.ticket,
-        next_slot_in_us=max(0, limits.next_grant_tat(state, state.tat_us) - v),
+        next_slot_in_us=max(0, next_us - v),
         current_slot_us=state.current_slot_us,
         last_start_us=state.last_start_us,
         virtual_now_us=v,
         adapted=state.interval_override_us is None and state.adapted_us is not None,
         running=sum(1 for p in places if p.expires_real_us > now_us),
+        units_left=units,
     )
 
 
@@ -278,9 +320,7 @@ def expires_in_us(state: BucketState, now_us: int, interval_us: int) -> int | No
         return None
     v = virtual_now(state, now_us)
     spacing_us = effective_interval(state, interval_us)
-    settled_us = max(
-        state.tat_us,
-        state.last_start_us + spacing_us + state.start_extra_us,
-        limits.latest_tat(state, v),
+    settled_us = front.latest_tat(
+        state, max(v, state.last_start_us + spacing_us + state.start_extra_us)
     )
     return settled_us - v + IDLE_GRACE_US

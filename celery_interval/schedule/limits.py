@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from celery_interval.schedule.burst import room
+from celery_interval.schedule.burst import units_left as _units_left
 from celery_interval.schedule.state import BucketState, Limit, Limits, LimitTats
 
 
@@ -126,3 +127,13 @@ def next_grant_tat(state: BucketState, tat_us: int) -> int:
     for tats in state.limit_tats:
         tat_us = tat_us if tats.grant_us is None else max(tat_us, tats.grant_us)
     return tat_us
+
+
+def units_left(state: BucketState, limits: Limits, v_us: int) -> tuple[int, ...]:
+    """Each limit's grants' budget left at virtual ``v_us``, in whole units."""
+    left = []
+    for i, limit in enumerate(limits):
+        tat_us = _lost(state, limit, _tats(state, i).grant_us)
+        full = max(1, limit.burst)
+        left.append(full if tat_us is None else _units_left(tat_us, v_us, limit.interval_us, full))
+    return tuple(left)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 
+from celery_interval.schedule import front
 from celery_interval.schedule.burst import rescaled_extra
 from celery_interval.schedule.state import (
     MAX_LEAD_US,
@@ -101,6 +102,8 @@ def fenced(state: BucketState, now_us: int, interval_us: int) -> BucketState:
     used then (``lost_start_us``, as after a lost state). Epoch, tickets, pause and overrides
     are kept. Only a replicated Redis store applies it (lib.lua's fence)."""
     last_us = max(state.last_start_us, virtual_now(state, now_us) + MAX_LEAD_US)
-    tat_us = max(state.tat_us, last_us + effective_interval(state, interval_us))
+    virtual = front.in_virtual_time(state)
+    tat_us = max(virtual.tat_us, last_us + effective_interval(state, interval_us))
     lost_us = last_us if state.lost_start_us is None else max(state.lost_start_us, last_us)
-    return replace(state, last_start_us=last_us, tat_us=tat_us, lost_start_us=lost_us)
+    fenced_state = replace(virtual, last_start_us=last_us, tat_us=tat_us, lost_start_us=lost_us)
+    return front.in_ticket_time(fenced_state, state.pushed_us)

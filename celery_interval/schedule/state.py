@@ -89,6 +89,12 @@ class BucketState:
     lost_start_us: int | None = None
     #: The extra limits' GCRAs, by position in the bucket's ``Limits`` (missing: None, None).
     limit_tats: tuple[LimitTats, ...] = ()
+    #: The interactive starts' theoretical arrival time (``schedule.front``; None: none yet).
+    front_tat_us: int | None = None
+    #: How far the interactive starts ahead of the tickets pushed them: a ticket's slot (and
+    #: ``tat_us``, ``last_slot_us``, ``current_slot_us``, the limits' grants' times) is in
+    #: virtual time minus this (``schedule.front``).
+    pushed_us: int = 0
 
 
 @dataclass(frozen=True)
@@ -138,6 +144,9 @@ class Pace:
     not_after_in_us: int | None = None
     #: The bucket's extra limits: the slot conforms to each of them too.
     limits: Limits = ()
+    #: An interactive caller's share of the bucket's rate, in (0, 1) (``schedule.front``):
+    #: its start goes ahead of the granted tickets. None: it queues as a task does.
+    share: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -184,6 +193,9 @@ class ClaimTerms:
     cost: int = 1
     #: The bucket's extra limits: a start conforms to each one's starts' GCRA too.
     limits: Limits = ()
+    #: No start before this virtual time of the bucket (None: no such floor): an outer
+    #: bucket's budget (``schedule.outer``).
+    not_before_us: int | None = None
 
 
 @dataclass(frozen=True, slots=True, order=True)
@@ -252,6 +264,14 @@ class Status:
     adapted: bool = False
     #: Bodies holding a live place of the bucket (a capped bucket; 0 where not read).
     running: int = 0
+    #: The grants' budgets left now, in whole units: the interval's burst, then each extra
+    #: limit's (() where the status was read without the bucket's pace).
+    units_left: tuple[int, ...] = ()
+    #: The outer bucket a nested bucket's starts also count in (None: not nested, or read
+    #: alone); ``paused`` and ``next_slot_in_us`` then include its (``schedule.outer``).
+    outer: str | None = None
+    #: The outer bucket is paused, so this one's claims answer PAUSED.
+    outer_paused: bool = False
 
 
 @dataclass(frozen=True)

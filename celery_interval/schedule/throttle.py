@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from celery_interval.schedule import limits
+from celery_interval.schedule import front, limits
 from celery_interval.schedule.burst import emptied
 from celery_interval.schedule.core import done, status
 from celery_interval.schedule.pace import effective_interval, slowed
@@ -50,6 +50,8 @@ def throttle(
     """
     if state is None:
         state = new_state(now_us, interval_us, born_us)
+    pushed_us = state.pushed_us
+    state = front.in_virtual_time(state)
     if backoff.adapt_max_us is not None:
         state = slowed(state, interval_us, backoff.adapt_max_us)
     spacing_us = effective_interval(state, interval_us)
@@ -67,7 +69,7 @@ def throttle(
         tat_us=max(state.tat_us, slot_us + max(1, backoff.burst) * spacing_us),
         reserved_us=slot_us,
     )
-    state = limits.kept(state, slot_us, backoff.limits)
+    state = front.in_ticket_time(limits.kept(state, slot_us, backoff.limits), pushed_us)
     v -= shift_us
     expires_real_us = now_us + slot_us - v + GRANTED_TTL_US
     place = Granted(state.epoch, backoff.ticket, slot_us, expires_real_us, True)

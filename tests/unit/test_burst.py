@@ -126,7 +126,12 @@ def test_a_burst_of_one_is_the_plain_slot_model() -> None:
 
 def assert_window_property(m: Model, burst: int, interval_us: int = I_US) -> None:
     """For every window of starts (real time): Σ cost <= burst + span / interval."""
-    starts = sorted(m.new_starts)
+    assert_windows(sorted(m.new_starts), burst, interval_us)
+
+
+def assert_windows(starts: list[tuple[int, int]], burst: int, interval_us: int) -> None:
+    """For every window of ``starts`` ((real µs, cost), sorted): Σ cost <= burst + span /
+    interval."""
     for i, (first_us, _) in enumerate(starts):
         total = 0
         for last_us, cost in starts[i:]:

@@ -10,7 +10,8 @@ from celery_interval import schedule
 from celery_interval.schedule import ClaimTerms, Outcome, Pace
 from celery_interval.stores.base import TaskCopy
 from celery_interval.stores.keys import state_key
-from celery_interval.stores.redis import RedisStore, script_source
+from celery_interval.stores.redis import RedisStore
+from celery_interval.stores.scripts import script_source
 from tests.integration.test_security import exercise
 
 I_US = 1_000_000

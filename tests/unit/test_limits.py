@@ -142,3 +142,35 @@ def test_a_fenced_state_counts_every_limits_burst_as_used() -> None:
     assert fenced.lost_start_us is not None
     earliest_us = limits_model.earliest_start(fenced, m.limits, 1, 0)
     assert earliest_us == fenced.lost_start_us + (3 - 2) * 5_000
+
+
+def test_status_says_when_the_next_ticket_starts_and_each_budget_left() -> None:
+    """Burst 3 at 1 s and ("1/min", 2): after two tickets at once the interval's budget has 1
+    unit left and the limit's none; the next slot is when "1/min" gives a unit back (30 s
+    after the first), not when every budget is full again; read without the pace, the
+    status counts until then. After 3 grants in a bucket without limits, the next slot is one
+    interval away, not three."""
+    from celery_interval.stores import TaskCopy
+    from celery_interval.stores.memory import MemoryStore
+
+    now = [1_000_000_000_000]
+    store = MemoryStore(clock_us=lambda: now[0])
+    store.grant(TaskCopy("born", "x", 0), schedule.Pace(1_000_000))  # the store's birth...
+    now[0] += 3_600_000_000  # ...long past: a new bucket's budgets are full
+    pace = schedule.Pace(1_000_000, burst=3, limits=(Limit(30_000_000, 2),))
+    for task in ("a", "b"):
+        assert store.grant(TaskCopy("api", task, 0), pace).delay_us == 0
+    status = store.status("api", 1_000_000, pace)
+    assert (status.units_left, status.next_slot_in_us) == ((1, 0), 30_000_000)
+    assert store.status("api", 1_000_000).next_slot_in_us == 60_000_000
+    now[0] += 30_000_000
+    assert store.status("api", 1_000_000, pace).units_left == (3, 1)
+
+    burst = schedule.Pace(1_000_000, burst=3)
+    for task in ("a", "b", "c"):
+        store.grant(TaskCopy("mail", task, 0), burst)
+    status = store.status("mail", 1_000_000, burst)
+    assert (status.units_left, status.next_slot_in_us) == ((0,), 1_000_000)
+    assert store.status("mail", 1_000_000).next_slot_in_us == 3_000_000
+    now[0] += 1_500_000
+    assert store.status("mail", 1_000_000, burst).units_left == (1,)
