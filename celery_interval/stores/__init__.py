@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 from celery_interval.defaults import KEY_PREFIX, LEDGER_MAX, STORE_TIMEOUT_S
 from celery_interval.errors import ConfigurationError
 from celery_interval.stores.base import Store, TaskCopy
+from celery_interval.stores.nested import Nesting
 from celery_interval.stores.urls import StoreURL, file_directory, mask_url, parse_store_url
 
 if TYPE_CHECKING:
@@ -22,26 +23,37 @@ def store_from_url(
     key_prefix: str = KEY_PREFIX,
     timeout_s: float = STORE_TIMEOUT_S,
     ledger_max: int = LEDGER_MAX,
+    nesting: Nesting | None = None,
 ) -> Store:
     """A store for ``url``: redis://, rediss://, unix:// or redis[s]+cluster:// (RedisStore),
     file:///dir, or memory://.
 
     ``timeout_s`` is the Redis socket timeout; ``ledger_max`` caps each bucket's ledger Stream
     at about that many entries (0 = no ledger). Both apply to RedisStore only: the file and
-    memory stores ignore them (they keep no ledger). A malformed or unknown URL raises
-    ``ConfigurationError`` naming it, password masked.
+    memory stores ignore them (they keep no ledger). ``nesting`` gives a nested bucket's
+    outer bucket (``interval_outer``; the file store runs none). A malformed or unknown URL
+    raises ``ConfigurationError`` naming it, password masked.
     """
     target = parse_store_url(url)
     if target.kind == "file":
+        if nesting is not None:
+            raise ConfigurationError(
+                f"interval store URL {target.shown!r}: a file store runs no nested buckets "
+                "(interval_outer): use a Redis store"
+            )
         return _file_store(target, key_prefix)
     if target.kind == "memory":
         from celery_interval.stores.memory import MemoryStore
 
-        return MemoryStore()
+        return MemoryStore(nesting=nesting)
     from celery_interval.stores.redis import RedisStore
 
     return RedisStore.from_url(
-        url, key_prefix=key_prefix, socket_timeout_s=timeout_s, ledger_max=ledger_max
+        url,
+        key_prefix=key_prefix,
+        socket_timeout_s=timeout_s,
+        ledger_max=ledger_max,
+        nesting=nesting,
     )
 
 
@@ -66,4 +78,5 @@ def store_for_settings(settings: Settings) -> Store:
         key_prefix=settings.key_prefix,
         timeout_s=settings.store_timeout_s,
         ledger_max=settings.ledger_max,
+        nesting=settings.outer_of if settings.outer else None,
     )

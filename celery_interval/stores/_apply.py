@@ -91,6 +91,13 @@ def _put(txn: BucketTxn, state: BucketState, interval_us: int) -> None:
     txn.expires_real_us = None if expires_in_us is None else txn.now_us + expires_in_us
 
 
+def _status(txn: BucketTxn, interval_us: int, pace: Pace | None) -> Status:
+    """``schedule.status`` of the record in ``txn``, counting its live places."""
+    return schedule.status(
+        txn.state, txn.now_us, interval_us, born_us=_born_us(txn), places=txn.places, pace=pace
+    )
+
+
 class ModelStore(ABC):
     """Every Store method as one ``schedule`` call inside one ``_locked(bucket)`` block.
 
@@ -235,37 +242,39 @@ class ModelStore(ABC):
             lambda s, m, n, b: schedule.throttle(s, m, n, interval_us, backoff, born_us=b),
         )
 
-    def pause(self, bucket: str, interval_us: int) -> Status:
-        """Atomically freeze the bucket's virtual time (idempotent); returns the new status."""
+    def pause(self, bucket: str, interval_us: int, pace: Pace | None = None) -> Status:
+        """Atomically freeze the bucket's virtual time (idempotent); returns the new status,
+        read with ``pace`` as ``status`` reads it."""
         return self._update(
-            bucket, interval_us, lambda s, n, i, b: schedule.pause(s, n, i, born_us=b)
+            bucket, interval_us, pace, lambda s, n, i, b: schedule.pause(s, n, i, born_us=b)
         )
 
-    def unpause(self, bucket: str, interval_us: int) -> Status:
+    def unpause(self, bucket: str, interval_us: int, pace: Pace | None = None) -> Status:
         """Atomically resume, shifting all granted slots by the pause length (idempotent)."""
         return self._update(
-            bucket, interval_us, lambda s, n, i, b: schedule.unpause(s, n, i, born_us=b)
+            bucket, interval_us, pace, lambda s, n, i, b: schedule.unpause(s, n, i, born_us=b)
         )
 
-    def set_interval(self, bucket: str, interval_us: int, new_interval_us: int) -> Status:
+    def set_interval(
+        self, bucket: str, interval_us: int, new_interval_us: int, pace: Pace | None = None
+    ) -> Status:
         """Atomically override the bucket's interval with ``new_interval_us``."""
         return self._update(
             bucket,
             interval_us,
+            pace,
             lambda s, n, i, b: schedule.set_interval(s, n, i, new_interval_us, born_us=b),
         )
 
-    def unset_interval(self, bucket: str, interval_us: int) -> Unset:
+    def unset_interval(self, bucket: str, interval_us: int, pace: Pace | None = None) -> Unset:
         """Atomically drop the bucket's override; a bucket with none is left as it is."""
         with self._locked(bucket) as txn:
             state, dropped = schedule.unset_interval(txn.state, interval_us)
             if state is not None:
                 _put(txn, state, interval_us)
-                status = schedule.status(state, txn.now_us, interval_us, born_us=txn.now_us)
-                return Unset(status, dropped)
-        # No state, nothing written: read it as ``status`` does (no birth marker is set), but
-        # like every other control operation without counting the places.
-        return Unset(self._status(bucket, interval_us, ()), dropped=False)
+                return Unset(_status(txn, interval_us, pace), dropped)
+        # No state, nothing written: read it as ``status`` does (no birth marker is set).
+        return Unset(self.status(bucket, interval_us, pace), dropped=False)
 
     def reset(self, bucket: str) -> None:
         """Atomically forget the bucket's state (marks are kept: dedupe survives a reset).
@@ -278,27 +287,20 @@ class ModelStore(ABC):
             txn.expires_real_us = None
             txn.reset_us = txn.now_us
 
-    def status(self, bucket: str, interval_us: int) -> Status:
+    def status(self, bucket: str, interval_us: int, pace: Pace | None = None) -> Status:
         """Read the bucket's state and count its live places without changing them."""
-        return self._status(bucket, interval_us, None)
-
-    def _status(self, bucket: str, interval_us: int, places: Places | None) -> Status:
-        """``schedule.status`` of the bucket, counting ``places`` (None: the stored ones)."""
         with self._locked(bucket, write=False) as txn:
-            return schedule.status(
-                txn.state,
-                txn.now_us,
-                interval_us,
-                born_us=_born_us(txn),
-                places=txn.places if places is None else places,
-            )
+            return _status(txn, interval_us, pace)
 
     def _update(
         self,
         bucket: str,
         interval_us: int,
+        pace: Pace | None,
         step: Callable[[BucketState | None, int, int, int], BucketState],
     ) -> Status:
+        """``step`` on the bucket's state, saved; the status right after it, read with
+        ``pace``."""
         with self._locked(bucket) as txn:
             _put(txn, step(txn.state, txn.now_us, interval_us, _born_us(txn)), interval_us)
-            return schedule.status(txn.state, txn.now_us, interval_us, born_us=_born_us(txn))
+            return _status(txn, interval_us, pace)

@@ -158,19 +158,25 @@ class Store(Protocol):
         bucket (``backoff.adapt_max_us``) slows first."""
         ...
 
-    def pause(self, bucket: str, interval_us: int) -> Status:
-        """Atomically freeze the bucket's virtual time (idempotent); returns the new status."""
+    def pause(self, bucket: str, interval_us: int, pace: Pace | None = None) -> Status:
+        """Atomically freeze the bucket's virtual time (idempotent); returns the new status.
+
+        This and the other control operations return the status as ``status`` with ``pace``
+        reads it right after the change, in the same atomic step."""
         ...
 
-    def unpause(self, bucket: str, interval_us: int) -> Status:
+    def unpause(self, bucket: str, interval_us: int, pace: Pace | None = None) -> Status:
         """Atomically resume, shifting all granted slots by the pause length (idempotent)."""
         ...
 
-    def set_interval(self, bucket: str, interval_us: int, new_interval_us: int) -> Status:
-        """Atomically override the bucket's interval with ``new_interval_us``."""
+    def set_interval(
+        self, bucket: str, interval_us: int, new_interval_us: int, pace: Pace | None = None
+    ) -> Status:
+        """Atomically override the bucket's interval with ``new_interval_us`` (``pace`` carries
+        the configured one; the status reads the new one)."""
         ...
 
-    def unset_interval(self, bucket: str, interval_us: int) -> Unset:
+    def unset_interval(self, bucket: str, interval_us: int, pace: Pace | None = None) -> Unset:
         """Atomically drop the bucket's override (``schedule.unset_interval``): its configured
         ``interval_us`` is back; a bucket with none is left as it is (``dropped`` is False)."""
         ...
@@ -179,12 +185,16 @@ class Store(Protocol):
         """Atomically forget the bucket's state: the next operation starts a new epoch."""
         ...
 
-    def status(self, bucket: str, interval_us: int) -> Status:
-        """Read the bucket's state without changing it."""
+    def status(self, bucket: str, interval_us: int, pace: Pace | None = None) -> Status:
+        """Read the bucket's state without changing it; with the bucket's ``pace`` (its burst
+        and extra limits), the next slot is the one a ticket would get now and ``units_left``
+        each budget's units (``schedule.status``)."""
         ...
 
     def ping(self) -> None:
-        """Raise ``StoreUnavailable`` unless the store answers."""
+        """Raise ``StoreUnavailable`` unless the store answers; a store may get ready for its
+        calls here (connect, load its scripts), so that no early call's round trip carries
+        that work."""
         ...
 
     def close(self) -> None:

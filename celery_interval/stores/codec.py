@@ -14,11 +14,22 @@ from celery_interval.schedule import (
     Lease,
     Mark,
     Outcome,
+    Pace,
     Status,
     Unset,
 )
+from celery_interval.stores.tats import limits_arg
 
-__all__ = ["as_text", "claim_of", "decode_mark", "grant_of", "status_from_reply", "unset_of"]
+__all__ = [
+    "as_text",
+    "claim_of",
+    "decode_mark",
+    "grant_of",
+    "outcome_of",
+    "status_from_reply",
+    "status_pace_args",
+    "unset_of",
+]
 
 
 def as_text(value: Any) -> str:
@@ -26,10 +37,23 @@ def as_text(value: Any) -> str:
     return value.decode("utf-8") if isinstance(value, bytes) else str(value)
 
 
+#: Each outcome by its name as a reply holds it (bytes) or as text.
+_OUTCOMES: dict[Any, Outcome] = {
+    **{o.value: o for o in Outcome},
+    **{o.value.encode(): o for o in Outcome},
+}
+
+
+def outcome_of(value: Any) -> Outcome:
+    """A reply's outcome name as an Outcome (ValueError if it is none)."""
+    found = _OUTCOMES.get(value)
+    return Outcome(as_text(value)) if found is None else found
+
+
 def grant_of(r: Any) -> Grant:
     """Decode grant_op's reply."""
     return Grant(
-        outcome=Outcome(as_text(r[0])),
+        outcome=outcome_of(r[0]),
         epoch=int(r[1]),
         ticket=int(r[2]),
         slot_us=int(r[3]),
@@ -40,11 +64,12 @@ def grant_of(r: Any) -> Grant:
 
 def claim_of(r: Any) -> Claim:
     """Decode claim_op's reply."""
-    return Claim(Outcome(as_text(r[0])), int(r[1]), int(r[2]), int(r[3]))
+    return Claim(outcome_of(r[0]), int(r[1]), int(r[2]), int(r[3]))
 
 
 def status_from_reply(reply: Sequence[Any]) -> Status:
-    """Decode lib.lua's ``status_reply`` array."""
+    """Decode lib.lua's ``status_reply`` array (read with the bucket's pace, by status.lua or
+    a control script, it ends with the units left of each budget)."""
     (
         exists,
         epoch,
@@ -58,8 +83,10 @@ def status_from_reply(reply: Sequence[Any]) -> Status:
         v,
         adapted,
         running,
+        *units,
     ) = (int(x) for x in reply)
     return Status(
+        units_left=tuple(units),
         running=running,
         adapted=bool(adapted),
         exists=bool(exists),
@@ -73,6 +100,12 @@ def status_from_reply(reply: Sequence[Any]) -> Status:
         last_start_us=last,
         virtual_now_us=v,
     )
+
+
+def status_pace_args(pace: Pace | None) -> list[int | str]:
+    """The ARGV a status is read with (status.lua's after the interval, the control scripts'
+    last): the bucket's burst and extra limits (none: the status without them)."""
+    return [] if pace is None else [pace.burst, limits_arg(pace.limits)]
 
 
 def unset_of(reply: Sequence[Any]) -> Unset:

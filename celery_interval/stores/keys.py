@@ -14,6 +14,7 @@ __all__ = [
     "places_key",
     "state_key",
     "state_key_pattern",
+    "task_keys",
     "validate_bucket",
     "validate_prefix",
 ]
@@ -44,24 +45,39 @@ def born_key(prefix: str) -> str:
     return f"{prefix}{{~born}}"
 
 
-def state_key(prefix: str, bucket: str) -> str:
-    """The hash holding the bucket's ``BucketState``."""
-    return f"{prefix}{{{bucket}}}:s"
+def _head(prefix: str, bucket: str, outer: str | None) -> str:
+    """The keys' common start: the bucket's hash tag, or a nested bucket's outer's tag first
+    (``prefix{outer}{bucket}``: Redis hashes the first tag, so both share one hash slot)."""
+    return f"{prefix}{{{bucket}}}" if outer is None else f"{prefix}{{{outer}}}{{{bucket}}}"
 
 
-def mark_key(prefix: str, bucket: str, task_id: str, retries: int) -> str:
+def state_key(prefix: str, bucket: str, outer: str | None = None) -> str:
+    """The hash holding the bucket's ``BucketState`` (``outer``: the bucket is nested in it)."""
+    return f"{_head(prefix, bucket, outer)}:s"
+
+
+def mark_key(prefix: str, bucket: str, task_id: str, retries: int, outer: str | None = None) -> str:
     """The string holding the lease or done mark of one (task_id, retries) in ``bucket``."""
-    return f"{prefix}{{{bucket}}}:m:{task_id}:{retries}"
+    return f"{_head(prefix, bucket, outer)}:m:{task_id}:{retries}"
 
 
-def places_key(prefix: str, bucket: str) -> str:
+def places_key(prefix: str, bucket: str, outer: str | None = None) -> str:
     """The sorted set of a capped bucket's running bodies (``schedule.Place``)."""
-    return f"{prefix}{{{bucket}}}:r"
+    return f"{_head(prefix, bucket, outer)}:r"
 
 
-def ledger_key(prefix: str, bucket: str) -> str:
+def ledger_key(prefix: str, bucket: str, outer: str | None = None) -> str:
     """The capped Stream the scripts append the bucket's ledger to (reserved)."""
-    return f"{prefix}{{{bucket}}}:l"
+    return f"{_head(prefix, bucket, outer)}:l"
+
+
+def task_keys(
+    prefix: str, bucket: str, task_id: str, retries: int, outer: str | None = None
+) -> list[str]:
+    """``state_key``, ``mark_key``, ``ledger_key`` and ``places_key`` of one copy, built at once
+    (the scripts' KEYS of a grant, claim or take)."""
+    tag = f"{_head(prefix, validate_bucket(bucket), outer)}:"
+    return [f"{tag}s", f"{tag}m:{task_id}:{retries}", f"{tag}l", f"{tag}r"]
 
 
 def _pattern(prefix: str, kind: str, match: str) -> str:
@@ -76,7 +92,8 @@ def _bucket_of(prefix: str, key: str | bytes, kind: str) -> str | None:
     head, tail = f"{prefix}{{", f"}}:{kind}"
     if not text.startswith(head) or not text.endswith(tail) or len(text) <= len(head + tail):
         return None
-    return text[len(head) : -len(tail)]
+    bucket = text[len(head) : -len(tail)]
+    return bucket.split("}{", 1)[1] if "}{" in bucket else bucket  # a nested bucket's
 
 
 def ledger_key_pattern(prefix: str) -> str:
@@ -89,9 +106,10 @@ def bucket_of_ledger_key(prefix: str, key: str | bytes) -> str | None:
     return _bucket_of(prefix, key, "l")
 
 
-def state_key_pattern(prefix: str, match: str = "*") -> str:
-    """A SCAN ``MATCH`` pattern for the state hashes of the buckets matching ``match``."""
-    return _pattern(prefix, "s", match)
+def state_key_pattern(prefix: str, match: str = "*", *, nested: bool = False) -> str:
+    """A SCAN ``MATCH`` pattern for the state hashes of the buckets matching ``match``
+    (``nested``: of the nested buckets matching it, whatever their outer)."""
+    return _pattern(prefix, "s", f"*}}{{{match}" if nested else match)
 
 
 def bucket_of_state_key(prefix: str, key: str | bytes) -> str | None:

@@ -9,7 +9,8 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 from celery_interval.schedule import BucketState, Mark, Places
-from celery_interval.stores._apply import BucketTxn, ModelStore
+from celery_interval.stores._apply import BucketTxn
+from celery_interval.stores.nested import NestedSteps, Nesting
 from celery_interval.stores.overflow import MemoryOverflowIndex
 
 __all__ = ["MemoryStore"]
@@ -49,7 +50,7 @@ class _MemoryTxn:
             self._store._marks[key] = mark
 
 
-class MemoryStore(ModelStore):
+class MemoryStore(NestedSteps):
     """One process's store; its clock is ``clock_us`` (monotonic by default).
 
     Its birth marker is set by the first operation that makes a bucket's state, so a new
@@ -61,8 +62,12 @@ class MemoryStore(ModelStore):
     #: A pool process's post would land in its own copy.
     posts_done = False
 
-    def __init__(self, clock_us: Callable[[], int] = _monotonic_us) -> None:
+    def __init__(
+        self, clock_us: Callable[[], int] = _monotonic_us, *, nesting: Nesting | None = None
+    ) -> None:
+        """``nesting`` gives a nested bucket's outer bucket (None: not nested)."""
         self._clock_us = clock_us
+        self._nesting = nesting
         self._lock = threading.Lock()
         self._born: int | None = None
         self._states: dict[str, BucketState] = {}
@@ -113,25 +118,39 @@ class MemoryStore(ModelStore):
             self._drop_expired(now_us)  # so a state loads only while it is not expired
             txn = _MemoryTxn(self, bucket, now_us, write)
             yield txn
-            if not write:
-                return
-            if txn.state is None:
-                self._states.pop(bucket, None)
-            else:
-                self._states[bucket] = txn.state
-            if txn.expires_real_us is None:
-                self._expires_real_us.pop(bucket, None)
-            elif self._expires_real_us.get(bucket) != txn.expires_real_us:
-                self._expires_real_us[bucket] = txn.expires_real_us
-                heapq.heappush(self._expiries, (txn.expires_real_us, bucket))
-            if txn.places:
-                self._places[bucket] = txn.places
-            else:
-                self._places.pop(bucket, None)
-            if txn.reset_us is None:
-                self._reset_us.pop(bucket, None)
-            else:
-                self._reset_us[bucket] = txn.reset_us
+            if write:
+                self._save(bucket, txn)
+
+    @contextmanager
+    def _locked_pair(self, inner: str, outer: str) -> Iterator[tuple[BucketTxn, BucketTxn]]:
+        """Both buckets' records under the store's one lock, on one clock reading."""
+        with self._lock:
+            now_us = self._clock_us()
+            self._drop_expired(now_us)
+            txns = _MemoryTxn(self, inner, now_us, True), _MemoryTxn(self, outer, now_us, True)
+            yield txns
+            self._save(inner, txns[0])
+            self._save(outer, txns[1])
+
+    def _save(self, bucket: str, txn: _MemoryTxn) -> None:
+        """Write ``txn``'s record of ``bucket`` back (under the lock)."""
+        if txn.state is None:
+            self._states.pop(bucket, None)
+        else:
+            self._states[bucket] = txn.state
+        if txn.expires_real_us is None:
+            self._expires_real_us.pop(bucket, None)
+        elif self._expires_real_us.get(bucket) != txn.expires_real_us:
+            self._expires_real_us[bucket] = txn.expires_real_us
+            heapq.heappush(self._expiries, (txn.expires_real_us, bucket))
+        if txn.places:
+            self._places[bucket] = txn.places
+        else:
+            self._places.pop(bucket, None)
+        if txn.reset_us is None:
+            self._reset_us.pop(bucket, None)
+        else:
+            self._reset_us[bucket] = txn.reset_us
 
     def ping(self) -> None:
         return None

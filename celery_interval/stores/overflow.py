@@ -52,7 +52,14 @@ class OverflowIndex(Protocol):
         ...
 
     def drop_if(self, queue: str, bucket: str, changes: int) -> bool:
-        """Unlist the member if its change count is still ``changes``: True if dropped."""
+        """Unlist the member if its change count is still ``changes`` and no worker holds
+        tasks it took back from it (a live ``hold``; then it is due when the hold ends):
+        True if dropped."""
+        ...
+
+    def hold(self, members: list[tuple[str, str]], in_us: int) -> None:
+        """A worker holds unacked tasks it took back from each member: list it (due now
+        unless listed) and keep it listed for ``in_us`` at least (a later hold may extend)."""
         ...
 
     def size(self) -> int:
@@ -105,20 +112,42 @@ local seen = redis.call('HGET', KEYS[2], ARGV[1]) or '0'
 if seen ~= ARGV[2] then
   return 0
 end
+local held = tonumber(redis.call('HGET', KEYS[3], ARGV[1]) or '0')
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+if held > now then
+  redis.call('ZADD', KEYS[1], 'XX', string.format('%d', held), ARGV[1])
+  return 0
+end
 redis.call('ZREM', KEYS[1], ARGV[1])
 redis.call('HDEL', KEYS[2], ARGV[1])
+redis.call('HDEL', KEYS[3], ARGV[1])
 return 1
+"""
+
+_HOLD = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local until_us = now + tonumber(ARGV[1])
+for i = 2, #ARGV do
+  redis.call('ZADD', KEYS[1], 'NX', string.format('%d', now), ARGV[i])
+  if tonumber(redis.call('HGET', KEYS[3], ARGV[i]) or '0') < until_us then
+    redis.call('HSET', KEYS[3], ARGV[i], string.format('%d', until_us))
+  end
+end
+return #ARGV - 1
 """
 
 
 class RedisOverflowIndex:
-    """The index in the interval store's Redis: a sorted set of members by due time and a hash
-    of their change counts, under one hash tag (one Cluster slot)."""
+    """The index in the interval store's Redis: a sorted set of members by due time, a hash
+    of their change counts and one of their holds' ends, under one hash tag (one Cluster
+    slot)."""
 
     def __init__(self, store: Any, prefix: str) -> None:
         self._store = store
         tag = f"{keys.validate_prefix(prefix)}{{~overflow}}"
-        self._keys = [f"{tag}:due", f"{tag}:changes"]
+        self._keys = [f"{tag}:due", f"{tag}:changes", f"{tag}:holds"]
         self._scripts: dict[str, Any] = {}
 
     def _call(self, op: str, source: str, args: list[Any]) -> Any:
@@ -148,6 +177,11 @@ class RedisOverflowIndex:
     def drop_if(self, queue: str, bucket: str, changes: int) -> bool:
         return bool(self._call("drop_if", _DROP_IF, [member_of(queue, bucket), changes]))
 
+    def hold(self, members: list[tuple[str, str]], in_us: int) -> None:
+        if members:
+            args = [max(0, int(in_us)), *(member_of(q, b) for q, b in members)]
+            self._call("hold", _HOLD, args)
+
     def size(self) -> int:
         with self._store.guard("overflow size"):
             return int(self._store.client().zcard(self._keys[0]))
@@ -160,6 +194,7 @@ class MemoryOverflowIndex:
         self._lock = threading.Lock()
         self._due_us: dict[str, int] = {}
         self._changes: dict[str, int] = {}
+        self._holds_us: dict[str, int] = {}
 
     @staticmethod
     def _now_us() -> int:
@@ -193,9 +228,23 @@ class MemoryOverflowIndex:
         with self._lock:
             if self._changes.get(member, 0) != changes:
                 return False
+            held_us = self._holds_us.get(member, 0)
+            if held_us > self._now_us():
+                if member in self._due_us:
+                    self._due_us[member] = held_us
+                return False
             self._due_us.pop(member, None)
             self._changes.pop(member, None)
+            self._holds_us.pop(member, None)
             return True
+
+    def hold(self, members: list[tuple[str, str]], in_us: int) -> None:
+        now_us = self._now_us()
+        with self._lock:
+            for queue, bucket in members:
+                member = member_of(queue, bucket)
+                self._due_us.setdefault(member, now_us)
+                self._holds_us[member] = max(self._holds_us.get(member, 0), now_us + in_us)
 
     def size(self) -> int:
         with self._lock:

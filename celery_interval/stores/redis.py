@@ -3,51 +3,38 @@
 from __future__ import annotations
 
 import contextlib
-import functools
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
-from importlib.resources import files
-from typing import TYPE_CHECKING, Any, TypeAlias, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import redis
 from redis.exceptions import (
-    AuthenticationError,
-    BusyLoadingError,
-    ClusterDownError,
-    ReadOnlyError,
     RedisClusterException,
     RedisError,
     ResponseError,
-    TryAgainError,
 )
-from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import TimeoutError as RedisTimeoutError
 from redis.sentinel import SentinelConnectionPool
 
 import celery_interval.stores.keys as keys
 from celery_interval.defaults import KEY_PREFIX, LEDGER_MAX, STORE_TIMEOUT_S
-from celery_interval.errors import ConfigurationError, StoreError, StoreUnavailable
+from celery_interval.errors import ConfigurationError, StoreUnavailable
 from celery_interval.schedule import (
     Backoff,
-    BucketState,
     Claim,
     ClaimTerms,
     Grant,
-    Mark,
     Pace,
-    Place,
-    Places,
     Slot,
     Status,
     Unset,
 )
+from celery_interval.schedule.outer import Outer
 from celery_interval.stores.base import DoneBatch, TaskCopy
 from celery_interval.stores.codec import (
-    as_text,
     claim_of,
-    decode_mark,
     grant_of,
     status_from_reply,
+    status_pace_args,
     unset_of,
 )
 from celery_interval.stores.line import ScriptLine
@@ -56,78 +43,31 @@ from celery_interval.stores.redis_client import (
     client_for_url,
     codec_name,
     describe,
+    store_errors,
 )
-from celery_interval.stores.tats import decode_tats, limits_arg
+from celery_interval.stores.redis_nested import NestedScripts, Nesting
+from celery_interval.stores.redis_reads import RedisReads
+from celery_interval.stores.scripts import (
+    SCRIPT_NAMES,
+    Named,
+    batched,
+    cap_args,
+    not_after_arg,
+    script_source,
+    share_arg,
+    taken_of,
+)
+from celery_interval.stores.tats import limits_arg
 from celery_interval.stores.urls import mask_url
 
 if TYPE_CHECKING:
     from celery_interval.stores.base import Store
     from celery_interval.stores.redis_client import RedisClient
 
-__all__ = [
-    "SCRIPT_NAMES",
-    "RedisStore",
-    "script_source",
-]
-
-#: A script call by the script's name: name, keys, arguments (the clock override first).
-Named: TypeAlias = "tuple[str, Sequence[str], Sequence[Any]]"
-
-SCRIPT_NAMES = (
-    "grant",
-    "claim",
-    "take",
-    "done",
-    "renew",
-    "pause",
-    "unpause",
-    "set_interval",
-    "unset_interval",
-    "status",
-    "reset",
-    "throttle",
-    "release",
-    "renew_place",
-)
-
-#: Errors meaning "the store cannot be reached right now": held tasks are retried later.
-_UNAVAILABLE: tuple[type[Exception], ...] = (
-    RedisConnectionError,  # includes BusyLoadingError and AuthenticationError
-    RedisTimeoutError,
-    BusyLoadingError,
-    ClusterDownError,  # includes MasterDownError
-    TryAgainError,
-    ReadOnlyError,  # a failover left us talking to a replica
-)
-
-#: A bucket's ledger expires this long after its last entry (lib.lua's LEDGER_TTL_MS): an idle
-#: tenant's audit goes a week after its last task; export it before (``interval ledger export``).
-LEDGER_TTL_MS = 7 * 24 * 3600 * 1000
+__all__ = ["RedisStore"]
 
 
-#: The scripts that run ops.lua's grant_op and claim_op.
-_RUN_OPS = frozenset({"grant", "claim", "take"})
-
-
-def _lua_text(name: str) -> str:
-    return (files("celery_interval.stores") / "lua" / f"{name}.lua").read_text(encoding="utf-8")
-
-
-@functools.cache
-def script_source(name: str, fenced: bool = False) -> str:
-    """The full text sent to Redis for script ``name``: lib.lua followed by ``<name>.lua``.
-
-    ``fenced`` (a replicated store: Sentinel, Cluster): each state carries the replication id
-    of the master that saved it, and a master that finds another's fences it
-    (``schedule.fenced``); otherwise the scripts never look (lib.lua's FENCED)."""
-    if name not in SCRIPT_NAMES:
-        raise ValueError(f"unknown script {name!r}")
-    parts = ("lib", "limits", "ops", name) if name in _RUN_OPS else ("lib", "limits", name)
-    flag = f"local FENCED = {'true' if fenced else 'false'}"
-    return "\n".join([flag, *(_lua_text(part) for part in parts)])
-
-
-class RedisStore:
+class RedisStore(NestedScripts, RedisReads):
     """The Store protocol on Redis: each operation is one Lua script on the store's clock.
 
     Every grant, claim and control action also appends one entry to the bucket's ledger, a
@@ -149,16 +89,21 @@ class RedisStore:
         ledger_max: int = LEDGER_MAX,
         *,
         where: str | None = None,
+        nesting: Nesting | None = None,
     ) -> None:
         """``client`` is a redis-py client, or a function making one on first use (a Cluster
         client connects as it is made, and a store unreachable at start must not raise here).
-        ``where`` names the store in errors (default: host and port of ``client``)."""
+        ``where`` names the store in errors (default: host and port of ``client``).
+        ``nesting`` gives a nested bucket's outer bucket (None: not nested): its grants, claims
+        and takes also spend the outer's budget (``schedule.outer``), and its keys carry the
+        outer's hash tag (``keys.state_key``)."""
         if isinstance(ledger_max, bool) or not isinstance(ledger_max, int) or ledger_max < 0:
             raise ConfigurationError(
                 f"ledger_max must be an integer >= 0 (0 turns the ledger off), got {ledger_max!r}"
             )
         self._prefix = keys.validate_prefix(key_prefix)
         self._ledger_max = ledger_max
+        self._nesting = nesting
         self._now_us = now_us
         self._connect: Callable[[], RedisClient] | None = None
         # Any: the installed redis stubs lag redis-py (no cluster scripting, no Script.sha).
@@ -243,6 +188,7 @@ class RedisStore:
         socket_timeout_s: float = STORE_TIMEOUT_S,
         now_us: Callable[[], int] | None = None,
         ledger_max: int = LEDGER_MAX,
+        nesting: Nesting | None = None,
     ) -> RedisStore:
         """A store on a redis://, rediss://, unix://, redis+cluster:// or rediss+cluster:// URL.
 
@@ -257,18 +203,22 @@ class RedisStore:
             now_us=now_us,
             ledger_max=ledger_max,
             where=shown,
+            nesting=nesting,
         )
 
     # -- the Store protocol -------------------------------------------------------------
 
     def grant(self, copy: TaskCopy, pace: Pace) -> Grant:
-        r = self._run(
-            "grant",
-            self._task_keys(copy),
-            [pace.interval_us, pace.not_before_in_us, copy.task_id, copy.retries, self._ledger_max,
-             pace.burst, pace.cost, _not_after(pace), limits_arg(pace.limits)],
-        )  # fmt: skip
-        return grant_of(r)
+        outer = self._nested(copy.bucket)
+        if outer is not None:
+            return self.grant_nested(copy, pace, outer)
+        return grant_of(self._run("grant", self._task_keys(copy), self._grant_args(copy, pace)))
+
+    def _grant_args(self, copy: TaskCopy, pace: Pace) -> list[str | int]:
+        """grant_op's ARGV after the clock."""
+        return [pace.interval_us, pace.not_before_in_us, copy.task_id, copy.retries,
+                self._ledger_max, pace.burst, pace.cost, not_after_arg(pace),
+                limits_arg(pace.limits), share_arg(pace)]  # fmt: skip
 
     def take(
         self, copy: TaskCopy, pace: Pace, terms: ClaimTerms, *, done_first: DoneBatch | None = None
@@ -276,37 +226,67 @@ class RedisStore:
         calls = [self._take_call(copy, pace, terms)]
         if done_first is not None:
             calls[:0] = self._done_calls(done_first.copies, done_first.dedupe_ttl_us)
-        return _taken(self._send("take", calls)[-1])
+        return taken_of(self._send("take", calls)[-1])
 
     def take_many(
         self, takes: Sequence[tuple[TaskCopy, Pace, ClaimTerms]]
     ) -> list[tuple[Grant, Claim | None]]:
         """``take`` of each (copy, pace, terms), in order, in one round trip (each take is
-        atomic on its own; a script error raises after all ran)."""
+        atomic on its own; a script error raises after all ran). On a standalone Redis
+        take_many.lua runs TAKES_PER_CALL takes per call; on a Cluster each is its own call."""
         calls = [self._take_call(copy, pace, terms) for copy, pace, terms in takes]
-        return [_taken(r) for r in self._send("take", calls)] if calls else []
+        if not calls:
+            return []
+        with self._errors("take"):
+            self._ensure_client()
+            if self._line is None:
+                return [taken_of(r) for r in self._send("take", calls)]
+            batches = batched(calls)
+            sent = self._send("take", [call for call, _grouped in batches])
+            replies = [
+                r
+                for (_call, grouped), reply in zip(batches, sent, strict=True)
+                for r in (reply if grouped else [reply])
+            ]
+            for reply in replies:
+                if isinstance(reply, ResponseError):
+                    raise reply
+        return [taken_of(r) for r in replies]
 
     def _take_call(self, copy: TaskCopy, pace: Pace, terms: ClaimTerms) -> Named:
+        outer = self._nested(copy.bucket)
+        if outer is not None:
+            return self._nested_take_call(copy, pace, terms, outer)
+        return self._plain_take_call(copy, pace, terms)
+
+    def _plain_take_call(self, copy: TaskCopy, pace: Pace, terms: ClaimTerms) -> Named:
+        """take.lua's call: its keys and arguments (the clock's first)."""
         return (
             "take",
             self._task_keys(copy),
             [self._now_arg(), pace.interval_us, pace.not_before_in_us, copy.task_id, copy.retries,
              self._ledger_max, terms.holder, terms.lease_us, terms.lead_us, terms.handoff_us,
-             *_cap_args(copy, terms), terms.burst, terms.cost, _not_after(pace),
-             limits_arg(pace.limits), limits_arg(terms.limits)],
+             *cap_args(copy, terms), terms.burst, terms.cost, not_after_arg(pace),
+             limits_arg(pace.limits), limits_arg(terms.limits), share_arg(pace)],
         )  # fmt: skip
 
     def claim(
         self, copy: TaskCopy, interval_us: int, slot: Slot, terms: ClaimTerms, *, ticket: int = 0
     ) -> Claim:
-        r = self._run(
-            "claim",
-            self._task_keys(copy),
-            [interval_us, slot.epoch, slot.slot_us, terms.holder, terms.lease_us, terms.lead_us,
-             copy.task_id, copy.retries, ticket, self._ledger_max, terms.handoff_us,
-             *_cap_args(copy, terms), terms.burst, terms.cost, limits_arg(terms.limits)],
-        )  # fmt: skip
-        return claim_of(r)
+        outer = self._nested(copy.bucket)
+        if outer is not None:
+            return self.claim_nested(copy, interval_us, slot, terms, outer, ticket=ticket)
+        args = self._claim_args(copy, interval_us, slot, terms, ticket)
+        return claim_of(self._run("claim", self._task_keys(copy), args))
+
+    def _claim_args(
+        self, copy: TaskCopy, interval_us: int, slot: Slot, terms: ClaimTerms, ticket: int
+    ) -> list[str | int]:
+        """claim_op's ARGV after the clock."""
+        return [interval_us, slot.epoch, slot.slot_us, terms.holder, terms.lease_us,
+                terms.lead_us, copy.task_id, copy.retries, ticket, self._ledger_max,
+                terms.handoff_us, *cap_args(copy, terms), terms.burst, terms.cost,
+                limits_arg(terms.limits)]  # fmt: skip
 
     def done(self, copies: Sequence[TaskCopy], dedupe_ttl_us: int) -> None:
         """One done script per bucket (its marks share a hash slot), all in one round trip on
@@ -368,42 +348,38 @@ class RedisStore:
         )  # fmt: skip
         return status_from_reply(r)
 
-    def pause(self, bucket: str, interval_us: int) -> Status:
-        return status_from_reply(
-            self._run("pause", self._control_keys(bucket), [interval_us, self._ledger_max])
-        )
+    def pause(self, bucket: str, interval_us: int, pace: Pace | None = None) -> Status:
+        args = [interval_us, self._ledger_max, *status_pace_args(pace)]
+        return status_from_reply(self._run("pause", self._control_keys(bucket), args))
 
-    def unpause(self, bucket: str, interval_us: int) -> Status:
-        return status_from_reply(
-            self._run("unpause", self._control_keys(bucket), [interval_us, self._ledger_max])
-        )
+    def unpause(self, bucket: str, interval_us: int, pace: Pace | None = None) -> Status:
+        args = [interval_us, self._ledger_max, *status_pace_args(pace)]
+        return status_from_reply(self._run("unpause", self._control_keys(bucket), args))
 
-    def set_interval(self, bucket: str, interval_us: int, new_interval_us: int) -> Status:
-        return status_from_reply(
-            self._run(
-                "set_interval",
-                self._control_keys(bucket),
-                [interval_us, new_interval_us, self._ledger_max],
-            )
-        )
+    def set_interval(
+        self, bucket: str, interval_us: int, new_interval_us: int, pace: Pace | None = None
+    ) -> Status:
+        args = [interval_us, new_interval_us, self._ledger_max, *status_pace_args(pace)]
+        return status_from_reply(self._run("set_interval", self._control_keys(bucket), args))
 
-    def unset_interval(self, bucket: str, interval_us: int) -> Unset:
-        return unset_of(
-            self._run("unset_interval", self._control_keys(bucket), [interval_us, self._ledger_max])
-        )
+    def unset_interval(self, bucket: str, interval_us: int, pace: Pace | None = None) -> Unset:
+        args = [interval_us, self._ledger_max, *status_pace_args(pace)]
+        return unset_of(self._run("unset_interval", self._control_keys(bucket), args))
 
     def reset(self, bucket: str) -> None:
         """Forget the bucket's state; its next epoch is born at the reset (reset.lua)."""
         self._run("reset", [self._state_key(bucket), self.ledger_key(bucket)], [self._ledger_max])
 
-    def status(self, bucket: str, interval_us: int) -> Status:
+    def status(self, bucket: str, interval_us: int, pace: Pace | None = None) -> Status:
         keys = [self._state_key(bucket), self._places_key(bucket), *self._born()]
-        reply = self._run("status", keys, [interval_us])
+        reply = self._run("status", keys, [interval_us, *status_pace_args(pace)])
         return status_from_reply(reply)
 
     def ping(self) -> None:
         with self._errors("ping"):
             self._client.ping()
+            if self._line is not None:
+                self._line.load(self._scripts.values())
 
     def close(self) -> None:
         if self._line is not None:
@@ -412,83 +388,27 @@ class RedisStore:
             with contextlib.suppress(RedisError, OSError):
                 self._live.close()
 
-    # -- the ledger ---------------------------------------------------------------------
-
-    def ledger_key(self, bucket: str) -> str:
-        """The key of ``bucket``'s ledger Stream (in the bucket's hash slot)."""
-        return keys.ledger_key(self._prefix, keys.validate_bucket(bucket))
-
-    def ledger(
-        self, bucket: str, start_id: str = "-", count: int = 1000
-    ) -> list[tuple[str, dict[str, str]]]:
-        """One page of ``bucket``'s ledger, oldest first: ``(entry_id, fields)`` decoded to str.
-
-        ``start_id`` is inclusive; pass ``"(" + last_id`` (Redis >= 6.2) for the next page.
-        Fields: ``op`` and ``now`` (store real µs) always, the rest depend on ``op`` (see the
-        headers of the Lua scripts). An empty list means no (more) entries.
-        """
-        with self._errors("ledger"):
-            raw: Any = self._client.xrange(self.ledger_key(bucket), min=start_id, count=count)
-        return [
-            (as_text(entry_id), {as_text(k): as_text(v) for k, v in fields.items()})
-            for entry_id, fields in raw
-        ]
-
-    # -- diagnostics (plain reads, not atomic with each other) --------------------------
-
-    def read_state(self, bucket: str) -> BucketState | None:
-        """The bucket's raw state record, or None; for tests, ``status`` and debugging."""
-        with self._errors("read_state"):
-            raw: dict[Any, Any] = self._client.hgetall(self._state_key(bucket))
-        # m: the replication id of the master that saved it (a fenced store), not a number
-        f = {as_text(k): v for k, v in raw.items() if as_text(k) != "m"}
-        if "e" not in f:  # no record, or only a reset's
-            return None
-        limit_tats = decode_tats(as_text(f.pop("x", b"")))
-        f = {k: int(v) for k, v in f.items()}
-        try:
-            return BucketState(
-                epoch=f["e"],
-                offset_us=f["o"],
-                paused_at_real_us=f.get("p"),
-                tat_us=f["t"],
-                ticket=f["n"],
-                current_slot_us=f["c"],
-                last_start_us=f["l"],
-                interval_override_us=f.get("i"),
-                reserved_us=f.get("h"),
-                adapted_us=f.get("a"),
-                clean_starts=f.get("k", 0),
-                start_extra_us=f.get("q", 0),
-                last_slot_us=f.get("g"),
-                lost_start_us=f.get("z"),
-                limit_tats=limit_tats,
-            )
-        except KeyError as exc:
-            raise StoreError(f"interval state of bucket {bucket!r} lacks field {exc}") from None
-
-    def read_places(self, bucket: str) -> Places:
-        """The bucket's places as stored (expired ones until a script drops them)."""
-        with self._errors("read_places"):
-            raw: Any = self._client.zrange(self._places_key(bucket), 0, -1, withscores=True)
-        return tuple(Place(int(score), as_text(name)) for name, score in raw)
-
-    def read_mark(self, bucket: str, task_id: str, retries: int) -> Mark | None:
-        """The stored mark of (task_id, retries), expired or not, or None."""
-        with self._errors("read_mark"):
-            raw: Any = self._client.get(self._mark_key(bucket, task_id, retries))
-        return decode_mark(raw)
-
     # -- internals ----------------------------------------------------------------------
 
+    def _nested(self, bucket: str) -> Outer | None:
+        """The outer bucket ``bucket`` is nested in, or None."""
+        return None if self._nesting is None else self._nesting(bucket)
+
     def _state_key(self, bucket: str) -> str:
-        return keys.state_key(self._prefix, keys.validate_bucket(bucket))
+        return keys.state_key(self._prefix, keys.validate_bucket(bucket), self._outer(bucket))
 
     def _places_key(self, bucket: str) -> str:
-        return keys.places_key(self._prefix, keys.validate_bucket(bucket))
+        return keys.places_key(self._prefix, keys.validate_bucket(bucket), self._outer(bucket))
 
     def _mark_key(self, bucket: str, task_id: str, retries: int) -> str:
-        return keys.mark_key(self._prefix, keys.validate_bucket(bucket), task_id, retries)
+        return keys.mark_key(
+            self._prefix, keys.validate_bucket(bucket), task_id, retries, self._outer(bucket)
+        )
+
+    def born_keys(self) -> list[str]:
+        """The keys a status read takes after the bucket's: the birth marker's, or none on a
+        Cluster (``stores.scan.read_statuses`` reads as ``status`` does)."""
+        return self._born()
 
     def _born(self) -> list[str]:
         """The birth marker's key, or none on a Cluster (known once the client is made)."""
@@ -496,16 +416,18 @@ class RedisStore:
         return self._born_keys
 
     def _task_keys(self, copy: TaskCopy) -> list[str]:
-        return [
-            self._state_key(copy.bucket),
-            self._mark_key(copy.bucket, copy.task_id, copy.retries),
-            self.ledger_key(copy.bucket),
-            self._places_key(copy.bucket),
-            *self._born(),
-        ]
+        task_keys = keys.task_keys(
+            self._prefix, copy.bucket, copy.task_id, copy.retries, self._outer(copy.bucket)
+        )
+        return [*task_keys, *self._born()]
 
     def _control_keys(self, bucket: str) -> list[str]:
-        return [self._state_key(bucket), self.ledger_key(bucket), *self._born()]
+        return [
+            self._state_key(bucket),
+            self.ledger_key(bucket),
+            self._places_key(bucket),
+            *self._born(),
+        ]
 
     def _now_arg(self) -> str:
         return "" if self._now_us is None else str(int(self._now_us()))
@@ -528,37 +450,8 @@ class RedisStore:
                     raise reply
             return replies
 
-    @contextlib.contextmanager
-    def _errors(self, op: str) -> Iterator[None]:
-        try:
-            yield
-        except AuthenticationError as exc:
-            raise StoreUnavailable(
-                f"interval store {self._where} refused the login during {op} "
-                f"(check the user and password of the store URL): {exc}"
-            ) from exc
-        except _UNAVAILABLE as exc:
-            raise StoreUnavailable(
-                f"interval store {self._where} unavailable during {op}: {exc}"
-            ) from exc
-        except ResponseError as exc:
-            raise StoreError(f"interval store {self._where} rejected {op}: {exc}") from exc
-
-
-def _taken(reply: Any) -> tuple[Grant, Claim | None]:
-    """Decode take.lua's reply: the grant, then the claim when it claimed."""
-    return grant_of(reply), (claim_of(reply[6:]) if len(reply) > 6 else None)
-
-
-def _not_after(pace: Pace) -> str | int:
-    """grant_op's not_after_in_us argument ('' = none)."""
-    return "" if pace.not_after_in_us is None else pace.not_after_in_us
-
-
-def _cap_args(copy: TaskCopy, terms: ClaimTerms) -> list[str | int]:
-    """claim_op's cap arguments: the cap ('' = none), place_us and the body's place name."""
-    place_us = terms.lease_us if terms.place_us is None else terms.place_us
-    return ["" if terms.cap is None else terms.cap, place_us, copy.place]
+    def _errors(self, op: str) -> AbstractContextManager[None]:
+        return store_errors(self._where, op)
 
 
 if TYPE_CHECKING:

@@ -3,16 +3,28 @@
 from __future__ import annotations
 
 import codecs
+import contextlib
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, TypeAlias
 
 import redis
 from redis.backoff import ExponentialBackoff
 from redis.cluster import ClusterNode
+from redis.exceptions import (
+    AuthenticationError,
+    BusyLoadingError,
+    ClusterDownError,
+    ReadOnlyError,
+    ResponseError,
+    TryAgainError,
+)
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 from redis.retry import Retry
 
 from celery_interval.defaults import HEALTH_CHECK_INTERVAL_S
+from celery_interval.errors import StoreError, StoreUnavailable
 from celery_interval.stores.sentinel import sentinel_client
 from celery_interval.stores.urls import cluster_seeds, connection_options, redis_kind
 
@@ -22,9 +34,37 @@ __all__ = [
     "cluster_client",
     "codec_name",
     "describe",
+    "store_errors",
 ]
 
 RedisClient: TypeAlias = "redis.Redis | redis.RedisCluster"
+
+#: Errors meaning "the store cannot be reached right now": held tasks are retried later.
+_UNAVAILABLE: tuple[type[Exception], ...] = (
+    RedisConnectionError,  # includes BusyLoadingError and AuthenticationError
+    RedisTimeoutError,
+    BusyLoadingError,
+    ClusterDownError,  # includes MasterDownError
+    TryAgainError,
+    ReadOnlyError,  # a failover left us talking to a replica
+)
+
+
+@contextlib.contextmanager
+def store_errors(where: str, op: str) -> Iterator[None]:
+    """Raise redis-py's errors during ``op`` on the store ``where`` as ``StoreUnavailable``
+    (held tasks are retried later) or ``StoreError`` (the store refused the call)."""
+    try:
+        yield
+    except AuthenticationError as exc:
+        raise StoreUnavailable(
+            f"interval store {where} refused the login during {op} "
+            f"(check the user and password of the store URL): {exc}"
+        ) from exc
+    except _UNAVAILABLE as exc:
+        raise StoreUnavailable(f"interval store {where} unavailable during {op}: {exc}") from exc
+    except ResponseError as exc:
+        raise StoreError(f"interval store {where} rejected {op}: {exc}") from exc
 
 
 def client_for_url(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterator, Sequence
 from fnmatch import fnmatchcase
 from typing import Any
@@ -9,11 +10,12 @@ from typing import Any
 import redis
 
 import celery_interval.stores.keys as keys
-from celery_interval.schedule import Status
+from celery_interval.schedule import Pace, Status
 from celery_interval.stores.base import Store
-from celery_interval.stores.codec import status_from_reply
+from celery_interval.stores.codec import status_from_reply, status_pace_args
 from celery_interval.stores.memory import MemoryStore
-from celery_interval.stores.redis import RedisStore, script_source
+from celery_interval.stores.redis import RedisStore
+from celery_interval.stores.scripts import script_source
 
 __all__ = ["SCAN_COUNT", "read_statuses", "store_buckets"]
 
@@ -31,10 +33,11 @@ def store_buckets(store: Store, match: str = "*") -> list[str] | None:
         client, prefix = store.client(), store.prefix
         found: set[str] = set()
         with store.guard("scan"):
-            for node in _primaries(client):
-                for key in node.scan_iter(
-                    match=keys.state_key_pattern(prefix, match), count=SCAN_COUNT, _type="hash"
-                ):
+            patterns = [keys.state_key_pattern(prefix, match)]
+            if store.nests and match != "*":
+                patterns.append(keys.state_key_pattern(prefix, match, nested=True))
+            for node, pattern in itertools.product(list(_primaries(client)), patterns):
+                for key in node.scan_iter(match=pattern, count=SCAN_COUNT, _type="hash"):
                     bucket = keys.bucket_of_state_key(prefix, key)
                     if bucket is not None:
                         found.add(bucket)
@@ -45,19 +48,21 @@ def store_buckets(store: Store, match: str = "*") -> list[str] | None:
 
 
 def read_statuses(
-    store: Store, wanted: Sequence[tuple[str, int]], batch: int = STATUS_BATCH
+    store: Store, wanted: Sequence[tuple[str, Pace]], batch: int = STATUS_BATCH
 ) -> list[Status]:
-    """The status of each ``(bucket, configured interval_us)``, in order. On Redis the status
-    script runs in pipelines of ``batch`` calls per node, not one round trip per bucket."""
+    """The status of each ``(bucket, pace)`` (its configured interval, burst and extra limits:
+    ``Store.status``), in order. On Redis the status script runs in pipelines of ``batch``
+    calls per node, not one round trip per bucket."""
     if not isinstance(store, RedisStore):
-        return [store.status(bucket, interval_us) for bucket, interval_us in wanted]
-    client, prefix = store.client(), store.prefix
+        return [store.status(bucket, pace.interval_us, pace) for bucket, pace in wanted]
+    client = store.client()
     now_arg = store.clock_arg()
+    born = store.born_keys()
     replies: list[Any] = [None] * len(wanted)
     with store.guard("status"):
         by_node: dict[int, tuple[Any, list[int]]] = {}
         for i, (bucket, _) in enumerate(wanted):
-            node = _node_for(client, keys.state_key(prefix, keys.validate_bucket(bucket)))
+            node = _node_for(client, store.status_keys(bucket)[0])
             by_node.setdefault(id(node), (node, []))[1].append(i)
         for node, indexes in by_node.values():
             script = node.register_script(script_source("status"))
@@ -65,9 +70,10 @@ def read_statuses(
                 chunk = indexes[start : start + batch]
                 pipe = node.pipeline(transaction=False)
                 for i in chunk:
-                    bucket, interval_us = wanted[i]
-                    bucket_keys = [keys.state_key(prefix, bucket), keys.places_key(prefix, bucket)]
-                    script(keys=bucket_keys, args=[now_arg, interval_us], client=pipe)
+                    bucket, pace = wanted[i]
+                    args = [now_arg, pace.interval_us, *status_pace_args(pace)]
+                    bucket_keys = [*store.status_keys(bucket), *born]
+                    script(keys=bucket_keys, args=args, client=pipe)
                 for i, reply in zip(chunk, pipe.execute()):
                     replies[i] = reply
     return [status_from_reply(reply) for reply in replies]

@@ -26,7 +26,7 @@ from hypothesis.stateful import (
 from celery_interval import schedule
 from celery_interval.defaults import KEY_PREFIX
 from celery_interval.demo.embedded import RedisProc
-from celery_interval.errors import ConfigurationError, StoreUnavailable
+from celery_interval.errors import ConfigurationError, StoreError, StoreUnavailable
 from celery_interval.schedule import (
     Backoff,
     Claim,
@@ -38,15 +38,26 @@ from celery_interval.schedule import (
     Outcome,
     Pace,
     Slot,
+    Unset,
 )
 from celery_interval.schedule import burst as burst_model
 from celery_interval.schedule import limits as limits_model
+from celery_interval.schedule.outer import Outer
 from celery_interval.stores import keys, mask_url
 from celery_interval.stores.base import DoneBatch, TaskCopy
 from celery_interval.stores.memory import MemoryStore
 from celery_interval.stores.redis import RedisStore
+from celery_interval.stores.scripts import TAKES_PER_CALL, script_source
 
-BUCKETS = ["api", "mail|x"]
+#: Two plain buckets, and two nested in ``api`` (their keys carry its hash tag).
+BUCKETS = ["api", "mail|x", "api:acme", "api:globex"]
+OUTER_OF = {"api:acme": "api", "api:globex": "api"}
+#: The stores' nesting: a plain grant, claim or take of a nested bucket spends this outer's
+#: budget too (the nested rules draw other outers).
+NESTING = {
+    "api:acme": Outer("api", 1_000),
+    "api:globex": Outer("api", 1_000, 2, (Limit(2_500, 3),)),
+}
 TASKS = ["t1", "t2", "t3"]
 RETRIES = [0, 1]
 HOLDERS = ["w1@host:1", "w2|pipe", "w3"]
@@ -80,6 +91,15 @@ costs = st.sampled_from([1, 1, 1, 2, 3, 7])
 limit_sets = st.sampled_from(
     [(), (), (), (Limit(1_500),), (Limit(2_500, 3),), (Limit(700, 2), Limit(4_000)), (Limit(1),)]
 )
+#: A control operation's pace (its burst and limits), or none: the reply read without one.
+Paced = tuple[int, Limits] | None
+paceds = st.one_of(st.none(), st.tuples(bursts, limit_sets))
+#: The outer bucket of the nested ones: its interval, burst and limits drawn as a bucket's.
+outers = st.builds(Outer, st.just("api"), intervals_us, bursts, limit_sets)
+#: A grant's or take's outer: mostly the stores' nesting (a plain call), sometimes drawn.
+maybe_outers = st.one_of(st.none(), outers)
+#: An interactive start's share (``slot()`` of a bucket with one, ``schedule.front``): mostly none
+shares = st.sampled_from([None, None, None, 0.25, 0.5, 0.1, 1 / 3, 0.9, 0.999])
 # time steps: none, sub-ms, around an interval, hours
 steps_us = st.one_of(
     st.just(0), st.integers(0, 1_000), st.integers(0, 5_000_000), st.integers(0, 10**10)
@@ -113,17 +133,19 @@ class Differential(RuleBasedStateMachine):
         self.client.flushdb()
         self.now_us = 1_750_000_000_000_000
         self.model = self._new_model()
-        self.redis = RedisStore(self.client, now_us=lambda: self.now_us)
+        self.redis = RedisStore(self.client, now_us=lambda: self.now_us, nesting=NESTING.get)
+        self.probes = 0
 
     def _new_model(self) -> MemoryStore:
-        return (ClusterModel if self.cluster else MemoryStore)(clock_us=lambda: self.now_us)
+        model = ClusterModel if self.cluster else MemoryStore
+        return model(clock_us=lambda: self.now_us, nesting=NESTING.get)
 
     def _expire(self) -> None:
         """Drop in Redis each state the model lets expire by now (Redis would, in real time)."""
         expires_us = self.model._expires_real_us
         expired = [b for b in BUCKETS if expires_us.get(b, self.now_us + 1) <= self.now_us]
         for bucket in expired:
-            self.client.delete(keys.state_key(KEY_PREFIX, bucket))
+            self.client.delete(_state_key(bucket))
             assert self.model.read_state(bucket) is None
 
     def _compared(self, bucket: str, op: str, *args: Any, **kwargs: Any) -> tuple[Any, Any]:
@@ -133,7 +155,7 @@ class Differential(RuleBasedStateMachine):
         started_s = time.monotonic()
         result = getattr(self.model, op)(*args, **kwargs), getattr(self.redis, op)(*args, **kwargs)
         after = self.model.read_state(bucket)
-        pttl_ms = self.client.pttl(keys.state_key(KEY_PREFIX, bucket))
+        pttl_ms = self.client.pttl(_state_key(bucket))
         elapsed_ms = (time.monotonic() - started_s) * 1000
         expires_us = self.model._expires_real_us.get(bucket)
         if after is not None and after != before:
@@ -158,7 +180,8 @@ class Differential(RuleBasedStateMachine):
         """Jump to where a granted slot comes due (v = slot - lead)."""
         state = self.model.read_state(g[0])
         if state is not None and state.paused_at_real_us is None:
-            target_real_us = self.now_us + g[4] - lead - schedule.virtual_now(state, self.now_us)
+            slot_us = g[4] + state.pushed_us  # a ticket's (an interactive one's comes earlier)
+            target_real_us = self.now_us + slot_us - lead - schedule.virtual_now(state, self.now_us)
             if target_real_us + delta >= self.now_us:
                 self.now_us = target_real_us + delta
                 self._expire()
@@ -167,7 +190,9 @@ class Differential(RuleBasedStateMachine):
         bucket=buckets,
         task=tasks,
         retry=retries,
-        edge=st.sampled_from(["tat", "earliest", "current_slot", "mark_expiry", "state_expiry"]),
+        edge=st.sampled_from(
+            ["tat", "earliest", "current_slot", "mark_expiry", "state_expiry", "share"]
+        ),
         interval=intervals_us,
         lead=leads_us,
         delta=st.sampled_from([-1, 0, 1]),
@@ -201,9 +226,11 @@ class Differential(RuleBasedStateMachine):
         elif state is not None and state.paused_at_real_us is None:
             v = schedule.virtual_now(state, self.now_us)
             if edge == "tat":
-                target_v = state.tat_us
+                target_v = state.tat_us + state.pushed_us
             elif edge == "current_slot":
-                target_v = state.current_slot_us
+                target_v = state.current_slot_us + state.pushed_us
+            elif edge == "share":
+                target_v = v if state.front_tat_us is None else state.front_tat_us
             else:
                 eff = schedule.effective_interval(state, interval)
                 earliest = limits_model.earliest_start(
@@ -232,6 +259,8 @@ class Differential(RuleBasedStateMachine):
         cost=costs,
         limits=limit_sets,
         not_after=not_afters_us,
+        outer=maybe_outers,
+        share=shares,
     )
     def grant(
         self,
@@ -244,10 +273,16 @@ class Differential(RuleBasedStateMachine):
         cost: int,
         limits: Limits,
         not_after: int | None,
+        outer: Outer | None,
+        share: float | None,
     ) -> tuple[str, str, int, int, int]:
-        pace = Pace(interval, not_before, burst, cost, not_after, limits)
+        """A grant (a nested one of a nested bucket in ``outer``, when drawn)."""
+        pace = Pace(interval, not_before, burst, cost, not_after, limits, share)
         args = (TaskCopy(bucket, task, retry), pace)
-        expected, got = self._compared(bucket, "grant", *args)
+        if outer is not None and bucket in OUTER_OF:
+            expected, got = self._compared_pair(bucket, "grant_nested", *args, outer)
+        else:
+            expected, got = self._compared(bucket, "grant", *args)
         assert got == expected
         return (bucket, task, retry, expected.epoch, expected.slot_us)
 
@@ -269,6 +304,8 @@ class Differential(RuleBasedStateMachine):
         limits=limit_sets,
         claim_limits=limit_sets,
         not_after=not_afters_us,
+        outer=maybe_outers,
+        share=shares,
     )
     def take(
         self,
@@ -288,15 +325,140 @@ class Differential(RuleBasedStateMachine):
         limits: Limits,
         claim_limits: Limits,
         not_after: int | None,
+        outer: Outer | None,
+        share: float | None,
     ) -> tuple[str, str, int, int, int]:
+        """A take (a nested one of a nested bucket in ``outer``, when drawn)."""
         args = (
             TaskCopy(bucket, task, retry),
-            Pace(interval, not_before, burst, cost, not_after, limits),
+            Pace(interval, not_before, burst, cost, not_after, limits, share),
             ClaimTerms(holder, lease, lead, handoff, cap, place, burst, cost, claim_limits),
         )
-        expected, got = self._compared(bucket, "take", *args)
+        if outer is not None and bucket in OUTER_OF:
+            expected, got = self._compared_pair(bucket, "take_nested", *args, outer)
+        else:
+            expected, got = self._compared(bucket, "take", *args)
         assert got == expected
         return (bucket, task, retry, expected[0].epoch, expected[0].slot_us)
+
+    @rule(
+        bucket=buckets,
+        interval=intervals_us,
+        burst=bursts,
+        cost=costs,
+        limits=limit_sets,
+        share=shares.filter(lambda share: share is not None),
+        tickets=st.integers(0, 3),
+        callers=st.integers(1, 3),
+        lead=leads_us,
+        settle=st.booleans(),
+    )
+    def inline_front(
+        self,
+        bucket: str,
+        interval: int,
+        burst: int,
+        cost: int,
+        limits: Limits,
+        share: float,
+        tickets: int,
+        callers: int,
+        lead: int,
+        settle: bool,
+    ) -> None:
+        """A few tickets granted (copies t1..t3 of retry 0), then interactive callers (retry 1)
+        take one after another, as ``slot()`` does: ahead of the tickets, or WAIT for the share.
+        ``settle``: then every ticket claims its start, and the callers come again (the pushes
+        fold back while no ticket waits)."""
+        granted = [
+            self.grant(bucket, task, 0, interval, 0, burst, 1, limits, None, None, None)
+            for task in TASKS[:tickets]
+        ]
+        pace = Pace(interval, burst=burst, cost=min(cost, burst), limits=limits, share=share)
+        terms = [
+            ClaimTerms(task, 10**6, lead, burst=burst, cost=min(cost, burst), limits=limits)
+            for task in TASKS[:callers]
+        ]
+        self._takes(bucket, pace, terms)
+        if settle:
+            for g in granted:
+                self._claim_until_start(g, interval, burst, limits)
+            for task in TASKS[:callers]:
+                self.renew(bucket, task, 1, task, 0)
+            self._takes(bucket, pace, terms)
+
+    def _takes(self, bucket: str, pace: Pace, terms: list[ClaimTerms]) -> None:
+        for claim_terms in terms:
+            args = (TaskCopy(bucket, claim_terms.holder, 1), pace, claim_terms)
+            expected, got = self._compared(bucket, "take", *args)
+            assert got == expected
+
+    def _claim_until_start(
+        self, g: tuple[str, str, int, int, int], interval: int, burst: int, limits: Limits
+    ) -> None:
+        self.advance_to_slot(g, 0, 0)
+        terms = ClaimTerms("w1", 10**6, burst=burst, limits=limits)
+        for _ in range(4):
+            claimed = self._claim(TaskCopy(*g[:3]), interval, Slot(*g[3:]), terms)
+            if claimed.outcome is not Outcome.WAIT:
+                return
+            self.now_us += claimed.delay_us
+            self._expire()
+
+    @rule(
+        g=grants,
+        slot_shift=st.sampled_from([0, 0, 0, -1, 1]),
+        holder=holders,
+        interval=intervals_us,
+        lead=leads_us,
+        handoff=handoffs_us,
+        cap=caps,
+        cost=costs,
+        outer=outers,
+        due=st.booleans(),
+    )
+    def claim_nested(
+        self,
+        g: tuple[str, str, int, int, int],
+        slot_shift: int,
+        holder: str,
+        interval: int,
+        lead: int,
+        handoff: int,
+        cap: int | None,
+        cost: int,
+        outer: Outer,
+        due: bool,
+    ) -> None:
+        """A nested claim of a granted slot (``due``: at the slot, less the lead)."""
+        bucket, task, retry, epoch, slot = g
+        if bucket not in OUTER_OF:
+            return
+        if due:
+            self.advance_to_slot(g, lead, 0)
+        terms = ClaimTerms(holder, 30_000_000, lead, handoff, cap, None, 1, cost)
+        args = (TaskCopy(bucket, task, retry), interval, Slot(epoch, slot + slot_shift), terms)
+        expected, got = self._compared_pair(bucket, "claim_nested", *args, outer)
+        assert got == expected
+
+    def _compared_pair(self, inner: str, op: str, *args: Any) -> tuple[Any, Any]:
+        """``_compared`` of a nested op, then the outer's record alike, and its TTL when the
+        op wrote it (as ``_compared`` checks the inner's)."""
+        outer = OUTER_OF[inner]
+        before = self.model.read_state(outer)
+        started_s = time.monotonic()
+        result = self._compared(inner, op, *args)
+        after = self.model.read_state(outer)
+        assert self.redis.read_state(outer) == after
+        expires_us = self.model._expires_real_us.get(outer)
+        pttl_ms = self.client.pttl(_state_key(outer))
+        elapsed_ms = (time.monotonic() - started_s) * 1000
+        if after != before and expires_us is None:
+            assert pttl_ms == -1
+        elif after != before and expires_us is not None:
+            expected_ms = -(-(expires_us - self.now_us) // 1000)
+            assert expected_ms - elapsed_ms - 1 <= pttl_ms <= expected_ms
+        return result
 
     @rule(
         g=grants,
@@ -448,25 +610,33 @@ class Differential(RuleBasedStateMachine):
         expected, got = self._compared(bucket, "throttle", copy, interval, backoff)
         assert got == expected
 
-    @rule(bucket=buckets, interval=intervals_us)
-    def pause(self, bucket: str, interval: int) -> None:
-        expected, got = self._compared(bucket, "pause", bucket, interval)
+    def _control(self, bucket: str, op: str, interval: int, *args: Any, paced: Paced) -> None:
+        """A control ``op``, the same in Lua; read with a pace (``paced``: its burst and
+        limits), its status is the one ``status`` with that pace reads right after it."""
+        pace = None if paced is None else Pace(interval, burst=paced[0], limits=paced[1])
+        expected, got = self._compared(bucket, op, bucket, interval, *args, pace)
         assert got == expected
+        if pace is not None:
+            reply = got.status if isinstance(got, Unset) else got
+            assert len(reply.units_left) == 1 + len(pace.limits)
+            read = self.model.status(bucket, interval, pace)
+            assert reply == read
 
-    @rule(bucket=buckets, interval=intervals_us)
-    def unpause(self, bucket: str, interval: int) -> None:
-        expected, got = self._compared(bucket, "unpause", bucket, interval)
-        assert got == expected
+    @rule(bucket=buckets, interval=intervals_us, paced=paceds)
+    def pause(self, bucket: str, interval: int, paced: Paced) -> None:
+        self._control(bucket, "pause", interval, paced=paced)
 
-    @rule(bucket=buckets, interval=intervals_us, new_interval=intervals_us)
-    def set_interval(self, bucket: str, interval: int, new_interval: int) -> None:
-        expected, got = self._compared(bucket, "set_interval", bucket, interval, new_interval)
-        assert got == expected
+    @rule(bucket=buckets, interval=intervals_us, paced=paceds)
+    def unpause(self, bucket: str, interval: int, paced: Paced) -> None:
+        self._control(bucket, "unpause", interval, paced=paced)
 
-    @rule(bucket=buckets, interval=intervals_us)
-    def unset_interval(self, bucket: str, interval: int) -> None:
-        expected, got = self._compared(bucket, "unset_interval", bucket, interval)
-        assert got == expected
+    @rule(bucket=buckets, interval=intervals_us, new_interval=intervals_us, paced=paceds)
+    def set_interval(self, bucket: str, interval: int, new_interval: int, paced: Paced) -> None:
+        self._control(bucket, "set_interval", interval, new_interval, paced=paced)
+
+    @rule(bucket=buckets, interval=intervals_us, paced=paceds)
+    def unset_interval(self, bucket: str, interval: int, paced: Paced) -> None:
+        self._control(bucket, "unset_interval", interval, paced=paced)
 
     @rule(bucket=buckets)
     def reset(self, bucket: str) -> None:
@@ -477,6 +647,23 @@ class Differential(RuleBasedStateMachine):
     def status(self, bucket: str, interval: int) -> None:
         assert self.redis.status(bucket, interval) == self.model.status(bucket, interval)
 
+    @rule(bucket=buckets, interval=intervals_us, burst=bursts, limits=limit_sets)
+    def status_with_pace(self, bucket: str, interval: int, burst: int, limits: Limits) -> None:
+        """Read with the bucket's burst and limits: the slot a ticket gets now and the units
+        left, the same in Lua; a grant of cost 1 right after it gets that slot (but for a
+        nested bucket's: its status reads its own budget, its grant also the outer's)."""
+        pace = Pace(interval, burst=burst, limits=limits)
+        got = self.redis.status(bucket, interval, pace)
+        assert got == self.model.status(bucket, interval, pace)
+        assert len(got.units_left) == 1 + len(limits)
+        self.probes += 1  # a task never granted before: no mark of an earlier epoch's
+        copy = TaskCopy(bucket, f"status-probe-{self.probes}", 0)
+        expected, granted = self._compared(bucket, "grant", copy, pace)
+        assert granted == expected
+        fresh = granted.ticket == got.ticket + 1 and not got.paused and bucket not in OUTER_OF
+        if granted.outcome is Outcome.OK and fresh:  # (its slot_us is in ticket time)
+            assert granted.delay_us == got.next_slot_in_us
+
     @invariant()
     def same_records(self) -> None:
         born = self.client.get(keys.born_key(KEY_PREFIX))
@@ -484,7 +671,7 @@ class Differential(RuleBasedStateMachine):
         for bucket in BUCKETS:
             state = self.model.read_state(bucket)
             assert self.redis.read_state(bucket) == state
-            key = keys.state_key(KEY_PREFIX, bucket)
+            key = _state_key(bucket)
             reset = self.client.hget(key, "r")
             assert (None if reset is None else int(reset)) == self.model._reset_us.get(bucket)
             pttl_ms = self.client.pttl(key)
@@ -495,6 +682,10 @@ class Differential(RuleBasedStateMachine):
                 for retry in RETRIES:
                     expected = self.model._marks.get((bucket, task, retry))
                     assert self.redis.read_mark(bucket, task, retry) == expected
+
+
+def _state_key(bucket: str) -> str:
+    return keys.state_key(KEY_PREFIX, bucket, OUTER_OF.get(bucket))
 
 
 def _run_differential(client: redis.Redis[Any], max_examples: int, cluster: bool = False) -> None:
@@ -558,6 +749,34 @@ def test_cluster_done_and_noscript(cluster_client: redis.RedisCluster[Any]) -> N
     store.done(marks, 10**7)  # several buckets (slots): EVALSHA cannot be cluster-pipelined
     assert all(isinstance(store.read_mark(m.bucket, m.task_id, 0), Done) for m in marks)
     assert store.grant(TaskCopy("api", "t1", 0), Pace(1_000)).outcome is Outcome.DUPLICATE
+
+
+def test_a_nested_take_on_a_cluster(cluster_client: redis.RedisCluster[Any]) -> None:
+    """On a Cluster a nested bucket's keys share its outer's hash slot (the outer's tag comes
+    first), so one script updates both: two new tenants' first slots, and their starts one
+    outer interval apart."""
+    cluster_client.flushdb()
+    now = [1_800_000_000_000_000]
+    store = RedisStore(
+        cluster_client,
+        now_us=lambda: now[0],
+        nesting={c: NESTING["api:acme"] for c in OUTER_OF}.get,
+    )
+    terms = ClaimTerms("w1", 10**6)
+    copies = [TaskCopy("api:acme", "t1", 0), TaskCopy("api:globex", "t1", 0)]
+    granted = [store.take(copy, Pace(50_000), terms)[0] for copy in copies]
+    now[0] = granted[0].slot_us  # a new bucket's first slot on a Cluster: one interval + lead
+    claims = [store.claim(c, 50_000, g.slot, terms) for c, g in zip(copies, granted, strict=True)]
+    assert [(c.outcome, c.delay_us) for c in claims] == [(Outcome.OK, 0), (Outcome.WAIT, 1_000)]
+    now[0] += 1_000
+    assert store.claim(copies[1], 50_000, granted[1].slot, terms).outcome is Outcome.OK
+    outer = store.read_state("api")
+    assert outer is not None and outer.last_start_us == now[0]
+    slots = {
+        cluster_client.keyslot(key)
+        for key in [_state_key("api"), _state_key("api:acme"), _state_key("api:globex")]
+    }
+    assert len(slots) == 1 and keys.state_key(KEY_PREFIX, "api:acme") != _state_key("api:acme")
 
 
 @pytest.fixture(params=["session", "redis6"])
@@ -656,22 +875,63 @@ def test_take_carries_done_marks_ahead_of_it(
     assert all(isinstance(redis_store.read_mark(m.bucket, m.task_id, 0), Done) for m in marks)
 
 
-def test_take_many_is_each_take_in_order(redis_client: redis.Redis[Any]) -> None:
+def test_take_many_is_each_take_in_order(any_redis_client: redis.Redis[Any]) -> None:
     """``take_many`` (one round trip) answers as the model's takes one after another, with the
-    same answers: tickets, starts, waits, and one copy taken twice."""
+    same answers: tickets, starts, waits, and one copy taken twice; across several
+    take_many.lua calls (more takes than TAKES_PER_CALL), on Redis 7 and 6.2."""
+    assert_take_many_in_order(any_redis_client, None)
+
+
+def test_take_many_sends_a_nested_buckets_take_on_its_own(redis_client: redis.Redis[Any]) -> None:
+    """A nested bucket's takes among the plain ones: each goes as its own call, in order."""
+    redis_client.flushdb()
+    assert_take_many_in_order(redis_client, "api:acme")
+
+
+@pytest.mark.parametrize("held", ["take_many", "take_nested"])
+def test_take_many_runs_in_order_when_redis_holds_only_some_of_its_scripts(
+    redis_client: redis.Redis[Any], held: str
+) -> None:
+    """A server that has run only plain takes so far (it holds take_many.lua), or only nested
+    ones (take_nested.lua): a batch of both still runs its calls in order."""
+    redis_client.script_flush()
+    redis_client.script_load(script_source(held))
+    assert_take_many_in_order(redis_client, "api:acme")
+
+
+def assert_take_many_in_order(client: redis.Redis[Any], nested: str | None) -> None:
     now = [1_700_000_000_000_000]
-    store = RedisStore(redis_client, now_us=lambda: now[0])
-    model = MemoryStore(clock_us=lambda: now[0])
+    nesting = {"api:acme": Outer("api", 150_000)}.get
+    store = RedisStore(client, now_us=lambda: now[0], nesting=nesting)
+    model = MemoryStore(clock_us=lambda: now[0], nesting=nesting)
     terms = ClaimTerms("w1", 10**7, lead_us=20_000, burst=3, cost=1)
+    order = ["api", "api", "mail", "api", "api", "mail", "api", "api"]
+    order += ["mail", "api", "other", *([nested] if nested else [])] * (TAKES_PER_CALL // 2)
     takes = [
         (TaskCopy(bucket, f"t{i % 7}", 0), Pace(100_000, burst=3), terms)
-        for i, bucket in enumerate(["api", "api", "mail", "api", "api", "mail", "api", "api"])
+        for i, bucket in enumerate(order)
     ]
     got = store.take_many(takes)
     expected = [model.take(copy, pace, t) for copy, pace, t in takes]
     assert got == expected
-    assert [g.ticket for g, _ in got] == [1, 2, 1, 3, 4, 2, 5, 1]  # t0 again: its own ticket
+    assert [g.ticket for g, _ in got[:8]] == [1, 2, 1, 3, 4, 2, 5, 1]  # t0 again: its own ticket
     assert store.take_many([]) == []
+
+
+def test_take_many_runs_every_take_and_then_raises_a_failed_ones_error(
+    any_redis_client: redis.Redis[Any],
+) -> None:
+    """A take the script fails (its bucket's state key holds a string) fails alone: the takes
+    after it, in its take_many.lua call and in the next, still run; then StoreError."""
+    store = RedisStore(any_redis_client)
+    any_redis_client.set(keys.state_key(KEY_PREFIX, "broken"), "not a hash")
+    buckets = ["a", "broken", *(f"b{i}" for i in range(TAKES_PER_CALL))]
+    takes = [(TaskCopy(b, "t1", 0), Pace(1_000), ClaimTerms("w1", 10**7)) for b in buckets]
+    with pytest.raises(StoreError, match="WRONGTYPE"):
+        store.take_many(takes)
+    ran = [b for b in buckets if b != "broken" and store.read_state(b) is not None]
+    assert ran == [b for b in buckets if b != "broken"]
+    assert any_redis_client.type(keys.state_key(KEY_PREFIX, "broken")) == b"string"
 
 
 def test_threads_sharing_a_store_each_get_their_own_replies(redis_store: RedisStore) -> None:
@@ -754,11 +1014,25 @@ def test_keys_and_prefix() -> None:
     assert keys.state_key("ci:", "api") == "ci:{api}:s"
     assert keys.mark_key("ci:", "api", "abc", 2) == "ci:{api}:m:abc:2"
     assert keys.ledger_key("x:", "api") == "x:{api}:l"
+    assert keys.task_keys("x:", "a|b", "t", 3) == [
+        keys.state_key("x:", "a|b"),
+        keys.mark_key("x:", "a|b", "t", 3),
+        keys.ledger_key("x:", "a|b"),
+        keys.places_key("x:", "a|b"),
+    ]
+    assert keys.task_keys("x:", "a:b", "t", 3, "a") == [
+        keys.state_key("x:", "a:b", "a"),
+        keys.mark_key("x:", "a:b", "t", 3, "a"),
+        keys.ledger_key("x:", "a:b", "a"),
+        keys.places_key("x:", "a:b", "a"),
+    ]
     for bad in ("ci{", "c}i:"):
         with pytest.raises(ConfigurationError, match="key prefix"):
             keys.validate_prefix(bad)
     with pytest.raises(ConfigurationError, match="bucket"):
         keys.validate_bucket("")
+    with pytest.raises(ConfigurationError, match="bucket"):
+        keys.task_keys("ci:", "", "t", 0)
 
 
 def test_custom_prefix(redis_client: redis.Redis[Any]) -> None:

@@ -21,6 +21,7 @@ from celery_interval.schedule import (
 from celery_interval.stores.base import Store, TaskCopy
 from celery_interval.stores.file import FileStore
 from celery_interval.stores.memory import MemoryStore
+from celery_interval.stores.redis import RedisStore
 
 I_US = 40_000  # long enough that a slow machine never crosses a slot by accident
 LEASE_US = 60_000_000
@@ -372,3 +373,74 @@ def test_several_limits_hold_at_once(store: Store) -> None:
     late = store.claim(TaskCopy("l", "t3", 0), I_US, grants[2].slot, terms)
     assert late.outcome is Outcome.WAIT
     assert I_US // 2 - 10_000 < late.delay_us <= 3 * I_US // 2
+
+
+@pytest.fixture(params=["redis", "file", "memory"])
+def clocked(request: Any, tmp_path: Path) -> Iterator[tuple[Store, list[int]]]:
+    """A store on a clock the test moves (``now[0]``, µs): replies and reads compare exactly."""
+    now = [1_750_000_000_000_000]
+
+    def clock() -> int:
+        return now[0]
+
+    if request.param == "redis":
+        yield RedisStore(request.getfixturevalue("redis_client"), now_us=clock), now
+    elif request.param == "file":
+        (tmp_path / "state").mkdir()
+        yield FileStore(tmp_path / "state", clock_us=clock), now
+    else:
+        yield MemoryStore(clock_us=clock), now
+
+
+def test_control_replies_read_the_budgets_as_status_does(
+    clocked: tuple[Store, list[int]],
+) -> None:
+    """A bucket with a burst of 3 and a limit of 2 per 2 intervals: with the bucket's pace,
+    the reply of pause, set_interval, unset_interval and unpause is the status read right
+    after it: the slot a ticket would get now (here at once, one unit of each budget spent)
+    and each budget's units left, not the time every budget is full again."""
+    store, now = clocked
+    pace = Pace(I_US, burst=3, limits=(Limit(2 * I_US, 2),))
+    fresh = store.unset_interval("fresh", I_US, pace).status
+    assert fresh == store.status("fresh", I_US, pace)
+    store.grant(TaskCopy("b", "t0", 0), pace)
+    now[0] += 10 * I_US  # idle: every budget is back
+    assert store.grant(TaskCopy("b", "t1", 0), pace).delay_us == 0
+    now[0] += I_US // 4
+    paused = store.pause("b", I_US, pace)
+    assert (paused.paused, paused.next_slot_in_us, paused.units_left) == (True, 0, (2, 1))
+    replies = {
+        "pause": lambda: paused,
+        "set_interval": lambda: store.set_interval("b", I_US, 2 * I_US, pace),
+        "unset_interval": lambda: store.unset_interval("b", I_US, pace).status,
+        "unpause": lambda: store.unpause("b", I_US, pace),
+    }
+    for op, reply_of in replies.items():
+        reply = reply_of()
+        read = store.status("b", I_US, pace)
+        assert reply == read, op
+        assert len(reply.units_left) == 2, op
+        now[0] += I_US // 3
+
+
+def test_control_replies_count_the_running_bodies(clocked: tuple[Store, list[int]]) -> None:
+    """Two bodies of a bucket capped at 2 run: the reply of each control operation counts
+    them as ``status`` does, and one fewer after one's place is released."""
+    store, now = clocked
+    store.grant(TaskCopy("warm", "w", 0), Pace(I_US))  # the store's birth marker
+    now[0] += PLACE_SETTLE_US + I_US
+    terms = ClaimTerms("h1", LEASE_US, cap=2)
+    bodies = [TaskCopy("b", f"t{i}", 0) for i in range(2)]
+    for copy in bodies:
+        granted = store.grant(copy, Pace(I_US))
+        now[0] += granted.delay_us
+        assert store.claim(copy, I_US, granted.slot, terms).outcome is Outcome.OK
+    replies = {
+        "pause": store.pause("b", I_US),
+        "set_interval": store.set_interval("b", I_US, 2 * I_US),
+        "unset_interval": store.unset_interval("b", I_US).status,
+        "unpause": store.unpause("b", I_US),
+    }
+    assert {op: reply.running for op, reply in replies.items()} == dict.fromkeys(replies, 2)
+    assert store.release(bodies[0])
+    assert store.pause("b", I_US).running == store.status("b", I_US).running == 1

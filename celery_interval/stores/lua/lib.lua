@@ -9,7 +9,10 @@
 -- g=last_slot_us (absent: none) z=lost_start_us (absent: none) m=the master_replid of the
 -- master that last saved it (fenced scripts only; absent otherwise) x=the extra limits' times
 -- (limit_tats: "<grant_us>:<start_us>" per limit, comma-separated, in the order of the bucket's
--- limits, an empty side for none; absent: none, as in records written before limits existed).
+-- limits, an empty side for none; absent: none, as in records written before limits existed)
+-- f=front_tat_us (the interactive starts' GCRA, front.lua; absent: none) u=pushed_us (how far
+-- the interactive starts pushed the tickets: t, g, c and the limits' grants' times are in ticket
+-- time, virtual time minus u; absent: 0).
 -- A reset bucket's hash holds only r=<reset time>, until its next state is made.
 -- FENCED (a line RedisStore puts before this file): true on a replicated store (Sentinel,
 -- Cluster), where a master may be a replica promoted without the old master's last writes.
@@ -63,14 +66,6 @@ local function encode_tats(tats)
   return table.concat(parts, ',')
 end
 
--- schedule.limits.latest_tat: tat, or the latest of the limits' times if later.
-local function lim_latest(s, tat)
-  for _, t in ipairs(s.x) do
-    tat = math.max(tat, t.g or tat, t.s or tat)
-  end
-  return tat
-end
-
 -- schedule.limits.next_grant_tat: tat, or the latest of the limits' grants' times if later.
 local function lim_next_grant(s, tat)
   for _, t in ipairs(s.x) do
@@ -79,10 +74,41 @@ local function lim_next_grant(s, tat)
   return tat
 end
 
+-- The state hash's fields in the order load_state reads them (HMGET), and each one's place.
+local STATE_FIELDS = { 'e', 'o', 'p', 't', 'n', 'c', 'l', 'i', 'r', 'h', 'a', 'k', 'q', 'g', 'z',
+  'm', 'x', 'f', 'u' }
+local STATE_INDEX = {}
+for i, f in ipairs(STATE_FIELDS) do
+  STATE_INDEX[f] = i
+end
+
+-- The state hashes this call read or wrote, each as HMGET of STATE_FIELDS would return it now
+-- (false: absent): save_state and save_fields keep it, so a state is read from Redis once per
+-- call (take's claim after its grant, take_many's takes of one bucket). Every other write of a
+-- state hash must drop its entry.
+local HELD = {}
+
+-- Record in HELD the fields written (name, value, ...) and removed (names) at key.
+local function hold(key, written, removed)
+  local r = HELD[key]
+  if r == nil then
+    return
+  end
+  for _, f in ipairs(removed) do
+    r[STATE_INDEX[f]] = false
+  end
+  for i = 1, #written, 2 do
+    r[STATE_INDEX[written[i]]] = written[i + 1]
+  end
+end
+
 -- The state at key, or nil and the time of the bucket's reset (nil if none) when it has none.
 local function load_state(key)
-  local r = redis.call('HMGET', key, 'e', 'o', 'p', 't', 'n', 'c', 'l', 'i', 'r', 'h', 'a', 'k',
-    'q', 'g', 'z', 'm', 'x')
+  local r = HELD[key]
+  if r == nil then
+    r = redis.call('HMGET', key, unpack(STATE_FIELDS))
+    HELD[key] = r
+  end
   if r[1] == false then
     return nil, num(r[9])
   end
@@ -90,7 +116,7 @@ local function load_state(key)
     e = num(r[1]), o = num(r[2]), p = num(r[3]), t = num(r[4]),
     n = num(r[5]), c = num(r[6]), l = num(r[7]), i = num(r[8]), h = num(r[10]),
     a = num(r[11]), k = num(r[12]) or 0, q = num(r[13]) or 0, g = num(r[14]), z = num(r[15]),
-    m = r[16] or nil, x = decode_tats(r[17]),
+    m = r[16] or nil, x = decode_tats(r[17]), f = num(r[18]), u = num(r[19]) or 0,
   }
 end
 
@@ -112,7 +138,7 @@ end
 local function new_state(now, interval, born)
   local last = math.max(now - interval, born + MAX_LEAD_US)
   return { e = now, o = 0, p = nil, t = last + interval, n = 0, c = 0, l = last, i = nil, h = nil,
-    a = nil, k = 0, q = 0, g = nil, z = born + MAX_LEAD_US, x = {} }
+    a = nil, k = 0, q = 0, g = nil, z = born + MAX_LEAD_US, x = {}, f = nil, u = 0 }
 end
 
 -- schedule.new_state's born_us: the birth marker at born_key (set to now when missing, if
@@ -203,6 +229,11 @@ local function next_slot(s, v, spacing, burst, cost)
   return slot
 end
 
+-- schedule.burst.units_left: the whole units of a budget of burst a GCRA at tat has left at v.
+local function units_left(tat, v, spacing, burst)
+  return math.max(0, math.max(1, burst) - math.max(0, math.ceil((tat - v) / spacing)))
+end
+
 -- schedule.burst.after_grant
 local function after_grant(s, slot, spacing, burst, cost)
   s.t = math.max(grant_tat(s, spacing, burst), slot) + math.max(1, cost) * spacing
@@ -275,14 +306,35 @@ local function respace(s, interval, override)
   s.q = rescaled_extra(s.q, old, new)
 end
 
+-- schedule.front._shifted: t, g and the limits' grants' times by later (ticket time to
+-- virtual).
+local function front_shift(s, by)
+  if by == 0 then
+    return
+  end
+  s.t = s.t + by
+  if s.g ~= nil then
+    s.g = s.g + by
+  end
+  for _, t in ipairs(s.x) do
+    if t.g ~= nil then
+      t.g = t.g + by
+    end
+  end
+end
+
 -- schedule.expires_in_us: how long after a write at now the state may go; nil: keep it.
+-- (schedule.front.latest_tat: the grants' times in virtual time, the share's GCRA.)
 local function expires_in(s, now, interval)
   if s.p ~= nil or s.i ~= nil or s.a ~= nil then
     return nil
   end
   local v = virtual_now(s, now)
-  local settled = math.max(s.t, s.l + effective_interval(s, interval) + s.q, v)
-  return lim_latest(s, settled) - v + IDLE_GRACE_US
+  local settled = math.max(s.t + s.u, s.l + effective_interval(s, interval) + s.q, v, s.f or v)
+  for _, t in ipairs(s.x) do
+    settled = math.max(settled, t.g and t.g + s.u or settled, t.s or settled)
+  end
+  return settled - v + IDLE_GRACE_US
 end
 
 -- After each write of a state: PEXPIRE (whole ms, rounded up) as expires_in says, or PERSIST.
@@ -295,40 +347,41 @@ local function keep_until(key, s, now, interval)
   end
 end
 
--- Write the whole state (absent fields for nil p, i, h, a, g and z, and 0 k and q), over a
+-- Write the whole state (absent fields for nil p, i, h, a, g, z and f, and 0 k, q and u), over a
 -- reset's r.
 local function save_state(key, s, now, interval)
-  redis.call('DEL', key)
-  redis.call('HSET', key, 'e', fmt(s.e), 'o', fmt(s.o), 't', fmt(s.t), 'n', fmt(s.n),
-    'c', fmt(s.c), 'l', fmt(s.l))
-  if s.p ~= nil then
-    redis.call('HSET', key, 'p', fmt(s.p))
-  end
-  if s.i ~= nil then
-    redis.call('HSET', key, 'i', fmt(s.i))
-  end
-  if s.h ~= nil then
-    redis.call('HSET', key, 'h', fmt(s.h))
-  end
-  if s.a ~= nil then
-    redis.call('HSET', key, 'a', fmt(s.a))
-  end
-  for _, f in ipairs({ 'k', 'q' }) do
-    if s[f] ~= 0 then
-      redis.call('HSET', key, f, fmt(s[f]))
+  local args = { 'e', fmt(s.e), 'o', fmt(s.o), 't', fmt(s.t), 'n', fmt(s.n), 'c', fmt(s.c),
+    'l', fmt(s.l) }
+  for _, f in ipairs({ 'p', 'i', 'h', 'a' }) do
+    if s[f] ~= nil then
+      args[#args + 1] = f
+      args[#args + 1] = fmt(s[f])
     end
   end
-  for _, f in ipairs({ 'g', 'z' }) do
+  for _, f in ipairs({ 'k', 'q', 'u' }) do
+    if s[f] ~= 0 then
+      args[#args + 1] = f
+      args[#args + 1] = fmt(s[f])
+    end
+  end
+  for _, f in ipairs({ 'g', 'z', 'f' }) do
     if s[f] ~= nil then
-      redis.call('HSET', key, f, fmt(s[f]))
+      args[#args + 1] = f
+      args[#args + 1] = fmt(s[f])
     end
   end
   if s.m ~= nil then
-    redis.call('HSET', key, 'm', s.m)
+    args[#args + 1] = 'm'
+    args[#args + 1] = s.m
   end
   if #s.x > 0 then
-    redis.call('HSET', key, 'x', encode_tats(s.x))
+    args[#args + 1] = 'x'
+    args[#args + 1] = encode_tats(s.x)
   end
+  redis.call('DEL', key)
+  redis.call('HSET', key, unpack(args))
+  HELD[key] = {}
+  hold(key, args, STATE_FIELDS)
   keep_until(key, s, now, interval)
 end
 
@@ -342,10 +395,11 @@ end
 
 -- schedule.fenced: a state that another master saved last may lack that master's last
 -- writes, a start admitted up to MAX_LEAD_US ahead among them: no start before one interval
--- after now + MAX_LEAD_US, and a burst counts as used then (z, as after a lost state).
+-- after now + MAX_LEAD_US, and a burst counts as used then (z, as after a lost state); t is in
+-- ticket time (u).
 local function fence(s, now, interval)
   s.l = math.max(s.l, virtual_now(s, now) + MAX_LEAD_US)
-  s.t = math.max(s.t, s.l + effective_interval(s, interval))
+  s.t = math.max(s.t, s.l + effective_interval(s, interval) - s.u)
   s.z = math.max(s.z or s.l, s.l)
 end
 
@@ -373,35 +427,35 @@ local function save_fields(key, s, is_new, now, interval, ...)
     save_state(key, s, now, interval)
     return
   end
-  local args = {}
+  local args, gone = {}, {}
   for _, f in ipairs({ ... }) do
     if f == 'x' then
       if #s.x == 0 then
-        redis.call('HDEL', key, f)
+        gone[#gone + 1] = f
       else
         args[#args + 1] = f
         args[#args + 1] = encode_tats(s.x)
       end
-    elseif s[f] == nil or ((f == 'k' or f == 'q') and s[f] == 0) then
-      redis.call('HDEL', key, f)
+    elseif s[f] == nil or ((f == 'k' or f == 'q' or f == 'u') and s[f] == 0) then
+      gone[#gone + 1] = f
     else
       args[#args + 1] = f
       args[#args + 1] = fmt(s[f])
     end
   end
+  if #gone > 0 then
+    redis.call('HDEL', key, unpack(gone))
+  end
   if #args > 0 then
     redis.call('HSET', key, unpack(args))
   end
+  hold(key, args, gone)
   keep_until(key, s, now, interval)
 end
 
--- The mark at key as {kind='L', holder, start, exp}, {kind='D', exp} or
--- {kind='G', e, ticket, slot, exp, front}, or nil.
-local function load_mark(key)
-  local raw = redis.call('GET', key)
-  if not raw then
-    return nil
-  end
+-- A mark's value as {kind='L', holder, start, exp}, {kind='D', exp} or
+-- {kind='G', e, ticket, slot, exp, front}.
+local function parse_mark(raw)
   local kind = string.sub(raw, 1, 1)
   if kind == 'D' then
     return { kind = 'D', exp = tonumber(string.sub(raw, 3)) }
@@ -413,6 +467,33 @@ local function load_mark(key)
   end
   local holder, start, exp = string.match(raw, '^L|(.*)|(%-?%d+)|(%-?%d+)$')
   return { kind = 'L', holder = holder, start = tonumber(start), exp = tonumber(exp) }
+end
+
+-- The marks this call read or wrote, by key: {raw = value or false, m = parsed or nil}; take
+-- reads its copy's mark once for its check, its grant and its claim. A caller that changes a
+-- loaded mark must put_mark it; every other write of a mark must drop its entry.
+local MARKS = {}
+
+-- The mark at key (parse_mark's table), or nil.
+local function load_mark(key)
+  local held = MARKS[key]
+  if held == nil then
+    held = { raw = redis.call('GET', key) }
+    MARKS[key] = held
+  end
+  if not held.raw then
+    return nil
+  end
+  if held.m == nil then
+    held.m = parse_mark(held.raw)
+  end
+  return held.m
+end
+
+-- Delete the mark at key.
+local function drop_mark(key)
+  redis.call('DEL', key)
+  MARKS[key] = { raw = false }
 end
 
 -- schedule.live: the mark if it has not expired at now.
@@ -436,6 +517,7 @@ local function put_mark(key, m, now)
   end
   local px = math.max(1, math.floor((m.exp - now) / 1000) + 60000)
   redis.call('SET', key, value, 'PX', fmt(px))
+  MARKS[key] = { raw = value }
 end
 
 -- schedule.PLACE_POLL_US: a claim finding the places full looks again at most this late.
@@ -486,24 +568,35 @@ local function ledger_append(key, cap, fields)
   redis.call('PEXPIRE', key, LEDGER_TTL_MS)
 end
 
+-- The live places of a capped bucket's running bodies (schedule.status's running).
+local function running_places(places_key, now)
+  return redis.call('ZCOUNT', places_key, '(' .. fmt(now), '+inf')
+end
+
 -- schedule.status as a flat array of integers:
 -- {exists, epoch, interval_us, overridden, paused, ticket, next_slot_in_us,
---  current_slot_us, last_start_us, virtual_now_us, adapted}
-local function status_reply(s, exists, now, interval, running)
+--  current_slot_us, last_start_us, virtual_now_us, adapted, running, units_left...};
+-- next_at (virtual; nil: every grants' budget full again) and units (nil: none) as
+-- limits.lua's paced_status_reply reads them with the bucket's pace.
+local function status_reply(s, exists, now, interval, running, next_at, units)
   local v = virtual_now(s, now)
-  return {
+  local reply = {
     exists and 1 or 0,
     s.e,
     effective_interval(s, interval),
     s.i ~= nil and 1 or 0,
     s.p ~= nil and 1 or 0,
     s.n,
-    math.max(0, lim_next_grant(s, s.t) - v),
+    math.max(0, (next_at or (lim_next_grant(s, s.t) + s.u)) - v),
     s.c,
     s.l,
     v,
     (s.i == nil and s.a ~= nil) and 1 or 0,
     running or 0,
   }
+  for _, u in ipairs(units or {}) do
+    reply[#reply + 1] = u
+  end
+  return reply
 end
 

@@ -107,6 +107,14 @@ local function lim_emptied(s, limits, cost, first)
   return first
 end
 
+-- schedule.limits.units_left: each limit's grants' budget left at v, appended to units.
+local function lim_units_left(s, limits, v, units)
+  for i, lim in ipairs(limits) do
+    local tat = lim_lost(s, lim, lim_tats(s, i).g)
+    units[#units + 1] = tat == nil and math.max(1, lim.b) or units_left(tat, v, lim.t, lim.b)
+  end
+end
+
 -- schedule.limits.kept: a throttled copy keeps slot; every limit's grants a burst after it.
 local function lim_kept(s, slot, limits)
   local tats = {}
@@ -119,4 +127,25 @@ local function lim_kept(s, slot, limits)
     tats[i] = { g = tat, s = old.s }
   end
   lim_with(s, tats)
+end
+
+-- schedule.status with the bucket's pace: status_reply, its next slot the one a ticket of
+-- cost 1 gets now and each budget's units left (the interval's, then each extra limit's), when
+-- burst_arg (the bucket's burst) is given with limits_arg (parse_limits); without burst_arg,
+-- status_reply's own (every grants' budget full again, no units). status.lua and the control
+-- scripts pass their optional ARGVs here.
+local function paced_status_reply(s, exists, now, interval, running, burst_arg, limits_arg)
+  local burst = tonumber(burst_arg)
+  if burst == nil then
+    return status_reply(s, exists, now, interval, running)
+  end
+  local limits = parse_limits(limits_arg)
+  local spacing = effective_interval(s, interval)
+  local v = virtual_now(s, now)
+  front_shift(s, s.u) -- the grants' times beside v (schedule.front)
+  local next_at = lim_next_slot(s, limits, 1, next_slot(s, v, spacing, burst, 1))
+  local units = { units_left(grant_tat(s, spacing, burst), v, spacing, burst) }
+  lim_units_left(s, limits, v, units)
+  front_shift(s, -s.u)
+  return status_reply(s, exists, now, interval, running, next_at, units)
 end

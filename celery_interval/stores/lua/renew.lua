@@ -13,6 +13,6 @@ if m ~= nil and m.kind == 'L' and m.holder == holder then
   return 1
 end
 if raw ~= nil and m == nil then
-  redis.call('DEL', KEYS[1])
+  drop_mark(KEYS[1])
 end
 return 0

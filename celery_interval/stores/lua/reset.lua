@@ -8,5 +8,6 @@ local now = clock_us(ARGV[1])
 local forgot = load_state(KEYS[1]) ~= nil and 1 or 0
 redis.call('DEL', KEYS[1])
 redis.call('HSET', KEYS[1], 'r', fmt(now))
+HELD[KEYS[1]] = nil
 ledger_append(KEYS[2], tonumber(ARGV[2]), { 'op', 'reset', 'now', now })
 return forgot

@@ -16,6 +16,9 @@ local now = clock_us(ARGV[1])
 local interval = tonumber(ARGV[2])
 local retry_after = math.max(0, tonumber(ARGV[3]))
 local s, is_new = load_or_new(KEYS[1], KEYS[5], now, interval)
+-- the grants' times in virtual time while the throttle sets them (front.lua's ticket time)
+local pushed = s.u
+front_shift(s, pushed)
 if ARGV[8] ~= nil and ARGV[8] ~= '' then
   slowed(s, interval, tonumber(ARGV[8]))
 end
@@ -35,6 +38,7 @@ s.o = s.o + shift
 s.t = math.max(s.t, slot + math.max(1, burst) * spacing)
 s.h = slot
 lim_kept(s, slot, limits)
+front_shift(s, -pushed)
 save_fields(KEYS[1], s, is_new, now, interval, 'o', 't', 'h', 'a', 'k', 'q', 'z', 'x')
 v = v - shift
 put_mark(KEYS[2], { kind = 'G', e = s.e, ticket = tonumber(ARGV[4]), slot = slot,

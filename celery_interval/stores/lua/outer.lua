@@ -1,0 +1,128 @@
+-- outer.lua: schedule.outer — a nested (inner) bucket's grants and starts also count in its
+-- outer bucket's budget, kept in the outer's own state hash (its grants' tat t, its starts' l,
+-- q and z, its extra limits' x). RedisStore prepends lib.lua, limits.lua and ops.lua to the
+-- scripts that run these: grant_nested.lua, claim_nested.lua and take_nested.lua.
+-- KEYS[1..4] as grant_op's, KEYS[5] the outer bucket's state hash, KEYS[6] the birth marker
+-- (absent on a Cluster). On a Cluster every key must be in one hash slot: a nested bucket's
+-- keys carry its outer bucket's hash tag (stores/keys.py).
+-- The outer's arguments follow the inner op's: its interval_us, burst and extra limits
+-- (limits.lua's parse_limits).
+
+local function outer_of(argv, at)
+  return { t = tonumber(argv[at]), b = tonumber(argv[at + 1]) or 1,
+    limits = parse_limits(argv[at + 2]) }
+end
+
+-- The inner op's KEYS: the inner bucket's four, then the birth marker if any.
+local function inner_keys(keys)
+  return { keys[1], keys[2], keys[3], keys[4], keys[6] }
+end
+
+-- schedule.outer._slot: the outer budget's earliest slot of cost at its virtual v.
+local function outer_slot(o, v, outer, cost)
+  local spacing = effective_interval(o, outer.t)
+  local slot = math.max(v, grant_tat(o, spacing, outer.b) - room(outer.b, cost) * spacing)
+  return lim_next_slot(o, outer.limits, cost, slot)
+end
+
+-- schedule.outer._reserved: a ticket of cost at the outer's slot; none when the slot is more
+-- than one interval past the budget's next free time. Returns whether it reserved.
+local function outer_reserve(o, slot, v, outer, cost)
+  local spacing = effective_interval(o, outer.t)
+  local tat = grant_tat(o, spacing, outer.b)
+  if slot > math.max(tat, v) + spacing then
+    return false
+  end
+  lim_after_grant(o, slot, outer.limits, cost)
+  o.t = math.max(tat, slot) + math.max(1, cost) * spacing
+  return true
+end
+
+-- schedule.outer._earliest: the outer's earliest virtual time for a start of cost.
+local function outer_earliest(o, outer, cost)
+  local spacing = effective_interval(o, outer.t)
+  return lim_earliest_start(o, outer.limits, cost, earliest_start(o, spacing, outer.b, cost))
+end
+
+-- schedule.outer._started: the outer's record after a start of cost at its virtual start.
+local function outer_started(o, start, outer, cost)
+  local spacing = effective_interval(o, outer.t)
+  lim_after_start(o, start, outer.limits, cost)
+  after_start(o, start, spacing, outer.b, cost)
+end
+
+-- Both records (a missing one as its new epoch: the outer's saved at once) and the outer's
+-- virtual time minus the inner's.
+local function load_both(keys, now, interval, outer)
+  local o, o_new = load_or_new(keys[5], keys[6], now, outer.t)
+  if o_new then
+    save_state(keys[5], o, now, outer.t)
+  end
+  local s, is_new = load_or_new(keys[1], keys[6], now, interval)
+  return o, s, is_new, virtual_now(o, now) - virtual_now(s, now)
+end
+
+-- schedule.outer.grant_nested: grant_op (ARGV[1..10]; ARGV[11], an interactive share, does
+-- not apply) at the outer's next slot at the earliest; a new ticket reserves its slot in both.
+-- ARGV[12..14] the outer's. Returns grant_op's reply, paused (1) also while the outer is paused.
+local function nested_grant_op(keys, argv)
+  local now = clock_us(argv[1])
+  local cost = tonumber(argv[8]) or 1
+  local outer = outer_of(argv, 12)
+  local o, s, _, shift = load_both(keys, now, tonumber(argv[2]), outer)
+  local v = virtual_now(s, now)
+  local floor = outer_slot(o, v + shift, outer, cost) - shift
+  local g = grant_op(inner_keys(keys), {
+    fmt(now), argv[2], fmt(math.max(tonumber(argv[3]), floor - v)), argv[4], argv[5], argv[6],
+    argv[7], argv[8], argv[9], argv[10],
+  })
+  if g[1] == 'OK' and g[3] > s.n and outer_reserve(o, g[4] + shift, v + shift, outer, cost) then
+    save_fields(keys[5], o, false, now, outer.t, 't', 'x')
+  end
+  if o.p ~= nil then
+    g[6] = 1
+  end
+  return g
+end
+
+-- schedule.outer.claim_nested: claim_op (ARGV[1..18]) no sooner than the outer's budget
+-- allows; a new start is counted in both. ARGV[19..21] the outer's. PAUSED while the outer
+-- is paused (the inner's new epoch saved, an expired mark dropped).
+-- Ledger: claim_op's entries; op=claim:PAUSED now task r ticket slot holder epoch outer=1
+-- for a claim refused by the outer's pause.
+local function nested_claim_op(keys, argv)
+  local now = clock_us(argv[1])
+  local interval = tonumber(argv[2])
+  local cost = tonumber(argv[17]) or 1
+  local outer = outer_of(argv, 19)
+  local o, s, is_new, shift = load_both(keys, now, interval, outer)
+  if o.p ~= nil then
+    if is_new then
+      save_state(keys[1], s, now, interval)
+    end
+    local raw = load_mark(keys[2])
+    if raw ~= nil and live(raw, now) == nil then
+      redis.call('DEL', keys[2])
+    end
+    ledger_append(keys[3], tonumber(argv[11]), {
+      'op', 'claim:PAUSED', 'now', now, 'task', argv[8], 'r', tonumber(argv[9]),
+      'ticket', tonumber(argv[10]), 'slot', tonumber(argv[4]), 'holder', argv[5], 'epoch', s.e,
+      'outer', 1,
+    })
+    return { 'PAUSED', s.e, 0, now }
+  end
+  local v = virtual_now(s, now)
+  local floor = outer_earliest(o, outer, cost) - shift
+  local before = redis.call('GET', keys[2])
+  local args = { fmt(now) }
+  for i = 2, 18 do
+    args[i] = argv[i]
+  end
+  args[19] = fmt(floor)
+  local c = claim_op(inner_keys(keys), args)
+  if c[1] == 'OK' and redis.call('GET', keys[2]) ~= before then
+    outer_started(o, v + c[3] + shift, outer, cost)
+    save_fields(keys[5], o, false, now, outer.t, 'l', 'q', 'z', 'x')
+  end
+  return c
+end

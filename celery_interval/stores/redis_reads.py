@@ -1,0 +1,113 @@
+"""RedisStore's plain reads beside its scripts: a bucket's ledger, and its raw records for
+tests, ``status`` and debugging (not atomic with each other)."""
+
+from __future__ import annotations
+
+from contextlib import AbstractContextManager
+from typing import Any
+
+from celery_interval.errors import StoreError
+from celery_interval.schedule import BucketState, Mark, Place, Places
+from celery_interval.stores import keys
+from celery_interval.stores.codec import as_text, decode_mark
+from celery_interval.stores.tats import decode_tats
+
+__all__ = ["LEDGER_TTL_MS", "RedisReads"]
+
+#: A bucket's ledger expires this long after its last entry (lib.lua's LEDGER_TTL_MS): an idle
+#: tenant's audit goes a week after its last task; export it before (``interval ledger export``).
+LEDGER_TTL_MS = 7 * 24 * 3600 * 1000
+
+
+class RedisReads:
+    """``ledger_key``, ``ledger`` and the ``read_*`` diagnostics of a RedisStore."""
+
+    _prefix: str
+
+    @property
+    def _client(self) -> Any:
+        raise NotImplementedError
+
+    def _errors(self, op: str) -> AbstractContextManager[None]:
+        raise NotImplementedError
+
+    def _outer(self, bucket: str) -> str | None:
+        raise NotImplementedError  # NestedScripts' (before this class in RedisStore's MRO)
+
+    def _state_key(self, bucket: str) -> str:
+        raise NotImplementedError
+
+    def _places_key(self, bucket: str) -> str:
+        raise NotImplementedError
+
+    def _mark_key(self, bucket: str, task_id: str, retries: int) -> str:
+        raise NotImplementedError
+
+    # -- the ledger ---------------------------------------------------------------------
+
+    def ledger_key(self, bucket: str) -> str:
+        """The key of ``bucket``'s ledger Stream (in the bucket's hash slot)."""
+        return keys.ledger_key(self._prefix, keys.validate_bucket(bucket), self._outer(bucket))
+
+    def ledger(
+        self, bucket: str, start_id: str = "-", count: int = 1000
+    ) -> list[tuple[str, dict[str, str]]]:
+        """One page of ``bucket``'s ledger, oldest first: ``(entry_id, fields)`` decoded to str.
+
+        ``start_id`` is inclusive; pass ``"(" + last_id`` (Redis >= 6.2) for the next page.
+        Fields: ``op`` and ``now`` (store real µs) always, the rest depend on ``op`` (see the
+        headers of the Lua scripts). An empty list means no (more) entries.
+        """
+        with self._errors("ledger"):
+            raw: Any = self._client.xrange(self.ledger_key(bucket), min=start_id, count=count)
+        return [
+            (as_text(entry_id), {as_text(k): as_text(v) for k, v in fields.items()})
+            for entry_id, fields in raw
+        ]
+
+    # -- diagnostics (plain reads, not atomic with each other) --------------------------
+
+    def read_state(self, bucket: str) -> BucketState | None:
+        """The bucket's raw state record, or None; for tests, ``status`` and debugging."""
+        with self._errors("read_state"):
+            raw: dict[Any, Any] = self._client.hgetall(self._state_key(bucket))
+        # m: the replication id of the master that saved it (a fenced store), not a number
+        f = {as_text(k): v for k, v in raw.items() if as_text(k) != "m"}
+        if "e" not in f:  # no record, or only a reset's
+            return None
+        limit_tats = decode_tats(as_text(f.pop("x", b"")))
+        f = {k: int(v) for k, v in f.items()}
+        try:
+            return BucketState(
+                epoch=f["e"],
+                offset_us=f["o"],
+                paused_at_real_us=f.get("p"),
+                tat_us=f["t"],
+                ticket=f["n"],
+                current_slot_us=f["c"],
+                last_start_us=f["l"],
+                interval_override_us=f.get("i"),
+                reserved_us=f.get("h"),
+                adapted_us=f.get("a"),
+                clean_starts=f.get("k", 0),
+                start_extra_us=f.get("q", 0),
+                last_slot_us=f.get("g"),
+                lost_start_us=f.get("z"),
+                limit_tats=limit_tats,
+                front_tat_us=f.get("f"),
+                pushed_us=f.get("u", 0),
+            )
+        except KeyError as exc:
+            raise StoreError(f"interval state of bucket {bucket!r} lacks field {exc}") from None
+
+    def read_places(self, bucket: str) -> Places:
+        """The bucket's places as stored (expired ones until a script drops them)."""
+        with self._errors("read_places"):
+            raw: Any = self._client.zrange(self._places_key(bucket), 0, -1, withscores=True)
+        return tuple(Place(int(score), as_text(name)) for name, score in raw)
+
+    def read_mark(self, bucket: str, task_id: str, retries: int) -> Mark | None:
+        """The stored mark of (task_id, retries), expired or not, or None."""
+        with self._errors("read_mark"):
+            raw: Any = self._client.get(self._mark_key(bucket, task_id, retries))
+        return decode_mark(raw)
