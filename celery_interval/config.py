@@ -6,14 +6,16 @@ import math
 import weakref
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from celery_interval.buckets import queue_of
 from celery_interval.defaults import SETTINGS
 from celery_interval.errors import ConfigurationError, UnknownBucket
 from celery_interval.intervals import MAX_INTERVAL_S, US_PER_S, parse_interval_us
 from celery_interval.limits_config import parse_limits
+from celery_interval.outer_config import outer_name, parse_outer
 from celery_interval.schedule import MAX_LEAD_US, Limits
+from celery_interval.schedule.outer import Outer
 from celery_interval.stores.urls import is_redis_broker_url
 
 __all__ = ["DEFAULTS", "Settings", "check_cap", "check_units", "settings_of"]
@@ -52,6 +54,12 @@ class Settings:
     burst: Mapping[str, int] = field(default_factory=dict)
     #: Buckets (queues) → their extra limits beside the interval (``interval_limits``).
     limits: Mapping[str, Limits] = field(default_factory=dict)
+    #: Inner buckets (or ``queue:*``) → the outer bucket whose budget they also spend
+    #: (``interval_outer``).
+    outer: Mapping[str, str] = field(default_factory=dict)
+    #: Buckets (queues) → the share of their rate kept for ``slot()`` callers, in (0, 1)
+    #: (``interval_interactive_share``).
+    interactive_share: Mapping[str, float] = field(default_factory=dict)
 
     def concurrency_of(self, bucket: str) -> int | None:
         """The cap of ``bucket`` (``queue:key`` falls back to ``queue``); None: uncapped."""
@@ -62,12 +70,28 @@ class Settings:
         burst = _of(self.burst, bucket)
         return 1 if burst is None else burst
 
+    def share_of(self, bucket: str) -> float | None:
+        """The interactive share of ``bucket`` (``queue:key`` falls back to ``queue``); None:
+        its ``slot()`` callers queue behind the tickets as tasks do."""
+        for name in (bucket, queue_of(bucket)):
+            if name in self.interactive_share:
+                return self.interactive_share[name]
+        return None
+
     def limits_of(self, bucket: str) -> Limits:
         """The extra limits of ``bucket`` (``queue:key`` falls back to ``queue``); (): none."""
         for name in (bucket, queue_of(bucket)):
             if name in self.limits:
                 return self.limits[name]
         return ()
+
+    def outer_of(self, bucket: str) -> Outer | None:
+        """The outer bucket ``bucket`` is nested in, with its interval, burst and limits
+        (``interval_outer``); None: not nested."""
+        name = outer_name(self.outer, bucket)
+        if name is None:
+            return None
+        return Outer(name, self.interval_us(name), self.burst_of(name), self.limits_of(name))
 
     def interval_us(self, bucket: str) -> int:
         """The configured interval of ``bucket`` (``queue:key`` falls back to ``queue``)."""
@@ -103,6 +127,9 @@ def _of(per_bucket: Mapping[str, int], bucket: str) -> int | None:
             return per_bucket[name]
     return None
 
+
+#: A per-bucket setting's value type.
+_V = TypeVar("_V")
 
 _cache: weakref.WeakKeyDictionary[Any, Settings] = weakref.WeakKeyDictionary()
 
@@ -174,6 +201,10 @@ def _load(conf: Any) -> Settings:
         concurrency=_per_bucket(conf, "interval_concurrency", check_cap),
         burst=_per_bucket(conf, "interval_burst", check_units),
         limits=parse_limits(_get(conf, "interval_limits"), check_units),
+        outer=parse_outer(_get(conf, "interval_outer"), queues_us),
+        interactive_share=_per_bucket(
+            conf, "interval_interactive_share", check_share, "a fraction (0.2)"
+        ),
         store_url=_store_url(conf),
         queues_us=queues_us,
         key_prefix=str(_get(conf, "interval_key_prefix")),
@@ -214,6 +245,22 @@ def _adaptive(adaptive: Any) -> dict[str, int | None]:
     return out
 
 
+def check_share(value: Any, name: str) -> float:
+    """An interactive share: a fraction of a bucket's rate, above 0 and below 1; else
+    ``ConfigurationError`` naming ``name``."""
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not math.isfinite(value)
+        or not 0 < value < 1
+    ):
+        raise ConfigurationError(
+            f"{name}={value!r}: expected a fraction of the bucket's rate above 0 and below 1 "
+            "(0.2 keeps a fifth for slot() callers)"
+        )
+    return float(value)
+
+
 def check_cap(value: Any, name: str) -> int:
     """A concurrency cap: an integer >= 1; else ``ConfigurationError`` naming ``name``."""
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -231,15 +278,15 @@ def check_units(value: Any, name: str) -> int:
     return value
 
 
-def _per_bucket(conf: Any, key: str, check: Callable[[Any, str], int]) -> dict[str, int]:
-    """A setting of bucket (queue) → integer (``interval_concurrency``, ``interval_burst``),
-    each value checked by ``check``."""
+def _per_bucket(
+    conf: Any, key: str, check: Callable[[Any, str], _V], what: str = "an integer >= 1"
+) -> dict[str, _V]:
+    """A setting of bucket (queue) → ``what`` (``interval_concurrency``, ``interval_burst``,
+    ``interval_interactive_share``), each value checked by ``check``."""
     per_bucket = _get(conf, key)
     if not isinstance(per_bucket, Mapping):
-        raise ConfigurationError(
-            f"{key}={per_bucket!r}: expected a mapping of bucket to an integer >= 1"
-        )
-    out: dict[str, int] = {}
+        raise ConfigurationError(f"{key}={per_bucket!r}: expected a mapping of bucket to {what}")
+    out: dict[str, _V] = {}
     for name, value in per_bucket.items():
         if not isinstance(name, str) or not name:
             raise ConfigurationError(f"{key} key {name!r}: expected a non-empty name")

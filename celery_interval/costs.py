@@ -12,6 +12,7 @@ from celery_interval.errors import ConfigurationError, short_repr
 from celery_interval.headers import COST_HEADER
 from celery_interval.placement import Arrival, bucket_of
 from celery_interval.schedule import Limits
+from celery_interval.schedule.outer import Outer
 
 __all__ = ["CostSpec", "check_cost_option", "check_within_burst", "message_cost", "send_cost"]
 
@@ -55,10 +56,17 @@ def _resolve(task: Any, spec: CostSpec, args: Sequence[Any], kwargs: Mapping[str
 
 
 def check_within_burst(
-    task_name: str, bucket: str, cost: int, burst: int, limits: Limits = ()
+    task_name: str,
+    bucket: str,
+    cost: int,
+    burst: int,
+    limits: Limits = (),
+    outer: Outer | None = None,
 ) -> None:
-    """A start costs at most its bucket's burst, and at most each extra limit's: a larger one
-    could never fit the budget."""
+    """A start costs at most its bucket's burst, and at most each extra limit's (and, in a
+    nested bucket, its ``outer`` bucket's): a larger one could never fit the budget."""
+    if outer is not None:
+        check_within_burst(task_name, outer.bucket, cost, outer.burst, outer.limits)
     if cost > burst:
         raise ConfigurationError(
             f"task {task_name}: interval_cost={cost} is more than the burst of bucket "
@@ -92,7 +100,12 @@ def send_cost(
     bucket = bucket_of(sent._replace(queue=queue()))
     settings = settings_of(task.app)
     check_within_burst(
-        task.name, bucket, cost, settings.burst_of(bucket), settings.limits_of(bucket)
+        task.name,
+        bucket,
+        cost,
+        settings.burst_of(bucket),
+        settings.limits_of(bucket),
+        settings.outer_of(bucket),
     )
     return cost
 

@@ -80,6 +80,26 @@ SETTINGS: tuple[Setting, ...] = (
         "burst. ``queue:key`` buckets take their queue's entry unless they have their own.",
     ),
     Setting(
+        "interval_outer",
+        {},
+        "Inner bucket, or ``'queue:*'`` for all of a queue's ``queue:key`` tenant buckets → "
+        "the outer bucket whose budget (interval, ``interval_burst``, ``interval_limits``) "
+        "every start of the inner bucket also spends, e.g. ``{'api:*': 'api'}``: each tenant "
+        "keeps its own limits and all of them together keep the outer's, in one atomic step on "
+        "both records. One level; the outer bucket's queue must be in ``interval_queues``. A "
+        "nested bucket's store keys carry its outer's hash tag (one Redis Cluster slot).",
+    ),
+    Setting(
+        "interval_interactive_share",
+        {},
+        "Bucket (queue) → the share of its rate kept for ``slot()`` callers, a fraction above 0 "
+        "and below 1 (``0.2``): an inline start goes ahead of the bucket's granted tickets, to "
+        "the next start its budget allows, and such starts are held to that share of the rate "
+        "(one per ``interval / share``); the tickets it passes start one interval later each, in "
+        "order. Unused, the share is the tasks'. ``queue:key`` buckets take their queue's entry; "
+        "a bucket nested in an outer bucket (``interval_outer``) has none.",
+    ),
+    Setting(
         "interval_store_url",
         None,
         "Where the shared state lives: ``redis://``, ``rediss://``, ``unix:///path.sock``, "

@@ -48,7 +48,8 @@ class InlineStart:
     """One start of ``bucket`` for the code inside ``with`` or ``async with``: it takes a
     ticket and waits for its slot as a task of the bucket does, counted against the same
     budget (interval, burst, cap), and frees its place in a capped bucket when the block ends.
-    ``started`` says when it began."""
+    In a bucket with an ``interval_interactive_share`` it goes ahead of the tickets, within
+    that share (``schedule.front``). ``started`` says when it began."""
 
     def __init__(self, app: Any, bucket: str, *, cost: int, timeout_s: float | None) -> None:
         if isinstance(cost, bool) or not isinstance(cost, int) or cost < 1:
@@ -75,6 +76,7 @@ class InlineStart:
                 f"bucket's interval_limits, so it could never start"
             )
         self.cost = cost
+        self.share = settings.share_of(bucket)
         self.timeout_s = timeout_s
         self.store: Store = store_of(app)
         token = uuid.uuid4().hex[:12]
@@ -124,6 +126,7 @@ class InlineStart:
             cost=self.cost,
             not_after_in_us=not_after_us,
             limits=self.limits,
+            share=self.share,
         )
 
     def _steps(self) -> _Steps:
@@ -132,6 +135,12 @@ class InlineStart:
         deadline = None if self.timeout_s is None else begun + self.timeout_s
         grant, claimed = self.store.take(self.copy, self._pace(deadline), self.terms)
         while True:
+            if grant.outcome is Outcome.WAIT and (
+                deadline is None or time.monotonic() + grant.delay_us / 1e6 <= deadline
+            ):  # the bucket's interactive share is spent until then: no ticket yet
+                yield grant.delay_us / 1e6
+                grant, claimed = self.store.take(self.copy, self._pace(deadline), self.terms)
+                continue
             if grant.outcome is Outcome.WAIT:
                 raise SlotTimeout(
                     f"interval {self.bucket}: the next start is {grant.delay_us / 1e6:.3f}s "
@@ -203,5 +212,7 @@ def slot(app: Any, bucket: str, *, cost: int = 1, timeout_s: float | None = None
 
     It queues behind the tickets already granted, as a task would, for at most ``timeout_s``
     (None: as long as it takes): when its slot would be later, ``SlotTimeout`` is raised
-    before any ticket is taken. ``cost`` is in units of the bucket's budget (its burst)."""
+    before any ticket is taken. A bucket with an ``interval_interactive_share`` puts it ahead
+    of the tickets instead, at the next start its budget allows, within that share of the
+    rate. ``cost`` is in units of the bucket's budget (its burst)."""
     return InlineStart(app, bucket, cost=cost, timeout_s=timeout_s)

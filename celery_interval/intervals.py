@@ -10,9 +10,11 @@ from celery_interval.errors import ConfigurationError, short_repr
 __all__ = [
     "FORMS",
     "MAX_INTERVAL_S",
+    "RATE_UNITS_US",
     "US_PER_S",
     "bare_seconds_note",
     "describe_interval",
+    "describe_rate",
     "parse_interval_us",
 ]
 
@@ -112,6 +114,22 @@ def describe_interval(interval_us: int) -> str:
     """How an interval reads both ways: ``'100s (one start every 100 s = 0.01/s)'``."""
     seconds = _plain(interval_us / US_PER_S, 7)
     return f"{seconds}s (one start every {seconds} s = {_plain(US_PER_S / interval_us, 4)}/s)"
+
+
+#: The units a rate is shown in (``describe_rate``), the shortest first: µs per unit.
+RATE_UNITS_US = (("s", US_PER_S), ("min", 60 * US_PER_S), ("h", 3600 * US_PER_S))
+
+
+def describe_rate(interval_us: int) -> str:
+    """An interval as the rate it was most likely written as: ``N/unit`` in the first unit
+    (s, min, h) where a whole N gives ``interval_us`` back (``600000`` -> ``'100/min'``,
+    ``2000000`` -> ``'30/min'``), else its seconds (``700000`` -> ``'0.7s'``); both read back
+    by ``parse_interval_us``. ``spark.limits.rate_text`` is the same as a Column."""
+    for unit, unit_us in RATE_UNITS_US:
+        count = math.floor(unit_us / interval_us + 0.5)
+        if count >= 1 and abs(2 * (unit_us - count * interval_us)) <= count:
+            return f"{count}/{unit}"
+    return f"{interval_us / US_PER_S:.6f}".rstrip("0").rstrip(".") + "s"
 
 
 def bare_seconds_note(value: object, interval_us: int) -> str | None:

@@ -24,6 +24,7 @@ from celery_interval.stores import keys, mask_url
 from celery_interval.stores.codec import as_text
 from celery_interval.stores.redis import RedisStore
 from celery_interval.stores.redis_client import client_for_url
+from celery_interval.stores.redis_nested import Nesting
 from celery_interval.stores.urls import is_redis_url, is_sentinel_url
 
 __all__ = [
@@ -40,7 +41,7 @@ __all__ = [
 ]
 
 #: Entry fields kept as text; every other field is an integer (µs, ticket, count or flag).
-TEXT_FIELDS = frozenset({"op", "task", "holder"})
+TEXT_FIELDS = frozenset({"op", "task", "holder", "limits"})
 #: Entries per XRANGE round trip.
 DEFAULT_CHUNK = 5_000
 #: Entries per part file when exporting to a directory.
@@ -76,10 +77,14 @@ def id_key(entry_id: str) -> tuple[int, int]:
 class LedgerReader:
     """Pages through the ledgers of one Redis store in bounded XRANGE chunks."""
 
-    def __init__(self, client: redis.Redis, key_prefix: str = KEY_PREFIX) -> None:
+    def __init__(
+        self, client: redis.Redis, key_prefix: str = KEY_PREFIX, nesting: Nesting | None = None
+    ) -> None:
+        """``nesting``: the app's nested buckets (``interval_outer``), whose ledgers' keys
+        carry their outer's tag."""
         self._client = client
         self._prefix = keys.validate_prefix(key_prefix)
-        self._store = RedisStore(client, key_prefix=self._prefix)
+        self._store = RedisStore(client, key_prefix=self._prefix, nesting=nesting)
 
     def buckets(self) -> list[str]:
         """Every bucket that has a ledger under the prefix, found by SCAN (never KEYS)."""
@@ -160,7 +165,8 @@ def reader_for_app(app: Any) -> LedgerReader:
         )
     # A standalone or Sentinel URL (checked above) gives a client, not a Cluster client's maker.
     client = cast(redis.Redis, client_for_url(url, mask_url(url), settings.store_timeout_s))
-    return LedgerReader(client, settings.key_prefix)
+    nesting = settings.outer_of if settings.outer else None
+    return LedgerReader(client, settings.key_prefix, nesting)
 
 
 def parse_since_us(value: str, now_us: int) -> int:

@@ -6,10 +6,10 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from celery_interval.errors import ConfigurationError, short_repr
-from celery_interval.intervals import FORMS, parse_interval_us
+from celery_interval.intervals import FORMS, describe_rate, parse_interval_us
 from celery_interval.schedule import Limit, Limits
 
-__all__ = ["describe_limits", "parse_limits"]
+__all__ = ["describe_limit", "describe_limits", "limit_dict", "parse_limits"]
 
 _SHAPE = (
     "expected a mapping of bucket to a list of limits, each a rate such as '100/min' or a "
@@ -48,11 +48,24 @@ def _limit(entry: Any, said: str, check_units: Callable[[Any, str], int]) -> Lim
 
 
 def describe_limits(limits: Limits) -> str:
-    """The limits as status shows them: each one's interval in seconds, with its burst when
-    more than 1 (``"100/min"`` and ``("1000/h", 50)``: ``'0.6s, 3.6s burst 50'``); '' for none."""
-    return ", ".join(_shown(limit) for limit in limits)
+    """The limits as ``interval status`` shows them (``describe_limit`` each, comma-separated;
+    ``"100/min"`` and ``("1000/h", 50)``: ``'100/min, 1000/h burst 50'``); '' for none."""
+    return ", ".join(describe_limit(limit) for limit in limits)
 
 
-def _shown(limit: Limit) -> str:
-    text = f"{limit.interval_us / 1e6:g}s"
+def describe_limit(limit: Limit) -> str:
+    """A limit's name on every surface (status, inspect, exporter, audit): its rate
+    (``describe_rate``), with its burst when more than 1: ``'1000/h burst 50'``."""
+    text = describe_rate(limit.interval_us)
     return text if limit.burst <= 1 else f"{text} burst {limit.burst}"
+
+
+def limit_dict(limit: Limit) -> dict[str, Any]:
+    """A limit in JSON (``status --json``, ``inspect interval_stats``): its name, rate,
+    interval in seconds and burst."""
+    return {
+        "limit": describe_limit(limit),
+        "rate": describe_rate(limit.interval_us),
+        "interval_s": limit.interval_us / 1e6,
+        "burst": limit.burst,
+    }

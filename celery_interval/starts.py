@@ -125,6 +125,8 @@ class Budget:
     tat_us: int | None = None
     #: Each extra limit's, by its (interval_us, burst).
     limit_tats_us: dict[tuple[int, int], int] = field(default_factory=dict)
+    #: The extra limits the last start fed broke, (interval_us, burst) each.
+    broken_limits: tuple[tuple[int, int], ...] = ()
 
     def overdraws(
         self,
@@ -138,12 +140,15 @@ class Budget:
         extra limit's."""
         cost = max(1, cost)
         broke, self.tat_us = _gcra(self.tat_us, start_us, interval_us, burst, cost)
+        broken = []
         for limit in limits:
             over, self.limit_tats_us[limit] = _gcra(
                 self.limit_tats_us.get(limit), start_us, limit[0], limit[1], cost
             )
-            broke = broke or over
-        return broke
+            if over:
+                broken.append(limit)
+        self.broken_limits = tuple(broken)
+        return broke or bool(broken)
 
 
 def _gcra(

@@ -12,7 +12,7 @@ from celery_interval import control
 from celery_interval.buckets import overflow_queue_name, queue_of
 from celery_interval.cli.common import app_of, fail_on_interval_errors
 from celery_interval.config import settings_of
-from celery_interval.limits_config import describe_limits
+from celery_interval.limits_config import describe_limits, limit_dict
 from celery_interval.monitor.fleet import held_per_worker, queue_depths
 
 __all__ = ["status"]
@@ -24,6 +24,16 @@ _SORTS: dict[str, Any] = {
     "ticket": lambda row: (-row["tickets"], row["queue"]),
     "name": lambda row: row["queue"],
 }
+
+
+def _budget_text(row: dict[str, Any]) -> str:
+    """The units left of each budget: ``'2/3'`` (the interval's burst), then each extra
+    limit's, ``'2/3, 100/min 0/1'``."""
+    if "budget_left" not in row:
+        return "?"
+    parts = [f"{row['budget_left']}/{row['burst']}"]
+    parts += [f"{x['limit']} {x['budget_left']}/{x['burst']}" for x in row["limits"]]
+    return ", ".join(parts)
 
 
 @click.command()
@@ -63,9 +73,9 @@ def status(
     as_json: bool,
     timeout_s: float,
 ) -> None:
-    """Interval, burst, extra limits, paused, tickets, next slot, bodies running (of a capped
-    bucket's cap), held per worker, broker depth and parked tasks (in the bucket's overflow
-    queue) of each bucket:
+    """Interval, burst, extra limits, the units left of each budget, paused, tickets, next
+    slot (the one a ticket would get now), bodies running (of a capped bucket's cap), held per
+    worker, broker depth and parked tasks (in the bucket's overflow queue) of each bucket:
     the configured ones and those with state in the store (tenant buckets ``queue:key``)."""
     app = app_of(ctx)
     unconfigured: list[str] = []
@@ -79,11 +89,13 @@ def status(
         row = control.status_dict(result)
         row["queue"] = bucket
         row["burst"] = settings.burst_of(bucket)
-        row["limits"] = [
-            {"interval_s": limit.interval_us / 1e6, "burst": limit.burst}
-            for limit in settings.limits_of(bucket)
-        ]
-        row["running"] = result.running  # the live places: read by ``status`` only
+        limits = settings.limits_of(bucket)
+        row["limits"] = [limit_dict(limit) for limit in limits]
+        if result.units_left:
+            row["budget_left"] = result.units_left[0]
+            for shown, left in zip(row["limits"], result.units_left[1:]):
+                shown["budget_left"] = left
+        row["interactive_share"] = settings.share_of(bucket)
         rows.append(row)
     rows.sort(key=_SORTS[sort_by])
     total = len(rows)
@@ -122,12 +134,13 @@ def status(
     from rich.table import Table
 
     table = Table(title="interval buckets")
-    columns = ("bucket", "interval s", "burst", "limits", "paused", "tickets", "next slot in s",
-               "running", "held", "depth", "parked")  # fmt: skip
+    columns = ("bucket", "interval s", "burst", "limits", "budget left", "paused", "tickets",
+               "next slot in s", "running", "held", "depth", "parked")  # fmt: skip
     for col in columns:
         table.add_column(col)
     for row in rows:
         held = ", ".join(f"{w}={n}" for w, n in sorted(row["held"].items()))
+        share = row["interactive_share"]
         if row["queue"] in configured:
             depth = "?" if row["broker_depth"] is None else str(row["broker_depth"])
         else:
@@ -136,10 +149,12 @@ def status(
             row["queue"],
             f"{row['interval_s']:g}"
             + (" (set)" if row["overridden"] else "")
-            + (" (adapted)" if row["adapted"] else ""),
+            + (" (adapted)" if row["adapted"] else "")
+            + ("" if share is None else f" (interactive {share:g})"),
             str(row["burst"]),
             describe_limits(settings.limits_of(row["queue"])) or "-",
-            "yes" if row["paused"] else "no",
+            _budget_text(row),
+            f"by {row['outer']}" if row["outer_paused"] else ("yes" if row["paused"] else "no"),
             str(row["tickets"]),
             f"{row['next_slot_in_s']:.3f}",
             str(row["running"]) + ("" if row["cap"] is None else f"/{row['cap']}"),

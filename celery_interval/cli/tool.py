@@ -150,7 +150,8 @@ def audit(
 ) -> None:
     """Audit exported ledgers (files or directories of JSON lines, or Parquet) with Spark.
 
-    Exit status 0 when every bucket kept its interval with no duplicate start, 1 otherwise.
+    Exit status 0 when every bucket kept its interval (or burst budget) and every extra limit
+    its claims name, with no duplicate start; 1 otherwise.
     """
     from celery_interval.spark import missing_requirement
 
@@ -161,6 +162,7 @@ def audit(
     if why:
         raise click.ClickException(why)
     from celery_interval.spark.audit import main as audit_main
+    from celery_interval.spark.page import limits_text
 
     try:
         summary = audit_main(
@@ -177,9 +179,11 @@ def audit(
         raise click.ClickException(f"the Spark audit failed: {_spark_error(exc)}") from exc
     for row in summary["buckets"]:
         verdict = "ok" if row["ok"] else "FAIL"
+        limits = limits_text(row["limits"])
         click.echo(
             f"{verdict:4} {row['bucket']}: {row['starts']} starts, {row['violations']} "
             f"violations, {row['duplicate_starts']} duplicate starts, min gap {row['min_gap_s']}s"
+            + (f"; limits (violations): {limits}" if limits else "")
         )
     click.echo(f"report: {os.path.join(out_dir, 'report.html')}")
     if not summary["ok"]:

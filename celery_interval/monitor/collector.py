@@ -12,18 +12,17 @@ from typing import Any
 from redis.exceptions import RedisError
 
 from celery_interval import control
-from celery_interval.app_store import store_of
 from celery_interval.buckets import overflow_queue_name, queue_of
 from celery_interval.config import settings_of
 from celery_interval.demo.report import percentile
 from celery_interval.errors import ConfigurationError, StoreUnavailable
 from celery_interval.ledger import LedgerReader, reader_for_app
+from celery_interval.limits_config import describe_limit
 from celery_interval.monitor.events import StoreCallEvents
 from celery_interval.monitor.fleet import held_per_worker, queue_depths
 from celery_interval.monitor.histogram import Histogram
 from celery_interval.monitor.tail import LedgerTail
-from celery_interval.schedule import Status
-from celery_interval.stores.scan import read_statuses
+from celery_interval.schedule import Limit, Pace, Status
 
 __all__ = ["BucketRow", "Collector", "Frame"]
 
@@ -40,6 +39,8 @@ class BucketRow:
     grants: int = 0
     readmits: int = 0
     violations: int = 0
+    #: Starts that broke an extra limit, by the limit's name (``'100/min'``).
+    limit_violations: dict[str, int] = field(default_factory=dict)
     ops: dict[str, int] = field(default_factory=dict)
     lateness: Histogram | None = None
     rate_per_s: float = 0.0
@@ -49,8 +50,14 @@ class BucketRow:
     interval_s: float | None = None
     #: The bucket's configured burst (units; 1: none).
     burst: int = 1
-    #: The bucket's extra limits: (interval in seconds, burst) each (``interval_limits``).
-    limits: tuple[tuple[float, int], ...] = ()
+    #: The bucket's extra limits: (name, interval in seconds, burst) each (``interval_limits``;
+    #: the name as ``limits_config.describe_limit`` gives it, ``'1000/h burst 50'``).
+    limits: tuple[tuple[str, float, int], ...] = ()
+    #: The grants' budgets left, in units: the interval's burst, then each extra limit's
+    #: (() while the bucket's status is not read).
+    units_left: tuple[int, ...] = ()
+    #: When the slot a ticket would get now comes, in seconds (None: status not read).
+    next_slot_in_s: float | None = None
     paused: bool | None = None
     overridden: bool | None = None
     #: Bodies holding a live place of a capped bucket (None: its status was not read).
@@ -79,9 +86,12 @@ class BucketRow:
             "grants": self.grants,
             "readmits": self.readmits,
             "violations": self.violations,
+            "limit_violations": dict(self.limit_violations),
             "interval_s": self.interval_s,
             "burst": self.burst,
             "limits": [list(limit) for limit in self.limits],
+            "units_left": list(self.units_left),
+            "next_slot_in_s": self.next_slot_in_s,
             "paused": self.paused,
             "running": self.running,
             "held": self.held,
@@ -139,7 +149,7 @@ class Collector:
         self.tail = LedgerTail(self.reader)
         self.events = StoreCallEvents(app, match) if events else None
         self.errors = 0
-        self._known: list[tuple[str, int]] = []
+        self._known: list[tuple[str, Pace]] = []
         self._unconfigured = 0
         self._scanned_at: float | None = None
         self._statuses: dict[str, Status] = {}
@@ -193,15 +203,14 @@ class Collector:
         if self._scanned_at is None or now - self._scanned_at >= self.rescan_s:
             found, unknown = control.statuses(self.app, self.match)
             self._unconfigured = len(unknown)
-            self._known = [(b, control.configured_interval_us(self.app, b)) for b, _ in found]
+            self._known = [(b, control.configured_pace(self.app, b)) for b, _ in found]
             self._statuses = dict(found)
             ledgers = [b for b in self.reader.buckets() if fnmatchcase(b, self.match)]
             self.tail.follow(sorted({*ledgers, *self._statuses}))
             self._scanned_at = now
             self._rescanned = True
         else:
-            found_now = read_statuses(store_of(self.app), self._known)
-            self._statuses = {b: st for (b, _), st in zip(self._known, found_now)}
+            self._statuses = dict(control.read_paced(self.app, self._known))
         self.tail.poll()
         self._now_us = self.reader.now_us()
 
@@ -240,6 +249,10 @@ class Collector:
             grants=tally.grants,
             readmits=tally.readmits,
             violations=tally.violations,
+            limit_violations={
+                describe_limit(Limit(interval_us, burst)): n
+                for (interval_us, burst), n in sorted(tally.limit_violations.items())
+            },
             ops=dict(tally.ops),
             lateness=tally.lateness,
             last_late_s=None if tally.last_late_us is None else tally.last_late_us / 1e6,
@@ -261,11 +274,15 @@ class Collector:
             row.paused = status.paused
             row.overridden = status.overridden
             row.running = status.running
+            row.units_left = status.units_left
+            row.next_slot_in_s = status.next_slot_in_us / 1e6
             if status.overridden or interval_us is None:
                 interval_us = status.interval_us
         if interval_us is not None:
             row.interval_s = interval_us / 1e6
         row.burst = settings_of(self.app).burst_of(name)
         limits = settings_of(self.app).limits_of(name)
-        row.limits = tuple((limit.interval_us / 1e6, limit.burst) for limit in limits)
+        row.limits = tuple(
+            (describe_limit(limit), limit.interval_us / 1e6, limit.burst) for limit in limits
+        )
         return row

@@ -60,7 +60,7 @@ def metric_families(frame: Frame) -> Iterator[Any]:
     yield per_bucket(
         counter(
             "celery_interval_claim_violations",
-            "Starts closer to the previous start than the interval in force.",
+            "Starts that broke the interval in force, the burst's budget or an extra limit's.",
             labels=LABELS,
         ),
         lambda r: r.violations,
@@ -141,21 +141,23 @@ def metric_families(frame: Frame) -> Iterator[Any]:
         ),
         lambda r: r.burst,
     )
-    limit_labels = [*LABELS, "limit"]
-    limit_intervals = gauge(
-        "celery_interval_limit_interval_seconds",
-        "An extra limit's interval (interval_limits; limit: its position), in seconds.",
-        labels=limit_labels,
+    yield per_bucket(
+        gauge(
+            "celery_interval_budget_units",
+            "Units of the interval's budget (its burst) a ticket could take now.",
+            labels=LABELS,
+        ),
+        lambda r: r.units_left[0] if r.units_left else None,
     )
-    limit_bursts = gauge(
-        "celery_interval_limit_burst", "An extra limit's burst (units).", labels=limit_labels
+    yield per_bucket(
+        gauge(
+            "celery_interval_next_slot_seconds",
+            "When the slot a ticket would get now comes (every limit's budget counted), in s.",
+            labels=LABELS,
+        ),
+        lambda r: r.next_slot_in_s,
     )
-    for row in frame.rows:
-        for i, (interval_s, burst) in enumerate(row.limits):
-            limit_intervals.add_metric([row.bucket, row.queue, str(i)], interval_s)
-            limit_bursts.add_metric([row.bucket, row.queue, str(i)], float(burst))
-    yield limit_intervals
-    yield limit_bursts
+    yield from _limit_families(frame, counter, gauge)
     lateness = core.HistogramMetricFamily(
         "celery_interval_start_lateness_seconds",
         "Admitted start minus the ticket's slot, in seconds.",
@@ -176,6 +178,41 @@ def metric_families(frame: Frame) -> Iterator[Any]:
         calls.add_metric([bucket, queue, op], buckets, total)
     yield calls
     yield from _fleet_families(frame, counter, gauge)
+
+
+def _limit_families(frame: Frame, counter: Any, gauge: Any) -> Iterator[Any]:
+    """The extra limits' gauges and violations, labelled by each limit's name (``'100/min'``,
+    ``'1000/h burst 50'``: ``limits_config.describe_limit``)."""
+    labels = [*LABELS, "limit"]
+    intervals = gauge(
+        "celery_interval_limit_interval_seconds",
+        "An extra limit's interval (interval_limits), in seconds.",
+        labels=labels,
+    )
+    bursts = gauge("celery_interval_limit_burst", "An extra limit's burst (units).", labels=labels)
+    broken = counter(
+        "celery_interval_limit_violations",
+        "Starts that broke an extra limit's budget, label limit (a start may break several).",
+        labels=labels,
+    )
+    left = gauge(
+        "celery_interval_limit_budget_units",
+        "Units of an extra limit's budget a ticket could take now.",
+        labels=labels,
+    )
+    for row in frame.rows:
+        for i, (name, interval_s, burst) in enumerate(row.limits):
+            at = [row.bucket, row.queue, name]
+            intervals.add_metric(at, interval_s)
+            bursts.add_metric(at, float(burst))
+            if i + 1 < len(row.units_left):
+                left.add_metric(at, float(row.units_left[i + 1]))
+        for name, n in sorted(row.limit_violations.items()):
+            broken.add_metric([row.bucket, row.queue, name], float(n))
+    yield intervals
+    yield bursts
+    yield left
+    yield broken
 
 
 def _fleet_families(frame: Frame, counter: Any, gauge: Any) -> Iterator[Any]:

@@ -55,13 +55,16 @@ class BucketTally:
     that is not a re-claim; a violation is a start whose admitted time is closer to the
     previous start's than the interval in force at it (the ``interval`` its entry records,
     else the one the latest control entry recorded), or, in a bucket with a burst, a start
-    that overdraws the budget (``Budget``)."""
+    that overdraws the budget, or one that overdraws an extra limit's its entry names
+    (``Budget``; counted by limit in ``limit_violations`` too)."""
 
     def __init__(self) -> None:
         self.starts = 0
         self.grants = 0
         self.readmits = 0
         self.violations = 0
+        #: Starts that broke an extra limit, by the limit's (interval_us, burst).
+        self.limit_violations: Counter[tuple[int, int]] = Counter()
         self.entries = 0
         self.ops: Counter[str] = Counter()
         self.lateness = Histogram(LATENESS_BOUNDS_S)
@@ -99,6 +102,7 @@ class BucketTally:
         ):
             gap = 0 if self.last_start_us is None else start - self.last_start_us
             self.violations += 1
+            self.limit_violations.update(self._budget.broken_limits)
             self.last_violation = Violation(task, self.last_task, start, gap, interval)
         late = _int(fields, "late")
         if late is not None:

@@ -22,15 +22,18 @@ from celery_interval.spark.cube import (
     union_cells,
 )
 from celery_interval.spark.entries import LEDGER_SCHEMA, annotate, keyed, on_timeline, typed_columns
+from celery_interval.spark.limits import limit_cells, limit_checks
 
 __all__ = ["AuditFrames", "audit", "build_session", "main", "read_ledgers"]
 
 
 @dataclass(frozen=True)
 class AuditFrames:
-    """The audit's DataFrames: the annotated timeline and the cube (``summary`` from it)."""
+    """The audit's DataFrames: the annotated timeline, each start per extra limit it was
+    counted against (``limits.limit_checks``) and the cube (``summary`` from it)."""
 
     entries: DataFrame
+    limit_starts: DataFrame
     cube: DataFrame
 
     @property
@@ -42,8 +45,8 @@ class AuditFrames:
 
 def audit(raw: DataFrame, intervals_us: Mapping[str, int] | None = None) -> AuditFrames:
     """Every frame of the audit of ``raw`` ledger entries (any number of buckets and exports):
-    the annotated timeline and the cube (with the counted cells of the other entries and the
-    duplicate starts' cells).
+    the annotated timeline, the starts' checks against their extra limits, and the cube (with
+    the counted cells of the other entries, the duplicate starts' and the limits' cells).
 
     The heavy part is one pass: the entries are read and shuffled by bucket once. The
     *timeline* (starts and control actions) is then sorted by time (duplicates from overlapping
@@ -51,20 +54,23 @@ def audit(raw: DataFrame, intervals_us: Mapping[str, int] | None = None) -> Audi
     a small *cube* of numbers per (bucket, worker, second), and into percentile sketches and gap
     counts per (bucket, histogram bin). Every other entry (most of a ledger: grants, waits) is
     only counted, once per (bucket, id), without a sort; so are the holders of each started
-    task. Everything else is computed from the cube."""
+    task. The starts whose claims name extra limits are sorted once more, by (bucket, limit),
+    within the same partitions. Everything else is computed from the cube."""
     shuffled = _shared(keyed(raw))
     timeline = annotate(shuffled.where(on_timeline()), intervals_us)
+    limited = limit_checks(shuffled)
     cube = union_cells(
         cube_of(timeline),
         sketch_cells(timeline),
         counted_cells(shuffled.where(~on_timeline())),
         duplicate_cells(shuffled),
+        limit_cells(limited),
     )
-    return AuditFrames(timeline, cube)
+    return AuditFrames(timeline, limited, cube)
 
 
 def _shared(shuffled: DataFrame) -> DataFrame:
-    """``shuffled`` read whole by each of the three parts of the audit, so that they share one
+    """``shuffled`` read whole by each part of the audit, so that they share one
     scan and one shuffle (Spark reuses an exchange only where the plans below it are equal).
     Observing a metric of every column keeps the optimizer from pushing a part's filter, or
     its choice of columns, below the shuffle; the metric itself is not used."""

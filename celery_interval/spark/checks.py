@@ -44,7 +44,7 @@ def summary(cube: DataFrame) -> DataFrame:
     """One row per bucket with entries: every figure of the audit (``*_s`` in seconds)."""
     sums = ("entries", "grants", "regrants", "waits", "held", "paused_claims", "retickets",
             "dedupe_drops", "reclaims", "readmits", "starts", "gaps", "unknown_gaps",
-            "violations", "required_us", "duplicate_starts")  # fmt: skip
+            "violations", "required_us", "duplicate_starts", "limit_violations")  # fmt: skip
     folded = cube.groupBy("bucket").agg(
         *[F.coalesce(F.sum(n), F.lit(0)).alias(n) for n in sums],
         F.first("duplicate_tasks", ignorenulls=True).alias("duplicate_tasks"),
@@ -67,6 +67,20 @@ def summary(cube: DataFrame) -> DataFrame:
             )
         ).alias("closed"),
         F.max("event_code").alias("event_code"),
+        F.sort_array(
+            F.collect_list(
+                F.when(
+                    F.col("limit").isNotNull(),
+                    F.struct(
+                        F.col("limit_interval_us").alias("interval_us"),
+                        F.col("limit_burst").alias("burst"),
+                        F.col("limit"),
+                        F.col("limit_starts").alias("starts"),
+                        F.col("limit_violations").alias("violations"),
+                    ),
+                )
+            )
+        ).alias("limit_cells"),
     )
     # A pause still open at the end of the ledger: a window without an end.
     still_open = F.when(
@@ -146,7 +160,27 @@ def summary(cube: DataFrame) -> DataFrame:
         "first_entry_us",
         "last_entry_us",
         "first_start_us",
-        F.coalesce((violations == 0) & (F.col("duplicate_starts") == 0), F.lit(False)).alias("ok"),
+        _limits(F.col("limit_cells")).alias("limits"),
+        "limit_violations",
+        F.coalesce(
+            (violations == 0) & (F.col("duplicate_starts") == 0) & (F.col("limit_violations") == 0),
+            F.lit(False),
+        ).alias("ok"),
+    )
+
+
+def _limits(cells: Column) -> Column:
+    """The extra limits' cells, the shortest interval first, each as (limit, interval_s, burst,
+    starts, violations): ``limit`` is its name (``'100/min'``, ``'1000/h burst 50'``)."""
+    return F.transform(
+        cells,
+        lambda c: F.struct(
+            c["limit"].alias("limit"),
+            _seconds(c["interval_us"]).alias("interval_s"),
+            c["burst"].alias("burst"),
+            c["starts"].alias("starts"),
+            c["violations"].alias("violations"),
+        ),
     )
 
 

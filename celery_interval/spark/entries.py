@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from pyspark.sql import Column, DataFrame, Window
+from pyspark.sql import Column, DataFrame, Window, WindowSpec
 from pyspark.sql import functions as F
 from pyspark.sql.types import LongType, StringType, StructField, StructType
 
@@ -22,16 +22,18 @@ __all__ = [
     "annotate",
     "dedupe",
     "flag",
+    "is_repeat",
     "keyed",
     "kind_of",
     "normalize",
     "on_timeline",
     "starts_of",
     "typed_columns",
+    "with_overdrawn",
     "worker_of",
 ]
 
-_TEXT = ("bucket", "id", "op", "task", "holder")
+_TEXT = ("bucket", "id", "op", "task", "holder", "limits")
 _NUMBERS = ("now", "r", "ticket", "slot", "delay", "epoch", "paused", "start", "late", "again")
 _NUMBERS_TOO = ("changed", "interval", "readmit", "burst", "cost")
 #: Every field an exported entry may carry (``ledger.entry_record``), typed.
@@ -42,7 +44,7 @@ LEDGER_SCHEMA = StructType(
 #: The fields the audit reads.
 AUDIT_FIELDS = (
     "bucket", "id", "op", "now", "task", "r", "holder", "start", "late", "again",
-    "changed", "interval", "readmit", "burst", "cost",
+    "changed", "interval", "readmit", "burst", "cost", "limits",
 )  # fmt: skip
 #: Lateness over time is kept per second of store time, per bucket and worker.
 TBIN_US = 1_000_000
@@ -53,7 +55,7 @@ _CONTROLS = CONTROL_OPS
 #: Besides starts, the entries the running windows read: intervals set, pauses opened, closed.
 _TIMELINE_OPS = (*_CONTROLS, "reset")
 #: The fields only a start's later steps read.
-_START_FIELDS = ("task", "r", "holder", "late", "readmit", "burst", "cost")
+_START_FIELDS = ("task", "r", "holder", "late", "readmit", "burst", "cost", "limits")
 #: Where a start's interval came from; entries carry the index (numbers aggregate faster).
 SOURCES = ("--interval-of", "ledger", "control")
 
@@ -123,16 +125,18 @@ def on_timeline() -> Column:
     return F.col("op").isNotNull()
 
 
-def _is_repeat() -> Column:
-    """Whether an entry repeats the one before it in time: both copies of an entry (bucket,
-    id) that overlapping exports hold share (start_key, id), so they are adjacent."""
-    return F.coalesce(F.lag("id").over(_by_time()) == F.col("id"), F.lit(False))
+def is_repeat(order: WindowSpec | None = None) -> Column:
+    """Whether an entry repeats the one before it in time (``order``: a bucket's, by
+    (start_key, id)): both copies of an entry (bucket, id) that overlapping exports hold share
+    (start_key, id), so they are adjacent."""
+    by = _by_time() if order is None else order
+    return F.coalesce(F.lag("id").over(by) == F.col("id"), F.lit(False))
 
 
 def dedupe(entries: DataFrame) -> DataFrame:
     """``entries`` (of ``keyed``) without the repeats of an entry (bucket, id) that
     overlapping exports both hold."""
-    return entries.withColumn("repeat", _is_repeat()).where(~F.col("repeat")).drop("repeat")
+    return entries.withColumn("repeat", is_repeat()).where(~F.col("repeat")).drop("repeat")
 
 
 def normalize(raw: DataFrame) -> DataFrame:
@@ -172,7 +176,7 @@ def annotate(ledger: DataFrame, intervals_us: Mapping[str, int] | None = None) -
     # running value of the rows after it as it was, so it is dropped after the pass.
     running = ledger.select(
         "*",
-        _is_repeat().alias("_repeat"),
+        is_repeat().alias("_repeat"),
         F.last(F.when(control, F.col("interval")), ignorenulls=True).over(upto).alias("c_iv"),
         F.last(F.when(is_start, start), ignorenulls=True).over(before).alias("prev_start_us"),
         F.last(F.when(is_start, F.col("task")), ignorenulls=True).over(before).alias("prev_task"),
@@ -217,26 +221,38 @@ def annotate(ledger: DataFrame, intervals_us: Mapping[str, int] | None = None) -
 
 def _budget_checked(shaped: DataFrame) -> DataFrame:
     """``shaped`` with each start of a bucket with a burst (its claim records ``burst``)
-    judged by the budget instead of the gap before it: a violation ends a run of starts i..j
-    with Σ cost > burst + span / interval (``celery_interval.starts.Budget``'s property; the
-    gap rule is its case burst = cost = 1). With prefix sums of cost P, the worst run ending at
-    j starts where (P_i-1 · T - s_i) is least: a running minimum, in a second window pass over
-    the same sort (no shuffle, no sort). The interval T is each start's own: exact while a
-    bucket's interval stays the same."""
-    is_start, start, t_us = F.col("is_start"), F.col("start_key"), F.col("interval_us")
-    cost = F.coalesce(F.col("cost"), F.lit(1))
-    upto = _by_time().rowsBetween(Window.unboundedPreceding, Window.currentRow)
-    spent = shaped.select(
-        "*", F.sum(F.when(is_start, cost).otherwise(0)).over(upto).alias("_spent")
+    judged by the budget instead of the gap before it (``with_overdrawn`` over the bucket's
+    starts, at each start's own interval: exact while a bucket's interval stays the same; the
+    gap rule is its case burst = cost = 1). A second window pass over the same sort (no
+    shuffle, no sort)."""
+    is_start = F.col("is_start")
+    checked = with_overdrawn(
+        shaped, _by_time(), is_start, F.col("interval_us"), F.col("burst"), "_overdrawn"
     )
-    run_from = F.when(is_start, (F.col("_spent") - cost) * t_us - start)
-    least = F.min(run_from).over(upto)
-    overdrawn = F.col("_spent") * t_us - start - least > F.col("burst") * t_us
     budget = is_start & F.col("burst").isNotNull()
-    return spent.select(
-        *[F.when(budget, overdrawn).otherwise(F.col(c)).alias(c) if c == "violation" else c
-          for c in shaped.columns]
+    return checked.select(
+        *[F.when(budget, F.col("_overdrawn")).otherwise(F.col(c)).alias(c)
+          if c == "violation" else c for c in shaped.columns]
     )  # fmt: skip
+
+
+def with_overdrawn(
+    df: DataFrame, order: WindowSpec, counted: Column, interval_us: Column, burst: Column, into: str
+) -> DataFrame:
+    """``df`` with ``into``: for each ``counted`` row (a start; null on the others), whether
+    it ends a run of counted rows i..j in ``order`` with Σ cost > burst + span / interval
+    (``celery_interval.starts.Budget``'s property, for a budget of ``burst`` units refilled
+    one per ``interval_us``; span: from s_i to s_j, ``start_key``). With prefix sums of cost
+    P, the worst run ending at j starts where (P_i-1 · T - s_i) is least: a running minimum,
+    in one more window pass over ``order``."""
+    start = F.col("start_key")
+    cost = F.coalesce(F.col("cost"), F.lit(1))
+    upto = order.rowsBetween(Window.unboundedPreceding, Window.currentRow)
+    spent = df.select("*", F.sum(F.when(counted, cost).otherwise(0)).over(upto).alias("_spent"))
+    run_from = F.when(counted, (F.col("_spent") - cost) * interval_us - start)
+    least = F.min(run_from).over(upto)
+    overdrawn = F.col("_spent") * interval_us - start - least > burst * interval_us
+    return spent.select(*df.columns, F.when(counted, overdrawn).alias(into))
 
 
 def starts_of(ledger: DataFrame, intervals_us: Mapping[str, int] | None = None) -> DataFrame:

@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["write_report"]
+__all__ = ["limits_text", "write_report"]
 
 #: (summary field, column heading, format) of the table, in order.
 COLUMNS: tuple[tuple[str, str, str], ...] = (
@@ -15,6 +15,7 @@ COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("starts", "starts", "{:,}"),
     ("violations", "violations", "{}"),
     ("duplicate_starts", "duplicate starts", "{}"),
+    ("limits", "limits: violations", "{}"),
     ("interval_s", "interval s", "{:g}"),
     ("min_gap_s", "min gap s", "{:.6f}"),
     ("p1_gap_s", "p1 gap s", "{:.6f}"),
@@ -54,11 +55,17 @@ def _cell(value: Any, fmt: str) -> str:
         return html.escape(str(value))
 
 
+def limits_text(limits: Sequence[Mapping[str, Any]] | None) -> str:
+    """A bucket's extra limits with the violations of each: ``'100/min: 0, 1000/h: 1'``."""
+    return ", ".join(f"{lim['limit']}: {lim['violations']}" for lim in limits or ())
+
+
 def _table(rows: Sequence[Mapping[str, Any]]) -> list[str]:
     out = ["<table>", "<tr>" + "".join(f"<th>{html.escape(h)}</th>" for _, h, _ in COLUMNS)]
     for row in rows:
         cls = "" if row.get("ok") else ' class="fail"'
-        cells = "".join(f"<td>{_cell(row.get(k), fmt)}</td>" for k, _, fmt in COLUMNS)
+        shown = {**row, "limits": limits_text(row.get("limits")) or None}
+        cells = "".join(f"<td>{_cell(shown.get(k), fmt)}</td>" for k, _, fmt in COLUMNS)
         out.append(f"<tr{cls}>{cells}</tr>")
     out.append("</table>")
     return out
@@ -69,7 +76,7 @@ def write_report(path: Path, doc: Mapping[str, Any], images: Mapping[str, Sequen
     PNG names relative to the report; key ``""`` for the plots across buckets)."""
     rows: Sequence[Mapping[str, Any]] = doc["buckets"]
     verdict = (
-        '<p class="ok">every bucket kept its interval, with no duplicate start</p>'
+        '<p class="ok">every bucket kept its interval and limits, with no duplicate start</p>'
         if doc["ok"]
         else '<p class="fail">violations or duplicate starts found (rows in red)</p>'
     )

@@ -10,6 +10,7 @@ from celery.worker import control as celery_control
 from celery.worker.control import control_command, inspect_command
 
 from celery_interval import control
+from celery_interval.config import settings_of
 from celery_interval.errors import ConfigurationError, StoreUnavailable
 
 __all__ = [
@@ -77,8 +78,14 @@ def unpause_queue(state: Any, queue: Any = None, **_: Any) -> dict[str, Any]:
     )
     service = _service(state)
     if "ok" in reply and service is not None:
+        outer_of = settings_of(state.app).outer_of
         for bucket in list(service.paused):
-            if bucket == queue or bucket.startswith(queue + ":"):
+            nested = outer_of(bucket)
+            if (
+                bucket == queue
+                or bucket.startswith(queue + ":")
+                or (nested and nested.bucket == queue)
+            ):
                 service.wake(bucket)
     return reply
 

@@ -23,6 +23,11 @@ POLL_S = 0.25
 #: How often a worker lists again the buckets it parked into (a store that lost its state
 #: loses the index; the parked tasks are in the broker and must stay findable).
 RELIST_S = 5.0
+#: A bucket stays listed while tasks taken back from it are unacked here (``index.hold``,
+#: renewed at each relisting) and for this long after, plus the time the broker takes to
+#: return a dead worker's unacked messages: they return to its overflow queue if this
+#: worker's connection goes, and must be found there even if the worker went with it.
+TAKEN_LEASE_US = round(2 * RELIST_S * 1e6)
 #: The most parked tasks one refill takes back in one event-loop turn.
 REFILL_BATCH = 64
 #: Tasks to park go in batches of at most this many (one confirm wait, two store calls) ...
@@ -56,6 +61,11 @@ class OverflowBroker(Protocol):
 
     def consumes(self, queue: str) -> bool:
         """Whether this worker consumes ``queue`` now."""
+        ...
+
+    def returns_unacked_within_s(self) -> float:
+        """At most how long after this worker dies its unacked messages are back in their
+        queues."""
         ...
 
     def close(self) -> None:
@@ -98,6 +108,11 @@ class Overflow:
         self._flush_entry: Any = None
         self._refill_wanted: set[tuple[str, str]] = set()
         self._refill_entry: Any = None
+        #: Messages taken back from each bucket's overflow queue and not known to be acked.
+        self._taken: dict[tuple[str, str], list[Any]] = {}
+        #: Buckets whose taken messages went back to their overflow queue with the connection.
+        self._returned: set[tuple[str, str]] = set()
+        self._taken_lease_us = TAKEN_LEASE_US
         self._poll_entry: Any = None
         self._relisted_s = 0.0
         self._busy = False
@@ -250,7 +265,14 @@ class Overflow:
                     if emptied:
                         self.known.pop((queue, bucket), None)
                     break
+                if not got:
+                    try:
+                        self.index.hold([(queue, bucket)], self._taken_lease_us)
+                    except StoreUnavailable:
+                        message.requeue()  # taken but not held: back to the head of its queue
+                        raise
                 got += 1
+                self._taken.setdefault((queue, bucket), []).append(message)
                 self.broker.deliver(message, queue)
             if got and not emptied:
                 self.known.setdefault((queue, bucket), _Known(queue, interval_us))
@@ -263,6 +285,15 @@ class Overflow:
         if got == room and self._held_count(bucket) < self.cap(interval_us):
             self.want_refill(queue, bucket)  # more room: another turn, not this one
         return got
+
+    def _unacked(self, key: tuple[str, str]) -> bool:
+        """Whether messages taken back from ``key``'s overflow queue are still unacked here."""
+        left = [m for m in self._taken.get(key, ()) if not m.acknowledged]
+        if left:
+            self._taken[key] = left
+        else:
+            self._taken.pop(key, None)
+        return bool(left)
 
     def _interval_us(self, queue: str, bucket: str) -> int:
         known = self.known.get((queue, bucket))
@@ -278,14 +309,24 @@ class Overflow:
     def start(self, broker: OverflowBroker) -> None:
         """Begin (again, after a reconnect) with the consumer's broker side."""
         self.broker = broker
+        self._taken_lease_us = TAKEN_LEASE_US + round(broker.returns_unacked_within_s() * 1e6)
         if self._poll_entry is None:
             self._poll_entry = self.timer.call_repeatedly(POLL_S, self.poll, priority=7)
+        returned, self._returned = sorted(self._returned), set()
+        try:
+            self.index.park(returned)
+            for queue, bucket in returned:
+                self.index.defer(queue, bucket, 0)
+        except StoreUnavailable:  # listed while held: due when the hold ends
+            pass
 
     def stop(self) -> None:
         """The connection is gone: pending parks return to the broker with their originals."""
         if self.broker is not None:
             self.broker.close()
         self.broker = None
+        self._returned.update(key for key in list(self._taken) if self._unacked(key))
+        self._taken.clear()
         for _ in self._pending:
             self._qos().decrement_eventually()
         self._pending.clear()
@@ -309,6 +350,8 @@ class Overflow:
             if self.known and now_s - self._relisted_s >= RELIST_S:
                 self._relisted_s = now_s
                 self.index.park(sorted(self.known))
+                holding = [key for key in list(self._taken) if self._unacked(key)]
+                self.index.hold(sorted(holding), self._taken_lease_us)
             due = self.index.due(min(256, max(1, room)))
         except StoreUnavailable:
             return

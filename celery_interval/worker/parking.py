@@ -139,6 +139,18 @@ class ConsumerBroker:
             return
         on_message(message)
 
+    def returns_unacked_within_s(self) -> float:
+        """AMQP returns a dead worker's unacked messages as its connection closes; kombu's Redis
+        transport restores them after its visibility timeout, found by a periodic sweep."""
+        channel = getattr(self._c.task_consumer, "channel", None)
+        visibility_s = getattr(channel, "visibility_timeout", None)
+        if not isinstance(visibility_s, int | float):
+            return 0.0
+        sweep_s = getattr(channel, "unacked_restore_interval", 0) * getattr(
+            channel, "unacked_restore_throttle", 1
+        )
+        return float(visibility_s) + float(sweep_s)
+
     def consumes(self, queue: str) -> bool:
         consumer = self._c.task_consumer
         return consumer is not None and bool(consumer.consuming_from(queue))

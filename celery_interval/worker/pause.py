@@ -8,6 +8,7 @@ from typing import Any
 
 from celery_interval.config import Settings
 from celery_interval.errors import StoreUnavailable
+from celery_interval.schedule.outer import status_nested
 from celery_interval.stores.base import Store
 from celery_interval.worker.held import Held, HeldState
 from celery_interval.worker.outage import StoreOutage
@@ -18,7 +19,8 @@ __all__ = ["PausedTasks"]
 
 class PausedTasks:
     """The tasks held because their bucket was paused, by bucket (iterating gives the buckets);
-    each bucket's pause is polled in the store until it ends, then ``due`` claims its tasks."""
+    each bucket's pause (and its outer bucket's) is polled in the store until it ends, then
+    ``due`` claims its tasks."""
 
     def __init__(
         self,
@@ -67,7 +69,7 @@ class PausedTasks:
             return
         interval_us = self.held[bucket][0].interval_us
         try:
-            paused = self.store.status(bucket, interval_us).paused
+            paused = self._paused(bucket, interval_us)
         except StoreUnavailable as exc:
             self.outage.failed(exc)
             paused = True
@@ -75,6 +77,17 @@ class PausedTasks:
             self._ensure_poll(bucket)
         else:
             self.wake(bucket)
+
+    def _paused(self, bucket: str, interval_us: int) -> bool:
+        """Whether ``bucket`` is still paused in the store, or its outer bucket is (a nested
+        bucket's claims answer PAUSED while its outer is)."""
+        status = self.store.status(bucket, interval_us)
+        outer = self.settings.outer_of(bucket)
+        if outer is None or status.paused:
+            return status.paused
+        return status_nested(
+            status, self.store.status(outer.bucket, outer.interval_us), outer
+        ).paused
 
     def clear(self) -> None:
         """The connection is gone: no task waits for its bucket to resume any more."""

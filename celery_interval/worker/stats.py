@@ -7,6 +7,7 @@ from collections import Counter
 from fnmatch import fnmatchcase
 from typing import Any
 
+from celery_interval.limits_config import limit_dict
 from celery_interval.worker.holding import Holding
 from celery_interval.worker.overflow import Overflow
 
@@ -40,14 +41,12 @@ def interval_stats(
         out[bucket] = {
             "interval_s": st.interval_us / 1e6,
             "burst": st.burst,
-            "limits": [
-                {"interval_s": limit.interval_us / 1e6, "burst": limit.burst} for limit in st.limits
-            ],
+            "limits": [limit_dict(limit) for limit in st.limits],
             "paused": st.last_paused,
             "held": counts.get(bucket, 0),
             "running": running.get(bucket, 0),
             "held_tasks": [
-                {"id": h.request.id, "ticket": h.ticket, "state": h.state.value}
+                {"id": h.request.id, "ticket": h.ticket, "state": h.state.value, "cost": h.cost}
                 for h in heapq.nsmallest(tasks, held, key=lambda h: h.ticket)
             ],
             "grants": st.grants,

@@ -99,7 +99,8 @@ def interval_strategy(task: Any, app: Any, consumer: Any, **_: Any) -> Any:
             )
             burst, cost = service.settings.burst_of(bucket), message_cost(arrival)
             limits = service.settings.limits_of(bucket)
-            check_within_burst(task.name, bucket, cost, burst, limits)
+            outer = service.settings.outer_of(bucket)
+            check_within_burst(task.name, bucket, cost, burst, limits, outer)
         except ConfigurationError as exc:
             service.notify.received_request(req)
             _fail(req, exc)

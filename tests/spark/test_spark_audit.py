@@ -286,15 +286,15 @@ def test_repeats_are_dropped_alike_by_normalize_and_by_the_audit(
 
 
 @pytest.mark.parametrize("adaptive", ["true", "false"])
-def test_the_four_halves_read_one_shuffle(
+def test_the_five_parts_read_one_shuffle(
     spark: Any,  # noqa: F811
     ledgers: list[str],
     adaptive: str,
 ) -> None:
-    """The timeline, the sketches, the counted entries and the duplicate starts share one
-    scan and one shuffle of the ledger: the optimizer may not push a half's filter or its
-    choice of columns below it (each would be a scan of its own). With adaptive execution
-    (Spark's default) and without (``build_session``'s)."""
+    """The timeline, the sketches, the counted entries, the duplicate starts and the extra
+    limits' checks share one scan and one shuffle of the ledger: the optimizer may not push a
+    part's filter or its choice of columns below it (each would be a scan of its own). With
+    adaptive execution (Spark's default) and without (``build_session``'s)."""
     from celery_interval.spark import audit
 
     before = spark.conf.get("spark.sql.adaptive.enabled")
@@ -306,7 +306,7 @@ def test_the_four_halves_read_one_shuffle(
     finally:
         spark.conf.set("spark.sql.adaptive.enabled", before)
     final = plan.split("== Initial Plan ==")[0]
-    assert final.count("ReusedExchange") == 3, plan
+    assert final.count("ReusedExchange") == 4, plan
     assert final.count("FileScan") == 1, plan
 
 

@@ -192,7 +192,7 @@ def test_ledger_max_zero_writes_nothing(redis_client: redis.Redis[Any]) -> None:
 def test_an_idle_buckets_ledger_expires_a_week_after_its_last_entry(
     redis_client: redis.Redis[Any],
 ) -> None:
-    from celery_interval.stores.redis import LEDGER_TTL_MS
+    from celery_interval.stores.redis_reads import LEDGER_TTL_MS
 
     store = RedisStore(redis_client)
     store.grant(TaskCopy("api:shop-1", "t1", 0), Pace(1_000_000))

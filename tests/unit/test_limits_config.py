@@ -34,7 +34,7 @@ def test_limits_are_rates_or_pairs_and_tenants_take_their_queues() -> None:
     assert limits("api:acme") == limits("api")
     assert limits("api:big") == (Limit(500_000, 3),)
     assert limits("mail") == ()
-    assert describe_limits(limits("api")) == "0.1s, 3.6s burst 50"
+    assert describe_limits(limits("api")) == "10/s, 1000/h burst 50"
 
 
 @pytest.mark.parametrize(

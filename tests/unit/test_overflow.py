@@ -13,7 +13,7 @@ from celery_interval.buckets import overflow_queue_name
 from celery_interval.config import settings_of
 from celery_interval.errors import StoreUnavailable
 from celery_interval.stores.overflow import MemoryOverflowIndex
-from celery_interval.worker.overflow import Overflow
+from celery_interval.worker.overflow import TAKEN_LEASE_US, Overflow
 
 INTERVAL_S = 0.02
 HOLD_AHEAD_S = 0.1  # a cap of 5 tasks per bucket at 20 ms
@@ -56,9 +56,19 @@ class Message:
     task_id: str
     bucket: str
     log: list[tuple[str, str]]
+    acknowledged: bool = False
 
     def ack(self) -> None:
+        self.acknowledged = True
         self.log.append(("ack", self.task_id))
+
+    def requeue(self) -> None:
+        self.acknowledged = True  # settled: the broker holds it again
+        self.log.append(("requeue", self.task_id))
+        self.back(self)
+
+    #: Put back at the head of the queue it was taken from (set by ``Broker.get``).
+    back: Any = None
 
 
 @dataclass
@@ -91,11 +101,19 @@ class Broker:
         if self.fail:
             raise ConnectionError("broker refused")
         for name, message, _origin in copies:
-            self.queues[name].append(message)
+            self.queues[name].append(Message(message.task_id, message.bucket, self.log))
             self.log.append(("publish", message.task_id))
 
+    #: Messages taken from a queue and not acked: they go back to its head on ``close``.
+    unacked: list[tuple[str, Message]] = field(default_factory=list)
+
     def get(self, name: str) -> Any:
-        return self.queues[name].popleft() if self.queues[name] else None
+        if not self.queues[name]:
+            return None
+        message = self.queues[name].popleft()
+        self.unacked.append((name, message))
+        message.back = self.queues[name].appendleft
+        return message
 
     def deliver(self, message: Any, queue: str) -> None:
         self.delivered.append((queue, message.task_id))
@@ -104,12 +122,23 @@ class Broker:
     def consumes(self, queue: str) -> bool:
         return True
 
+    def returns_unacked_within_s(self) -> float:
+        return 0.0
+
     def close(self) -> None:
-        return None
+        for name, message in reversed(self.unacked):
+            if not message.acknowledged:
+                self.queues[name].appendleft(message)
+        self.unacked.clear()
 
 
 class FlakyIndex(MemoryOverflowIndex):
     down = False
+    #: Added to the index's clock: a test moves time past a hold.
+    later_us = 0
+
+    def _now_us(self) -> int:  # type: ignore[override]
+        return super()._now_us() + self.later_us
 
     def park(self, members: list[tuple[str, str]]) -> None:
         if self.down:
@@ -120,6 +149,14 @@ class FlakyIndex(MemoryOverflowIndex):
         if self.down:
             raise StoreUnavailable("store down")
         return super().size()
+
+    #: Only ``hold`` fails: the store went away between a refill's get and its hold.
+    hold_down = False
+
+    def hold(self, members: list[tuple[str, str]], in_us: int) -> None:
+        if self.down or self.hold_down:
+            raise StoreUnavailable("store down")
+        super().hold(members, in_us)
 
 
 class Qos:
@@ -214,14 +251,28 @@ def test_arrivals_follow_parked_tasks_and_come_back_in_order(rig: Rig) -> None:
     assert [m.task_id for m in rig.broker.queues[name]] == ["t7"]
 
 
-def test_an_empty_overflow_unlists_its_bucket(rig: Rig) -> None:
-    for i in range(CAP + 1):
+def take_back_the_parked(rig: Rig, parked: int = 1) -> None:
+    """``parked`` tasks more than the cap park; enough leave that the refill takes them all
+    back and finds the overflow queue empty."""
+    for i in range(CAP + parked):
         rig.arrive(f"t{i}")
     rig.timer.run()
-    for _ in range(3):
+    for _ in range(2 + parked):
         rig.leave()
     rig.timer.run()
+
+
+def test_an_empty_overflow_unlists_its_bucket(rig: Rig) -> None:
+    take_back_the_parked(rig)
     assert [m for _, m in rig.broker.delivered] == ["t5"]
+    assert rig.index.size() == 1, "listed while the task taken back is unacked"
+    rig.held[-1].request.message.ack()
+    rig.leave()
+    rig.timer.run()
+    assert rig.index.size() == 1, "listed until the hold ends"
+    rig.index.later_us = TAKEN_LEASE_US
+    rig.leave()
+    rig.timer.run()
     assert rig.index.size() == 0 and not rig.overflow.known
     rig.arrive("t6")
     assert rig.held[-1].task_id == "t6", "an unlisted bucket with room holds again"
@@ -254,6 +305,26 @@ def test_the_worker_wide_cap_parks_every_bucket(rig: Rig) -> None:
     assert sum(rig.counts.values()) == 12
     rig.arrive("api:d-0", "api:d")
     assert rig.counts["api:d"] == 0, "past max_held_total a new bucket parks too"
+
+
+def test_a_refill_whose_hold_meets_a_store_outage_puts_its_message_back(rig: Rig) -> None:
+    """The store goes away between a refill's first get and its hold: the message taken goes
+    back to the head of its overflow queue (not left unacked until the broker's visibility
+    timeout), and the refill after the outage takes it back in order."""
+    for i in range(CAP + 2):
+        rig.arrive(f"t{i}")
+    rig.timer.run()
+    name = overflow_queue_name("api", "api:a")
+    rig.index.hold_down = True
+    for _ in range(3):  # down to half the cap: a refill is wanted
+        rig.leave()
+    rig.timer.run()
+    assert rig.broker.unacked, "the refill took a message: nothing was tested"
+    assert rig.broker.delivered == []
+    assert [m.task_id for m in rig.broker.queues[name]] == ["t5", "t6"], "the message is back"
+    rig.index.hold_down = False
+    rig.overflow.refill("api", "api:a", None)
+    assert [m for _, m in rig.broker.delivered] == ["t5", "t6"]
 
 
 def test_a_failed_park_holds_the_batch_and_parking_resumes_with_the_store(rig: Rig) -> None:
@@ -298,3 +369,33 @@ def test_a_bucket_holds_about_hold_ahead_s_of_its_pace(rig: Rig) -> None:
     assert rig.overflow.cap(1_000) == round(HOLD_AHEAD_S * 1e6 / 1_000)
     assert rig.overflow.cap(60_000_000) == 1, "a long interval holds one: the next comes back"
     assert rig.overflow.cap(1) == 400, "interval_max_held caps it"
+
+
+def test_tasks_taken_back_return_with_the_connection_and_their_bucket_stays_listed(
+    rig: Rig,
+) -> None:
+    """A refill empties the overflow queue; the connection goes before the tasks it took back
+    are acked: they return to that queue, and the bucket is still listed (due once the worker
+    is back; due within the lease if it is not), so no task is stranded there."""
+    take_back_the_parked(rig, parked=2)
+    name = overflow_queue_name("api", "api:a")
+    assert [m for _, m in rig.broker.delivered] == ["t5", "t6"] and not rig.broker.queues[name]
+    assert [(p.queue, p.bucket) for p in rig.index.due(10)] == [], "not due: taken, unacked"
+    rig.overflow.stop()
+    assert [m.task_id for m in rig.broker.queues[name]] == ["t5", "t6"]
+    assert rig.index.size() == 1
+    rig.overflow.start(rig.broker)
+    assert [(p.queue, p.bucket) for p in rig.index.due(10)] == [("api", "api:a")]
+    rig.overflow.poll()
+    assert [m for _, m in rig.broker.delivered] == ["t5", "t6", "t5", "t6"]
+
+
+def test_another_workers_refill_does_not_unlist_a_bucket_whose_tasks_are_held(rig: Rig) -> None:
+    """Worker A took back the last parked task; B finds the queue empty: the bucket stays
+    listed (due when A's hold ends), so if A dies its task is found when it returns."""
+    take_back_the_parked(rig)
+    changes = rig.index.changes("api", "api:a")
+    assert not rig.index.drop_if("api", "api:a", changes), "B dropped a held bucket"
+    assert rig.index.size() == 1 and not rig.index.due(10)
+    rig.index.later_us = TAKEN_LEASE_US
+    assert [p.bucket for p in rig.index.due(10)] == ["api:a"], "due when the hold ends"
