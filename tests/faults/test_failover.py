@@ -6,7 +6,7 @@ import contextlib
 import itertools
 import statistics
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import pytest
@@ -16,7 +16,7 @@ from celery_interval.defaults import KEY_PREFIX
 from celery_interval.demo.embedded import RedisProc
 from celery_interval.schedule.state import MAX_LEAD_US
 from celery_interval.stores import store_from_url
-from celery_interval.stores.keys import state_key
+from celery_interval.stores.keys import ledger_key, state_key
 from celery_interval.stores.redis import RedisStore
 from tests.helpers.failover import (
     cluster_url,
@@ -34,6 +34,8 @@ INTERVAL_S = 0.05
 TASKS = 100
 #: How long the master goes on admitting starts the replica never gets (``replica_behind``).
 LAG_S = 0.2
+#: At most this much longer until a start admitted inside the lag is seen (seconds).
+LAG_WAIT_S = 5.0
 #: How far a start deadline may stray in mapping the store's clock to this host's monotonic
 #: one (half a round trip to the store, with room for a slow one).
 MAPPING_US = 2_000
@@ -65,8 +67,9 @@ def run_through_a_failover(
     fail: Callable[[], contextlib.AbstractContextManager[None]],
     name: str,
 ) -> None:
-    """Two workers run ``TASKS`` tasks; after 30 starts ``fail()`` kills the bucket's master
-    (in its block) and returns once the replica is promoted. Asserts what a failover promises:
+    """Two workers run ``TASKS`` tasks; after 30 starts ``fail()`` kills the bucket's master,
+    then runs its block (which reads the time of the death), and returns once the replica is
+    promoted. Asserts what a failover promises:
     every task starts exactly once, no start is admitted while no master serves the bucket,
     the new master fences the bucket (its first start comes an interval and MAX_LEAD_US after
     its first write), and no two start deadlines come closer than the interval allows."""
@@ -110,13 +113,36 @@ def run_through_a_failover(
 
 
 @contextlib.contextmanager
-def _lagging(master: RedisProc, replica: RedisProc, key: str, lag: bool) -> Iterator[None]:
+def _lagging(
+    master: RedisProc, replica: RedisProc, key: str, lag: bool, pool: Pool
+) -> Iterator[None]:
+    """With ``lag``, the replica behind for LAG_S, and longer (up to LAG_WAIT_S) until a task
+    has started whose claim the master admitted inside the lag (its ledger, read on the master,
+    says so): on a slow machine 0.2 s may pass without one, and then no admitted start is lost."""
     if not lag:
         yield
         return
     with replica_behind(master, replica, key):
-        time.sleep(LAG_S)
+        with contextlib.closing(redis.Redis(port=master.port, decode_responses=True)) as client:
+            seconds, micros = client.time()
+            since_id = f"{seconds * 1000 + micros // 1000 + 1}-0"
+            time.sleep(LAG_S)
+            deadline = time.monotonic() + LAG_WAIT_S
+            while time.monotonic() < deadline and not (
+                _admitted_since(client, pool.queue, since_id) & {r["id"] for r in pool.records()}
+            ):
+                time.sleep(0.05)
         yield
+
+
+def _admitted_since(client: redis.Redis[str], bucket: str, since_id: str) -> set[str]:
+    """The tasks whose claim ``client``'s server admitted at or after ledger id ``since_id``."""
+    raw: Any = client.xrange(ledger_key(KEY_PREFIX, bucket), min=since_id)
+    return _claimed(fields for _id, fields in raw)
+
+
+def _claimed(entries: Iterable[dict[str, str]]) -> set[str]:
+    return {e["task"] for e in entries if e["op"] == "claim:OK"}
 
 
 @pytest.mark.parametrize("lag", [False, True], ids=["in-sync", "replica-behind"])
@@ -131,9 +157,9 @@ def test_sentinel_master_killed_mid_run(make_pool: Any, redis_server: Any, lag: 
 
         @contextlib.contextmanager
         def fail() -> Iterator[None]:
-            with _lagging(group.master, group.replica, "junk", lag):
-                yield
+            with _lagging(group.master, group.replica, "junk", lag, pool):
                 group.master.kill()
+                yield
             group.wait_promoted()
 
         run_through_a_failover(
@@ -157,9 +183,9 @@ def test_cluster_master_of_the_bucket_killed_mid_run(
         @contextlib.contextmanager
         def fail() -> Iterator[None]:
             junk = f"{KEY_PREFIX}{{{pool.queue}}}"  # the bucket's slot, on its master
-            with _lagging(masters[owner], replicas[owner], junk, lag):
-                yield
+            with _lagging(masters[owner], replicas[owner], junk, lag, pool):
                 masters[owner].kill()
+                yield
             _wait_cluster_promoted(replicas[owner])
 
         run_through_a_failover(
@@ -175,7 +201,7 @@ def _id(lag: bool) -> str:
 
 def _assert_some_starts_were_lost(url: str, pool: Pool) -> None:
     """The lag really lost admitted starts, or the test proved nothing about lost writes."""
-    claimed = {e["task"] for e in _ledger(url, pool.queue) if e["op"] == "claim:OK"}
+    claimed = _claimed(_ledger(url, pool.queue))
     started = {r["id"] for r in pool.records()}
     assert started - claimed, "no admitted start was lost: the replica was not behind"
 

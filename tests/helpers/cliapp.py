@@ -13,3 +13,4 @@ app.conf.interval_store_url = os.environ["CLI_TEST_STORE"]
 app.conf.interval_queues = {"api": 1.0, "mail": "30/m"}
 app.conf.interval_burst = {"api": 3}
 app.conf.interval_limits = {"api": ["100/min", ("1000/h", 50)]}
+app.conf.interval_interactive_share = {"api": 0.2}

@@ -56,23 +56,42 @@ def replicate(replica: RedisProc, master: RedisProc) -> None:
 def replica_behind(master: RedisProc, replica: RedisProc, key: str) -> Iterator[None]:
     """A replication lag made for real: the replica stopped (SIGSTOP), and junk written under
     ``key`` (give it the bucket's hash tag on a Cluster) until the replication link is full and
-    the master holds the rest in its output buffer. Whatever the master acknowledges inside
-    the block never reaches the replica if the master dies before the block ends."""
+    the master holds at least ``LAG_BUFFER`` bytes more in its output buffer. Whatever the
+    master acknowledges inside the block never reaches the replica if the master dies before
+    the block ends.
+
+    The junk goes in small values: a replica's ``omem`` counts from the start of the buffer
+    block it is sending, and a value makes a block of its size, so one large value would show
+    a full buffer while most of it has already gone into the socket."""
     assert replica.proc is not None
     replica.proc.send_signal(signal.SIGSTOP)
     try:
         with contextlib.closing(redis.Redis(port=master.port)) as client:
-            chunk = b"x" * (4 << 20)
-            for i in range(64):
-                client.set(f"{key}:junk:{i}", chunk)
+            chunk = b"x" * LAG_CHUNK
+            for i in range(LAG_ROUNDS):
+                pipe = client.pipeline(transaction=False)
+                for j in range(16):
+                    pipe.set(f"{key}:junk:{i}:{j}", chunk)
+                pipe.execute()
                 buffered = [int(c["omem"]) for c in client.client_list(_type="replica")]
-                if buffered and max(buffered) >= 1 << 20:
+                if buffered and max(buffered) >= LAG_BUFFER + LAG_CHUNK:
                     break
             else:
                 raise RuntimeError("the replication link never filled up")
         yield
     finally:
         replica.proc.send_signal(signal.SIGCONT)
+
+
+#: The junk of ``replica_behind``: values of LAG_CHUNK bytes, 16 a round trip, until the master
+#: holds LAG_BUFFER bytes for the stopped replica, for at most LAG_ROUNDS round trips. The
+#: stopped replica's socket goes on taking data after the fill (its kernel grows the buffers:
+#: up to 3 MiB held back here drained within 0.5 s), so the master holds more than this host's
+#: socket buffers can ever take (tcp_rmem 32 MiB, tcp_wmem 4 MiB), and less than a replica's
+#: soft output-buffer limit (64 MiB for 60 s).
+LAG_CHUNK = 64 << 10
+LAG_BUFFER = 48 << 20
+LAG_ROUNDS = 512
 
 
 class SentinelProc:

@@ -50,6 +50,9 @@ class Pool:
     app_factory: Callable[..., Any] = make_app
 
     def __post_init__(self) -> None:
+        # The pool's own remote-control exchange: its broadcasts reach its workers only, and a
+        # worker another test left behind never answers this one's (a shared RabbitMQ vhost).
+        self.conf.setdefault("control_exchange", f"celery-{self.queue}")
         factory = self.app_factory
         self.app = factory(self.broker, self.store, self.queue, self.interval_s, **self.conf)
         self.recorder = redis.Redis.from_url(self.record_url or self.store)
@@ -177,8 +180,11 @@ class Pool:
         got = [r for r in self.records() if r["kind"] == kind]
         raise AssertionError(f"only {len(got)} of {count} {kind} records after {timeout_s}s")
 
-    def kill(self, worker: Worker, sig: int = signal.SIGKILL) -> None:
-        """Kill a worker's whole process group member by member (prefork children too)."""
+    def kill(self, worker: Worker, sig: int = signal.SIGKILL) -> tuple[int, int]:
+        """Kill a worker's whole process group member by member (prefork children too); returns
+        the store-clock µs just before the first signal and after the worker's death: the
+        worker may admit starts until the end of that window, on a loaded machine 0.1 s on."""
+        first_us = self.store_now_us()
         try:
             children = subprocess.run(
                 ["pgrep", "-P", str(worker.proc.pid)], capture_output=True, text=True
@@ -190,6 +196,7 @@ class Pool:
             with contextlib.suppress(ProcessLookupError, ValueError):
                 os.kill(int(pid), sig)
         worker.proc.wait(timeout=30)
+        return first_us, self.store_now_us()
 
     def stop(self) -> None:
         if self.probe is not None and self.probe.poll() is None:

@@ -7,12 +7,15 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from typing import Any
 
 import pytest
 from click.testing import CliRunner
 
+from celery_interval.defaults import KEY_PREFIX
 from celery_interval.schedule import Pace
+from celery_interval.stores import keys
 from celery_interval.stores.base import TaskCopy
 from celery_interval.stores.redis import RedisStore
 
@@ -41,7 +44,8 @@ def status(run: Any, queue: str) -> dict[str, Any]:
     return rows[0]
 
 
-def test_status_with_no_worker_running(run: Any) -> None:
+def test_status_with_no_worker_running(run: Any, redis_client: Any) -> None:
+    redis_client.set(keys.born_key(KEY_PREFIX), 0)  # an old store: a new bucket's budgets full
     row = status(run, "api")
     assert (row["interval_s"], row["paused"], row["tickets"], row["exists"]) == (
         1.0,
@@ -50,11 +54,40 @@ def test_status_with_no_worker_running(run: Any) -> None:
         False,
     )
     assert (row["burst"], status(run, "mail")["burst"]) == (3, 1)
-    assert row["limits"] == [{"interval_s": 0.6, "burst": 1}, {"interval_s": 3.6, "burst": 50}]
+    assert row["limits"] == [
+        {"limit": "100/min", "rate": "100/min", "interval_s": 0.6, "burst": 1, "budget_left": 1},
+        {"limit": "1000/h burst 50", "rate": "1000/h", "interval_s": 3.6, "burst": 50,
+         "budget_left": 50},
+    ]  # fmt: skip
+    assert (row["budget_left"], row["units_left"]) == (3, [3, 1, 50])
     assert status(run, "mail")["limits"] == []
+    assert (row["interactive_share"], status(run, "mail")["interactive_share"]) == (0.2, None)
     table = run("status", "--timeout", "0.2")
     assert table.exit_code == 0 and "api" in table.output and "mail" in table.output
-    assert "0.6s, 3.6s burst 50" in table.output
+    assert "100/min, 1000/h burst 50" in table.output and "1 (interactive 0.2)" in table.output
+    assert "3/3," in table.output and "50/50" in table.output  # the budgets left (cells wrap)
+
+
+def test_status_says_when_the_next_ticket_starts(run: Any, redis_client: Any) -> None:
+    """api (burst 3, "100/min"): after one ticket its next one waits for "100/min" (0.6 s),
+    not for the burst's budget to be full again (3 s); the budgets show what is left."""
+    redis_client.set(keys.born_key(KEY_PREFIX), 0)
+    from celery_interval.schedule import Pace
+    from celery_interval.stores import TaskCopy
+
+    run("status", "--timeout", "0.1")  # imports the CLI app with the environment set
+    app = sys.modules["tests.helpers.cliapp"].app
+    from celery_interval.app_store import store_of
+    from celery_interval.config import settings_of
+
+    settings = settings_of(app)
+    pace = Pace(1_000_000, burst=3, limits=settings.limits_of("api"))
+    granted = time.monotonic()
+    store_of(app).grant(TaskCopy("api", "t1", 0), pace)
+    row = status(run, "api")
+    assert row["tickets"] == 1
+    assert 0.6 - since(granted) < row["next_slot_in_s"] <= 0.6 + 0.05, row
+    assert row["units_left"][:2] == [2, 0] and row["units_left"][2] in (49, 50)
 
 
 def test_pause_unpause_and_set(run: Any) -> None:
@@ -115,7 +148,14 @@ def test_unset_goes_back_to_the_configured_interval(run: Any, redis_client: Any)
 
 
 STATUS_KEYS = {"queue", "exists", "epoch", "interval_s", "overridden", "adapted", "paused",
-               "tickets", "next_slot_in_s"}  # fmt: skip
+               "tickets", "next_slot_in_s", "units_left", "running", "outer",
+               "outer_paused"}  # fmt: skip
+
+
+def since(mark_s: float) -> float:
+    """Seconds since the monotonic ``mark_s``: how far a bucket's next slot may have come
+    nearer by the time a CLI call read it."""
+    return time.monotonic() - mark_s
 
 
 def json_of(result: Any) -> dict[str, Any]:
@@ -153,6 +193,31 @@ def test_json_on_every_subcommand(run: Any, redis_client: Any, tmp_path: Any) ->
     to_stdout = run("ledger", "export", "--out", "-", "--json")
     assert to_stdout.exit_code == 2 and to_stdout.stdout == ""
     assert "--json needs --out FILE or DIR" in to_stdout.stderr
+
+
+def test_control_replies_read_the_budgets_as_status_does(run: Any, redis_client: Any) -> None:
+    """api (burst 3, "100/min", "1000/h burst 50"): after one ticket, pause --json says when
+    the slot a ticket gets now comes ("100/min": 0.6 s) and each budget's units left, as
+    status does (paused, the bucket's time stands still: the same figures); so do unpause, set
+    and unset."""
+    redis_client.set(keys.born_key(KEY_PREFIX), 0)  # an old store: a new bucket's budgets full
+    run("status", "--timeout", "0.1")  # imports the CLI app with the environment set
+    app = sys.modules["tests.helpers.cliapp"].app
+    from celery_interval.app_store import store_of
+    from celery_interval.control import configured_pace
+
+    granted = time.monotonic()
+    store_of(app).grant(TaskCopy("api", "t1", 0), configured_pace(app, "api"))
+    paused = json_of(run("pause", "api", "--json"))
+    assert paused["units_left"][:2] == [2, 0] and paused["units_left"][2] in (49, 50)
+    assert 0.6 - since(granted) < paused["next_slot_in_s"] <= 0.6 + 0.05, paused
+    row = status(run, "api")
+    assert (paused["next_slot_in_s"], paused["units_left"]) == (
+        row["next_slot_in_s"],
+        row["units_left"],
+    )
+    for args in (("set", "api", "2s"), ("unset", "api"), ("unpause", "api")):
+        assert len(json_of(run(*args, "--json"))["units_left"]) == 3, args
 
 
 @pytest.mark.parametrize(

@@ -16,9 +16,11 @@ import redis
 from celery_interval.demo.embedded import RedisProc
 from celery_interval.errors import ConfigurationError, StoreUnavailable
 from celery_interval.schedule import ClaimTerms, Outcome, Pace
+from celery_interval.schedule.outer import Outer
 from celery_interval.stores import mask_url, store_from_url
 from celery_interval.stores.base import DoneBatch, TaskCopy
-from celery_interval.stores.redis import RedisStore, script_source
+from celery_interval.stores.redis import RedisStore
+from celery_interval.stores.scripts import script_source
 from tests.helpers.failover import assemble_cluster, cluster_url
 from tests.helpers.pool import Pool, run_once
 from tests.integration.test_pool import assert_exactly_once, assert_ticket_order
@@ -218,3 +220,38 @@ def test_a_take_carries_done_marks_of_other_buckets_on_a_cluster(cluster: list[R
         is Outcome.DUPLICATE
         for m in marks
     )
+
+
+def test_nested_buckets_on_three_masters(
+    cluster: list[RedisProc], node_clients: list[redis.Redis[str]]
+) -> None:
+    """Ten accounts, each with three tenants nested in it, over three masters: every tenant's
+    keys sit on its account's master (the account's tag first), and in each account the three
+    tenants' first slots (their own interval is half the account's) come one account
+    interval apart, after the account's own task."""
+    accounts = [f"acct{i}" for i in range(10)]
+    tenants = ["a", "b", "c"]
+
+    def nesting(bucket: str) -> Outer | None:
+        account, _, tenant = bucket.partition(":")
+        return Outer(account, INTERVAL_US) if tenant else None
+
+    store = store_from_url(cluster_url(cluster), nesting=nesting)
+    for account in accounts:
+        store.grant(TaskCopy(account, "own", 0), Pace(INTERVAL_US))  # the account's own task
+        granted = [
+            store.grant(TaskCopy(f"{account}:{t}", "t1", 0), Pace(INTERVAL_US // 2))
+            for t in tenants
+        ]
+        gaps = [b.slot_us - a.slot_us for a, b in itertools.pairwise(granted)]
+        assert gaps == [INTERVAL_US, INTERVAL_US], (account, gaps)
+    masters = []
+    for client in node_clients:
+        own = set(client.scan_iter(match="ci:{acct*", count=1000))
+        mine = {key[4 : key.index("}")] for key in own}
+        masters.append(mine)
+        nested = [key for key in own if "}{" in key]
+        assert len(nested) == len(mine) * len(tenants) * 3  # a state, a mark, a ledger each
+        for key in nested:  # beside its account's state, on this master
+            assert f"ci:{{{key[4 : key.index('}')]}}}:s" in own, key
+    assert set().union(*masters) == set(accounts) and all(masters), masters

@@ -7,7 +7,6 @@ checking that every interval start was spaced by the interval on the store's clo
 
 from __future__ import annotations
 
-import contextlib
 import itertools
 import time
 from collections.abc import Callable, Iterator
@@ -21,6 +20,7 @@ from celery.exceptions import TimeLimitExceeded
 from celery_interval.demo.embedded import RedisProc
 from tests.helpers import compatapp
 from tests.helpers.pool import Pool
+from tests.integration.test_observe import receiving
 
 pytestmark = pytest.mark.slow
 
@@ -255,29 +255,19 @@ def test_priority(compat: Pool) -> None:
 def test_task_received_events(compat: Pool) -> None:
     """Workers started with task events on (``worker_send_task_events``) announce each task as
     it arrives, with its name and arguments, as Flower and other event consumers expect."""
-    import threading
+    with receiving(compat) as seen:
 
-    seen: list[dict[str, Any]] = []
+        def scenario(kind: str) -> Any:
+            result = task(compat, kind, "add").delay(20, 22)
+            assert result.get(timeout=TIMEOUT_S) == 42
+            received = lambda: [  # noqa: E731
+                e for e in list(seen) if e["type"] == "task-received" and e["uuid"] == result.id
+            ]
+            wait_for(lambda: bool(received()), timeout_s=5.0)
+            event = received()[0]
+            return event["args"], event["retries"], event["name"].split(".", 2)[2]
 
-    def capture() -> None:
-        with compat.app.connection_for_read() as conn:
-            receiver = compat.app.events.Receiver(conn, handlers={"task-received": seen.append})
-            with contextlib.suppress(TimeoutError, OSError):
-                receiver.capture(limit=None, timeout=8.0, wakeup=False)
-
-    listener = threading.Thread(target=capture, daemon=True)
-    listener.start()
-    time.sleep(1.0)  # the receiver's queue is bound before the tasks are sent
-
-    def scenario(kind: str) -> Any:
-        result = task(compat, kind, "add").delay(20, 22)
-        assert result.get(timeout=TIMEOUT_S) == 42
-        wait_for(lambda: any(e["uuid"] == result.id for e in seen), timeout_s=5.0)
-        event = next(e for e in seen if e["uuid"] == result.id)
-        return event["args"], event["retries"], event["name"].split(".", 2)[2]
-
-    assert side_by_side(scenario) == ("(20, 22)", 0, "add")
-    listener.join(10)
+        assert side_by_side(scenario) == ("(20, 22)", 0, "add")
 
 
 def test_a_task_id_sent_again_runs_again(compat: Pool) -> None:

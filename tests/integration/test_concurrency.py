@@ -79,8 +79,7 @@ def test_a_killed_workers_place_comes_back_after_the_lease(make_pool: Any) -> No
     )
     running = {n: s.get(pool.queue, {}).get("running", 0) for r in stats for n, s in r.items()}
     assert running == {victim.name: 1, **{w.name: 0 for w in workers if w is not victim}}, stats
-    pool.kill(victim)
-    killed_us = pool.store_now_us()
+    killed_us, _ = pool.kill(victim)  # the last renewal came before the first signal
     assert not [r for r in pool.records() if r["kind"] == "end"], "the body ended before the kill"
     rest = pool.send(3, task="workerapp.record_late", sleep_s=0.1)
     pool.wait_records(3, kind="end", timeout_s=60)

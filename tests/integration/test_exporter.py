@@ -18,9 +18,11 @@ import redis
 from celery import Celery
 from click.testing import CliRunner
 
+from celery_interval.defaults import KEY_PREFIX
 from celery_interval.demo.embedded import RedisProc, _free_port
 from celery_interval.ledger import LedgerReader
 from celery_interval.monitor.events import StoreCallEvents
+from celery_interval.stores import keys
 from tests.helpers.pool import ROOT_DIR, Pool, celery_cli
 
 # --- interval top on a real store -------------------------------------------------------
@@ -46,17 +48,18 @@ def write_starts(
     gaps_us: list[int],
     interval_us: int,
     first_us: int | None = None,
+    **extra: Any,
 ) -> int:
     """Admitted starts by hand in ``bucket``'s ledger, 1 ms late each: the first at
     ``first_us`` (default: the last one now, on the store's clock), each next ``gaps_us``
-    after the one before; the last one's time."""
+    after the one before, with the ``extra`` fields; the last one's time."""
     reader = LedgerReader(client)
     start = reader.now_us() - sum(gaps_us) if first_us is None else first_us
     for i, gap in enumerate([0, *gaps_us]):
         start += gap
         fields = {"op": "claim:OK", "now": start - 10, "task": f"{bucket}-{i}", "r": 0,
                   "slot": start - 1_000, "holder": "w1/0123456789ab", "start": start,
-                  "late": 1_000, "interval": interval_us}  # fmt: skip
+                  "late": 1_000, "interval": interval_us, **extra}  # fmt: skip
         client.xadd(reader.ledger_key(bucket), fields)  # type: ignore[arg-type]
     return start
 
@@ -102,6 +105,7 @@ def test_the_metrics_of_a_hand_written_ledger(run: Any, redis_client: redis.Redi
     run("status", "--timeout", "0.1")  # imports the CLI app with the environment set
     app = sys.modules["tests.helpers.cliapp"].app
     last = write_starts(redis_client, "api", [1_000_000] * 3, 1_000_000)
+    redis_client.set(keys.born_key(KEY_PREFIX), 0)  # an old store: a new bucket's budgets full
     collector = Collector(app, inspect_timeout_s=0.1, rescan_s=0.0)
     metrics, registry = FrameMetrics(), CollectorRegistry(auto_describe=False)
     registry.register(metrics)
@@ -121,19 +125,35 @@ def test_the_metrics_of_a_hand_written_ledger(run: Any, redis_client: redis.Redi
         if name.startswith("celery_interval_limit_")
     }
     assert per_limit == {
-        ("celery_interval_limit_interval_seconds", "api", "0"): 0.6,
-        ("celery_interval_limit_interval_seconds", "api", "1"): 3.6,
-        ("celery_interval_limit_burst", "api", "0"): 1,
-        ("celery_interval_limit_burst", "api", "1"): 50,
+        ("celery_interval_limit_interval_seconds", "api", "100/min"): 0.6,
+        ("celery_interval_limit_interval_seconds", "api", "1000/h burst 50"): 3.6,
+        ("celery_interval_limit_burst", "api", "100/min"): 1,
+        ("celery_interval_limit_burst", "api", "1000/h burst 50"): 50,
+        ("celery_interval_limit_budget_units", "api", "100/min"): 1,
+        ("celery_interval_limit_budget_units", "api", "1000/h burst 50"): 50,
     }
+    assert values(first, "celery_interval_budget_units") == {"api": 3, "mail": 1}
+    nexts = values(first, "celery_interval_next_slot_seconds")
+    assert sorted(nexts) == ["api", "mail"] and all(0 <= s <= 2.0 for s in nexts.values())
     assert values(first, "celery_interval_paused") == {"api": 0, "mail": 0}
     assert values(first, "celery_interval_held") == {"api": 0, "mail": 0}
     assert values(first, "celery_interval_start_lateness_seconds_count") == {"api": 4, "mail": 0}
     # two more: one interval after the last start read, then 0.4 s later (a violation)
-    write_starts(redis_client, "api", [400_000], 1_000_000, first_us=last + 1_000_000)
+    last = write_starts(redis_client, "api", [400_000], 1_000_000, first_us=last + 1_000_000)
     second = scrape()
     assert values(second, "celery_interval_starts_total")["api"] == 6
     assert values(second, "celery_interval_claim_violations_total") == {"api": 1, "mail": 0}
+    # two counted against "20/min" (3 s): 1.5 s apart keeps the interval, breaks the limit
+    limits = {"limits": "3000000:1,3600000:50"}
+    write_starts(redis_client, "api", [1_500_000], 1_000_000, first_us=last + 2_000_000, **limits)
+    third = scrape()
+    assert values(third, "celery_interval_claim_violations_total") == {"api": 2, "mail": 0}
+    broken = {
+        dict(labels)["limit"]: value
+        for (name, labels), value in third.items()
+        if name == "celery_interval_limit_violations_total"
+    }
+    assert broken == {"20/min": 1}
     labels = {dict(k[1]).get("queue") for k in second if k[0] == "celery_interval_starts_total"}
     assert labels == {"api", "mail"}
     collector.stop()

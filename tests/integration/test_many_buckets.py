@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 import redis
 
-from celery_interval.schedule import Pace
+from celery_interval.schedule import Limit, Pace
 from celery_interval.stores import store_from_url
 from celery_interval.stores.base import TaskCopy
 from celery_interval.stores.memory import MemoryStore
@@ -46,9 +46,11 @@ def test_store_listing_escapes_the_prefix_and_reads_statuses_in_batches(
         listed = store_buckets(store)
         assert listed == sorted(buckets[:252])
         assert store_buckets(store, "api:k1?") == [f"api:k{i}" for i in range(10, 20)]
-        wanted = [(b, API_INTERVAL_US) for b in buckets]
+        pace = Pace(API_INTERVAL_US, burst=2, limits=(Limit(10 * API_INTERVAL_US),))
+        wanted = [(b, pace) for b in buckets]
         batched = read_statuses(store, wanted, batch=64)
-        one_by_one = [store.status(b, API_INTERVAL_US) for b in buckets]
+        one_by_one = [store.status(b, API_INTERVAL_US, pace) for b in buckets]
+        assert {len(s.units_left) for s in batched} == {2}, "read with the burst and the limit"
         fields = ("exists", "interval_us", "overridden", "paused", "ticket")
         assert [[getattr(s, f) for f in fields] for s in batched] == [
             [getattr(s, f) for f in fields] for s in one_by_one
@@ -130,7 +132,10 @@ def test_status_over_thousands_of_stored_tenant_buckets(run: Any, redis_server: 
     assert "api:shop-0004" in table.output and "api:shop-0005" not in table.output
 
 
-def receive_many(service: Any, held_per_bucket: dict[str, int]) -> None:
+def receive_many(
+    service: Any, held_per_bucket: dict[str, int], costs: dict[str, int] | None = None
+) -> None:
+    """``count`` held tasks of each bucket, of cost ``costs[bucket]`` (else 1), burst 3."""
     for bucket, count in held_per_bucket.items():
         for n in range(count):
             service.receive(
@@ -145,6 +150,8 @@ def receive_many(service: Any, held_per_bucket: dict[str, int]) -> None:
                     holder=service.new_holder(),
                     acks_late=False,
                     release=lambda req: None,
+                    burst=3,
+                    cost=(costs or {}).get(bucket, 1),
                 )
             )
 
@@ -159,7 +166,7 @@ def test_interval_stats_of_thousands_of_buckets_is_capped() -> None:
     held = {f"api:t{i:04d}": 1 + i % 3 for i in range(3000)}
     held["api:t0042"] = 25
     held["api:t2999"] = 12
-    receive_many(service, held)
+    receive_many(service, held, costs={"api:t0042": 2})
     state = SimpleNamespace(consumer=SimpleNamespace(interval_service=service))
 
     stats = interval_stats(state)
@@ -171,6 +178,9 @@ def test_interval_stats_of_thousands_of_buckets_is_capped() -> None:
     assert top["held"] == 25 and len(top["held_tasks"]) == 10
     tickets = sorted(h.ticket for h in service.holding.held["api:t0042"])
     assert [h["ticket"] for h in top["held_tasks"]] == tickets[:10]
+    assert {h["cost"] for h in top["held_tasks"]} == {2}, "each held task's cost"
+    assert {h["cost"] for h in stats["api:t2999"]["held_tasks"]} == {1}
+    assert (top["burst"], top["limits"]) == (3, [])
     assert stats["_queues_stopped"] == []
     assert len(json.dumps(stats)) < 20_000
 
@@ -211,7 +221,7 @@ def test_a_cluster_store_is_listed_on_every_primary(cluster: Any) -> None:  # no
                     for n in cluster]  # fmt: skip
         assert all(on_nodes) and sum(on_nodes) >= 500
         assert store_buckets(store, "api:c*") == sorted(buckets[:500])
-        found = read_statuses(store, [(b, API_INTERVAL_US) for b in buckets], batch=50)
+        found = read_statuses(store, [(b, Pace(API_INTERVAL_US)) for b in buckets], batch=50)
         assert [s.exists for s in found] == [True] * 500 + [False] * 100
         assert [s.ticket for s in found[:500]] == [
             store.status(b, API_INTERVAL_US).ticket for b in buckets[:500]

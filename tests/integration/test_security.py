@@ -93,6 +93,12 @@ def exercise(store: Any, bucket: str = "api") -> None:
     assert index.changes(bucket, f"{bucket}:t") == parking.changes == 1
     index.defer(bucket, f"{bucket}:t", 0)
     assert index.size() == 1
+    index.hold([(bucket, f"{bucket}:t")], 60_000_000)  # tasks taken back are unacked
+    assert not index.drop_if(bucket, f"{bucket}:t", parking.changes), "dropped while held"
+    assert index.size() == 1 and not index.due(10), "due when the hold ends"
+    index.hold([(bucket, f"{bucket}:t")], 0)  # a shorter hold does not shorten it
+    assert not index.drop_if(bucket, f"{bucket}:t", parking.changes)
+    store.client().hdel(f"{KEY_PREFIX}{{~overflow}}:holds", f"{bucket}\n{bucket}:t")
     assert index.drop_if(bucket, f"{bucket}:t", parking.changes)
 
 
