@@ -57,6 +57,8 @@ class Servers:
 
     measured: RedisProc
     recorder_url: str
+    #: A redis-server of the broker's own (its commands counted apart), else db 1 of measured.
+    broker: RedisProc | None = None
 
     @property
     def recorder(self) -> redis.Redis:
@@ -64,7 +66,7 @@ class Servers:
 
     @property
     def broker_url(self) -> str:
-        return self.measured.broker_url_for(1)
+        return (self.broker or self.measured).broker_url_for(1)
 
     @property
     def store_url(self) -> str:

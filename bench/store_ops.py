@@ -1,4 +1,5 @@
-"""Benchmark RedisStore: grant+claim pairs per second and Redis bytes per idle bucket."""
+"""Benchmark RedisStore: grant+claim pairs per second, client and Redis CPU per pair, and Redis
+bytes per idle bucket."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import sys
 import time
 import uuid
 from collections import Counter
+from dataclasses import dataclass
 from typing import Any
 
 import redis
@@ -23,8 +25,9 @@ INTERVAL_US = 1  # no waiting: measure the store, not the schedule
 
 def _worker(
     url: str, prefix: str, n_buckets: int, seconds: float, start_at: float, seed: int, batch: int
-) -> tuple[int, dict[str, int]]:
-    """Run grant+claim pairs from ``start_at`` for ``seconds``; return (pairs, outcomes). With
+) -> tuple[int, dict[str, int], float]:
+    """Run grant+claim pairs from ``start_at`` for ``seconds``; return (pairs, outcomes, CPU
+    seconds of this process meanwhile). With
     ``batch`` > 0 each pair is one ``take`` (grant and claim in one script, its slot due at
     once), ``batch`` of them per round trip (``take_many``)."""
     store = RedisStore.from_url(url, key_prefix=prefix)
@@ -35,6 +38,7 @@ def _worker(
     while time.time() < start_at:
         time.sleep(0.001)
     deadline = time.monotonic() + seconds
+    cpu_start_s = time.process_time()
     terms = ClaimTerms(holder, LEASE_US)
     while batch and time.monotonic() < deadline:
         takes = []
@@ -57,8 +61,9 @@ def _worker(
             outcomes[c.outcome.value] += 1
             pairs += 1
             i += 1
+    cpu_s = time.process_time() - cpu_start_s
     store.close()
-    return pairs, dict(outcomes)
+    return pairs, dict(outcomes), cpu_s
 
 
 def _cleanup(client: redis.Redis[Any], prefix: str) -> None:
@@ -72,23 +77,54 @@ def _cleanup(client: redis.Redis[Any], prefix: str) -> None:
         client.unlink(*batch)
 
 
-def throughput(
-    url: str, n_procs: int, n_buckets: int, seconds: float, batch: int = 0
-) -> tuple[float, Counter[str]]:
-    """Pairs per second summed over ``n_procs`` client processes."""
+@dataclass(frozen=True)
+class Run:
+    """One throughput run: pairs a second, CPU µs per pair of the clients and of the Redis
+    process, the scripts' time per pair by INFO commandstats (elapsed, so it grows when other
+    work takes the CPU from Redis), and the claims' outcomes."""
+
+    pairs_per_s: float
+    client_cpu_us: float
+    redis_cpu_us: float
+    script_us: float
+    outcomes: Counter[str]
+
+
+def _redis_cpu(client: redis.Redis[Any]) -> tuple[float, float]:
+    """(used CPU seconds of the Redis process, µs spent in script calls)."""
+    cpu = client.info("cpu")
+    stats = client.info("commandstats")
+    scripts_us = sum(v["usec"] for k, v in stats.items() if k.startswith("cmdstat_eval"))
+    return float(cpu["used_cpu_user"]) + float(cpu["used_cpu_sys"]), float(scripts_us)
+
+
+def throughput(url: str, n_procs: int, n_buckets: int, seconds: float, batch: int = 0) -> Run:
+    """Pairs per second summed over ``n_procs`` client processes, and their costs."""
     prefix = f"cibench-{uuid.uuid4().hex[:8]}:"
     start_at = time.time() + 0.5 + 0.1 * n_procs
+    client: redis.Redis[Any] = redis.Redis.from_url(url)
     ctx = mp.get_context("spawn" if sys.platform == "darwin" else "fork")
     with ctx.Pool(n_procs) as pool:
+        cpu_before = _redis_cpu(client)
         results = pool.starmap(
             _worker,
             [(url, prefix, n_buckets, seconds, start_at, k, batch) for k in range(n_procs)],
         )
+        cpu_after = _redis_cpu(client)
     outcomes: Counter[str] = Counter()
-    for _, o in results:
+    for _, o, _cpu in results:
         outcomes.update(o)
-    _cleanup(redis.Redis.from_url(url), prefix)
-    return sum(p for p, _ in results) / seconds, outcomes
+    _cleanup(client, prefix)
+    pairs = sum(p for p, _, _ in results)
+    per_pair = 1e6 / max(1, pairs)
+    return Run(
+        pairs_per_s=pairs / seconds,
+        client_cpu_us=sum(c for _, _, c in results) * per_pair,
+        # the Redis figures include the clients' start (connect, script load): a few ms
+        redis_cpu_us=(cpu_after[0] - cpu_before[0]) * per_pair,
+        script_us=(cpu_after[1] - cpu_before[1]) / 1e6 * per_pair,
+        outcomes=outcomes,
+    )
 
 
 def idle_bucket_bytes(url: str, n_buckets: int) -> tuple[float, float]:
@@ -142,16 +178,21 @@ def main(argv: list[str] | None = None) -> None:
             f"Redis {info['redis_version']} at {url.split('@')[-1]}, "
             f"{os.cpu_count()} CPUs, {args.seconds:g} s per run\n"
         )
-        print("| client processes | buckets | takes per trip | grant+claim pairs/s | claims |")
-        print("|---:|---:|---:|---:|---|")
+        print(
+            "| client processes | buckets | takes per trip | grant+claim pairs/s "
+            "| client CPU µs/pair | Redis CPU µs/pair | script time µs/pair | claims |"
+        )
+        print("|---:|---:|---:|---:|---:|---:|---:|---|")
         for batch in (int(x) for x in args.batch.split(",")):
             for n_procs in (int(x) for x in args.procs.split(",")):
                 for n_buckets in (int(x) for x in args.buckets.split(",")):
-                    rate, outcomes = throughput(url, n_procs, n_buckets, args.seconds, batch)
-                    shown = ", ".join(f"{k} {v}" for k, v in sorted(outcomes.items()))
+                    run = throughput(url, n_procs, n_buckets, args.seconds, batch)
+                    shown = ", ".join(f"{k} {v}" for k, v in sorted(run.outcomes.items()))
                     per_trip = str(batch) if batch else "grant, claim"
                     print(
-                        f"| {n_procs} | {n_buckets:,} | {per_trip} | {rate:,.0f} | {shown} |",
+                        f"| {n_procs} | {n_buckets:,} | {per_trip} | {run.pairs_per_s:,.0f} "
+                        f"| {run.client_cpu_us:.1f} | {run.redis_cpu_us:.1f} "
+                        f"| {run.script_us:.1f} | {shown} |",
                         flush=True,
                     )
         usage, growth = idle_bucket_bytes(url, args.idle_buckets)

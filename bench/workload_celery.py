@@ -99,6 +99,13 @@ def diy_set_nx_retry(self: Any, i: int) -> int:
     return _record(self, i)
 
 
+@app.task(bind=True, name="bench.plain_tenant")
+def plain_tenant(self: Any, key: str, i: int) -> int:
+    """No spacing, the tenant task's arguments: the baseline of bench/scaling.py."""
+    record_start(self.request.id, i, self.request.retries, self.request.hostname or "", key)
+    return i
+
+
 @app.task(bind=True, name="bench.plain")
 def plain(self: Any, i: int) -> int:
     """No spacing at all: the baseline for per-task overhead."""
