@@ -63,6 +63,8 @@ class Held:
     #: The slot on this worker's wall clock (Unix seconds), once granted.
     slot_wall_s: float | None = None
     entry: Any = None
+    #: When ``entry`` fires (monotonic ns).
+    due_ns: int = 0
     state: HeldState = HeldState.NEW
     ticketed: bool = False
     #: Taken back from its bucket's overflow queue: its turn, never parked again.

@@ -27,7 +27,7 @@ from celery_interval.worker.notify import Notify
 from celery_interval.worker.outage import StoreOutage
 from celery_interval.worker.pause import PausedTasks
 from celery_interval.worker.places import RunningPlaces
-from celery_interval.worker.pool import Pool
+from celery_interval.worker.pool import POOL_POLL_S, Pool
 from celery_interval.worker.started import lead_for, spin_ns_for
 from celery_interval.worker.tickets import Tickets
 from celery_interval.worker.timer import cancel
@@ -117,7 +117,12 @@ class SlotCycle:
         pace = Pace(held.interval_us, not_before_in_us, held.burst, held.cost, limits=held.limits)
         sent_ns = time.monotonic_ns()
         try:
-            if self.pool.free() > 0 and not self.pool.waiting and not held.request.revoked():
+            if (
+                self.pool.free() > 0
+                and not self.pool.waiting
+                and not self.tickets.armed(held)  # an earlier ticket claims first
+                and not held.request.revoked()
+            ):
                 op = "take"
                 marks = self.done.take()
                 grant, claimed = self.store.take(
@@ -194,6 +199,11 @@ class SlotCycle:
     def _claim(self, held: Held) -> None:
         if held.request.revoked():
             self._hand_over(held)
+            return
+        earlier = self.tickets.armed_before(held)
+        if earlier is not None:  # it claims first; this one looks again just after
+            after_s = max(0, earlier.due_ns - time.monotonic_ns()) / 1e9 + POOL_POLL_S
+            self._arm(held, after_s, self.due)
             return
         lead_us, handoff_us = self._reach_us()
         sent_ns = time.monotonic_ns()
@@ -355,6 +365,7 @@ class SlotCycle:
             self.tickets.drop_empty(held.bucket)
 
     def _arm(self, held: Held, delay_s: float, callback: Callable[[Held], None]) -> None:
+        held.due_ns = time.monotonic_ns() + int(delay_s * 1e9)
         held.entry = self.timer.call_after(delay_s, callback, (held,), priority=6)
 
     def forget_released(self) -> None:

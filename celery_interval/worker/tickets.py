@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from collections import Counter, defaultdict, deque
-from collections.abc import Callable
+from collections import defaultdict, deque
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from celery_interval.worker.held import Held, HeldState
@@ -18,7 +18,7 @@ STARVED_POLL_S = 0.05
 
 
 class Tickets:
-    """Each bucket's tasks waiting for a ticket, in order, and how many unstarted tickets each
+    """Each bucket's tasks waiting for a ticket, in order, and the unstarted tickets each
     bucket holds here; ``grant`` takes a ticket from the store."""
 
     def __init__(
@@ -33,7 +33,8 @@ class Tickets:
         self._grant = grant
         self._forget = forget
         self.queued: dict[str, deque[Held]] = defaultdict(deque)
-        self.ticketed: Counter[str] = Counter()
+        #: Each bucket's tasks holding a ticket here that did not start yet.
+        self.ticketed: dict[str, set[Held]] = {}
         self._filling = False
         self._fill_entry: Any = None
         self._starved_entry: Any = None
@@ -68,22 +69,21 @@ class Tickets:
                 queued
                 and not pool.waiting
                 and (
-                    self.ticketed[bucket] < pool.free() or queued[0].resent  # its slot is kept
+                    self.count(bucket) < pool.free() or queued[0].resent  # its slot is kept
                 )
             ):
                 held = queued.popleft()
                 if held.request.revoked():  # revoked or expired: no ticket, no slot
                     self._forget(held)
                     continue
-                held.ticketed = True
-                self.ticketed[bucket] += 1
+                self._ticket(held)
                 took = True
                 self._grant(held)
         finally:
             self._filling = False
         if took and queued and self.queued.get(bucket) is queued:
             self.queued[bucket] = self.queued.pop(bucket)  # to the end: buckets take turns
-        if queued and not self.ticketed[bucket]:
+        if queued and not self.count(bucket):
             # No process is free: ours finishing calls fill_soon; other tasks need a look.
             self._ensure_starved_poll(POOL_POLL_S if pool.in_pool <= 0 else STARVED_POLL_S)
 
@@ -117,8 +117,7 @@ class Tickets:
             if held.request.revoked():
                 self._forget(held)
                 continue
-            held.ticketed = True
-            self.ticketed[bucket] += 1
+            self._ticket(held)
             return held
         return None
 
@@ -126,9 +125,39 @@ class Tickets:
         """``held`` no longer counts among its bucket's unstarted tickets."""
         if held.ticketed:
             held.ticketed = False
-            self.ticketed[held.bucket] -= 1
-            if not self.ticketed[held.bucket]:
+            tickets = self.ticketed[held.bucket]
+            tickets.discard(held)
+            if not tickets:
                 del self.ticketed[held.bucket]
+
+    def count(self, bucket: str) -> int:
+        """How many unstarted tickets ``bucket`` holds here."""
+        return len(self.ticketed.get(bucket, ()))
+
+    def armed_before(self, held: Held) -> Held | None:
+        """The lowest ticket of ``held``'s bucket and epoch held here below ``held``'s whose
+        claim waits for its time (None if there is none). Claims go out in ticket order, or
+        this worker would pass its own ticket: when a start admitted again pushed the bucket's
+        starts past their slots, neighbouring tickets wait for the same start."""
+        earlier = [
+            other
+            for other in self._armed(held)
+            if other.epoch == held.epoch and other.ticket < held.ticket
+        ]
+        return min(earlier, key=lambda other: other.ticket, default=None)
+
+    def armed(self, held: Held) -> bool:
+        """Whether another ticket of ``held``'s bucket held here waits for its claim's time."""
+        return any(True for _ in self._armed(held))
+
+    def _armed(self, held: Held) -> Iterator[Held]:
+        for other in self.ticketed.get(held.bucket, ()):
+            if other is not held and other.state is HeldState.GRANTED and other.entry is not None:
+                yield other
+
+    def _ticket(self, held: Held) -> None:
+        held.ticketed = True
+        self.ticketed.setdefault(held.bucket, set()).add(held)
 
     def drop_empty(self, bucket: str) -> None:
         """``bucket`` holds nothing here: drop its queue (many tenants come and go)."""
