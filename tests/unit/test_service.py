@@ -197,6 +197,37 @@ def test_a_task_the_pool_never_accepted_stops_renewing_its_lease_when_the_channe
     assert len(lines) == 1 and "(b)" in lines[0], lines
 
 
+def test_a_later_ticket_whose_timer_fires_first_claims_after_the_earlier() -> None:
+    """Two tickets armed for about the same claim (after a start admitted again, neighbouring
+    tickets wait for the same start): the later one's timer fires first, yet the earlier one
+    claims first, and neither is passed and re-ticketed."""
+    clock = Clock(1_000_000_000)
+    store = MemoryStore(clock)
+    service = make_service(store, [])
+    started: list[str] = []
+    copies = {t: held_copy(service, t, started) for t in ("a", "b", "c")}
+    service.receive(copies["a"])
+    fire_due(service.timer, clock, within_s=1.0)
+    assert started == ["a"]
+    service.receive(copies["b"])
+    service.receive(copies["c"])
+
+    def entry_of(held: Held) -> tuple[float, Any, tuple[Any, ...]]:
+        (entry,) = [e for e in service.timer.entries if e[2] and e[2][0] is held]
+        return entry
+
+    late = entry_of(copies["c"])
+    service.timer.entries.remove(late)
+    clock.now_us += round(late[0] * 1e6)  # c's claim time: its slot is within the lead
+    late[1](*late[2])
+    assert started == ["a"], "c waits for b, the lower ticket armed here"
+    fire_due(service.timer, clock, within_s=1.0)
+
+    assert started == ["a", "b", "c"]
+    assert [copies[t].ticket for t in ("a", "b", "c")] == [1, 2, 3]
+    assert service.holding.stats["api"].retickets == 0
+
+
 def test_done_marks_carried_by_a_failed_take_are_sent_later() -> None:
     """A take that fails (an unreachable store, or one that rejects the script) keeps the done
     marks it carried: they go with the next flush, so no acknowledged task loses its mark."""
