@@ -55,7 +55,9 @@ class RedisProc:
     """One redis-server child: no persistence, its own temp dir, always cleaned up.
 
     ``kill()`` SIGKILLs it, ``restart()`` starts it again on the same port with empty data
-    (the state loss a store restart causes), ``stop()`` ends it and removes the temp dir.
+    (the state loss a store restart causes), ``stop()`` ends it and removes the temp dir. With
+    ``durable=True`` it keeps an append-only file synced on every write (``appendfsync always``,
+    a production broker's setting): a restart then comes back with every acknowledged write.
     """
 
     def __init__(
@@ -65,9 +67,11 @@ class RedisProc:
         cluster: bool = False,
         *,
         unix_socket: bool = False,
+        durable: bool = False,
     ) -> None:
         self.binary = binary or find_redis_server()
         self.cluster = cluster
+        self.durable = durable
         self.dir = tempfile.mkdtemp(prefix="ci-redis-")
         self.port = port or 0
         self.socket_path = os.path.join(self.dir, "redis.sock") if unix_socket else None
@@ -118,8 +122,7 @@ class RedisProc:
                         *where,
                         "--save",
                         "",
-                        "--appendonly",
-                        "no",
+                        *self._persistence_args(),
                         "--dir",
                         self.dir,
                         "--daemonize",
@@ -150,6 +153,11 @@ class RedisProc:
             last_error = self._log_tail()
             self._reap(signal.SIGKILL)
         raise RuntimeError(f"redis-server did not start at {self.url}: {last_error}")
+
+    def _persistence_args(self) -> list[str]:
+        if not self.durable:
+            return ["--appendonly", "no"]
+        return ["--appendonly", "yes", "--appendfsync", "always"]
 
     def _cluster_args(self) -> list[str]:
         if not self.cluster:
@@ -201,7 +209,8 @@ class RedisProc:
         self._reap(signal.SIGKILL)
 
     def restart(self) -> None:
-        """Kill if running, then start again on the same port with empty data."""
+        """Kill if running, then start again on the same port: with empty data, or with what
+        its append-only file kept when ``durable``."""
         self._reap(signal.SIGKILL)
         self._start(fixed_port=True)
 
