@@ -40,7 +40,8 @@ SEND_ONCE = "once"
 #: On a throttled task sent again: it keeps its send code (the store kept its place under it),
 #: and a worker queues it first for a ticket (its kept slot is the next).
 RESEND_HEADER = "interval_resend"
-#: On a parked copy in an overflow queue: the queue the task was sent to.
+#: On a parked copy in an overflow queue: the queue the task was sent to and its delivery's
+#: ``exchange``, ``routing_key`` and ``redelivered``, restored when it is taken back.
 PARKED_HEADER = "interval_parked"
 #: The start deadline on the worker host's monotonic clock (ns).
 START_HEADER = "interval_start_ns"

@@ -33,6 +33,31 @@ def _queue(name: str) -> Any:
     )
 
 
+def _parked_from(message: Any, origin: str) -> dict[str, Any]:
+    """How the task was delivered before it parked: what a retry, ``replace``, a throttled
+    resend or ``Reject(requeue=True)`` derive their routing from must not name the overflow."""
+    info = message.delivery_info or {}
+    return {
+        "queue": origin,
+        "exchange": info.get("exchange", ""),
+        "routing_key": info.get("routing_key", origin),
+        "redelivered": bool(info.get("redelivered", False)),
+    }
+
+
+def _delivered_as(message: Any, queue: str) -> dict[str, Any]:
+    """The ``delivery_info`` fields a parked copy had before it parked (see ``_parked_from``)."""
+    parked = (message.headers or {}).get(PARKED_HEADER)
+    if not isinstance(parked, dict):
+        return {"exchange": "", "routing_key": queue}
+    return {
+        "exchange": str(parked.get("exchange", "")),
+        "routing_key": str(parked.get("routing_key") or queue),
+        "redelivered": bool(parked.get("redelivered"))
+        or bool(message.delivery_info.get("redelivered")),
+    }
+
+
 class _Confirms:
     """Publisher confirms of one AMQP channel: which of its publishes the broker has taken."""
 
@@ -107,7 +132,7 @@ class ConsumerBroker:
             producer.publish(
                 message.body,
                 routing_key=name,
-                headers={**(message.headers or {}), PARKED_HEADER: origin},
+                headers={**(message.headers or {}), PARKED_HEADER: _parked_from(message, origin)},
                 content_type=message.content_type,
                 content_encoding=message.content_encoding,
                 delivery_mode=2,
@@ -131,6 +156,7 @@ class ConsumerBroker:
 
     def deliver(self, message: Any, queue: str) -> None:
         info = message.delivery_info
+        info.update(_delivered_as(message, queue))
         info[QUEUE_KEY] = queue
         info[UNPARKED_KEY] = True
         on_message = self._c.task_consumer.on_message

@@ -73,6 +73,12 @@ if os.environ.get("CI_TEST_BROKER"):
         float(os.environ.get("CI_TEST_INTERVAL", "0.02")),
         **extra_conf,
     )
+    if os.environ.get("CI_TEST_DECLARED_QUEUES"):  # production's declared queues, none made up
+        from kombu import Queue
+
+        declared = (os.environ["CI_TEST_QUEUE"], f"{os.environ['CI_TEST_QUEUE']}-plain")
+        app.conf.task_queues = [Queue(name) for name in declared]
+        app.conf.task_create_missing_queues = False
 
     @worker_process_init.connect
     def _open_recorder(**_: Any) -> None:
