@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import time
@@ -185,15 +186,31 @@ class Overflow:
             return
         finally:
             self._busy = False
-        for held in batch:
-            held.request.message.ack()
-            self._qos().decrement_eventually()
+        self._ack_parked(batch)
         self.parked += len(batch)
         self._on_ok()
         for queue, bucket in members:
             self.want_refill(queue, bucket)
         if self._pending:
             self._flush_soon(0.0)
+
+    def _ack_parked(self, batch: list[Any]) -> None:
+        """Ack the originals of parked copies, each on its own: an ack the connection refuses
+        leaves that original with the broker (redelivered with the connection, its copy then
+        dropped as a duplicate), never the rest of the batch unacked and uncounted."""
+        refused: list[str] = []
+        for held in batch:
+            try:
+                held.request.message.ack()
+            except Exception as exc:
+                refused.append(f"{held.bucket} ({exc})")
+            self._qos().decrement_eventually()
+        if refused:
+            logger.warning(
+                "interval: %d parked original(s) not acked, the broker redelivers them: %s",
+                len(refused),
+                refused[0],
+            )
 
     def _fail(self, exc: Exception, batch: list[Any]) -> None:
         """The store or the broker refused: hold the batch here (the cap then stops fetching)."""
@@ -271,9 +288,9 @@ class Overflow:
                     except StoreUnavailable:
                         message.requeue()  # taken but not held: back to the head of its queue
                         raise
+                if not self._deliver(self.broker, message, queue, bucket):
+                    break
                 got += 1
-                self._taken.setdefault((queue, bucket), []).append(message)
-                self.broker.deliver(message, queue)
             if got and not emptied:
                 self.known.setdefault((queue, bucket), _Known(queue, interval_us))
                 self.index.defer(queue, bucket, got * interval_us)
@@ -285,6 +302,19 @@ class Overflow:
         if got == room and self._held_count(bucket) < self.cap(interval_us):
             self.want_refill(queue, bucket)  # more room: another turn, not this one
         return got
+
+    def _deliver(self, broker: OverflowBroker, message: Any, queue: str, bucket: str) -> bool:
+        """Hand a message taken back to the task handler; one it fails on goes back to the head
+        of its overflow queue (the next refill takes it again), never left unacked here."""
+        try:
+            broker.deliver(message, queue)
+        except Exception as exc:
+            logger.warning("interval %s: a task taken back was put back (%r)", bucket, exc)
+            with contextlib.suppress(Exception):  # else the broker returns it with the connection
+                message.requeue()
+            return False
+        self._taken.setdefault((queue, bucket), []).append(message)
+        return True
 
     def _unacked(self, key: tuple[str, str]) -> bool:
         """Whether messages taken back from ``key``'s overflow queue are still unacked here."""

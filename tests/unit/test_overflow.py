@@ -399,3 +399,43 @@ def test_another_workers_refill_does_not_unlist_a_bucket_whose_tasks_are_held(ri
     assert rig.index.size() == 1 and not rig.index.due(10)
     rig.index.later_us = TAKEN_LEASE_US
     assert [p.bucket for p in rig.index.due(10)] == ["api:a"], "due when the hold ends"
+
+
+def test_a_task_the_handler_fails_on_goes_back_to_the_head_of_its_overflow(rig: Rig) -> None:
+    """The task handler raises on a task taken back: it returns to the head of its overflow
+    queue (not left unacked on the channel), and the next refill takes it back in order."""
+    for i in range(CAP + 2):
+        rig.arrive(f"t{i}")
+    rig.timer.run()
+    name = overflow_queue_name("api", "api:a")
+    hold = rig.broker.on_deliver
+
+    def failing(message: Any) -> None:
+        raise RuntimeError("handler failed")
+
+    rig.broker.on_deliver = failing
+    for _ in range(3):
+        rig.leave()
+    rig.timer.run()
+    assert [m.task_id for m in rig.broker.queues[name]] == ["t5", "t6"], "put back, in order"
+    assert not rig.overflow._taken, "nothing counted as taken"
+    rig.broker.on_deliver = hold
+    rig.overflow.refill("api", "api:a", None)
+    assert [h.task_id for h in rig.held if h.unparked] == ["t5", "t6"]
+
+
+def test_an_ack_refused_mid_batch_still_acks_and_counts_the_rest(rig: Rig) -> None:
+    """One original's ack fails (the connection went): the rest of the batch is still acked,
+    the prefetch balanced, and the bucket's refill wanted."""
+    for i in range(CAP + 3):
+        rig.arrive(f"t{i}")
+    refused = next(h for h in rig.overflow._pending if h.task_id == "t6")
+
+    def broken_ack() -> None:
+        raise ConnectionError("connection lost")
+
+    refused.request.message.ack = broken_ack  # type: ignore[method-assign]
+    rig.timer.run()
+    assert ("ack", "t5") in rig.broker.log and ("ack", "t7") in rig.broker.log
+    assert rig.qos.value == 0
+    assert rig.overflow.parked == 3
