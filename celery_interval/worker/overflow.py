@@ -3,19 +3,22 @@
 from __future__ import annotations
 
 import contextlib
+import functools
+import itertools
 import logging
 import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 from celery_interval.buckets import overflow_queue_name
 from celery_interval.config import Settings
 from celery_interval.errors import StoreUnavailable, UnknownBucket
 from celery_interval.stores.overflow import OverflowIndex
+from celery_interval.worker.parking import OverflowBroker
 
-__all__ = ["Overflow", "OverflowBroker", "hold_cap"]
+__all__ = ["Overflow", "hold_cap"]
 
 logger = logging.getLogger("celery_interval.worker")
 
@@ -42,36 +45,6 @@ def hold_cap(settings: Settings, interval_us: int) -> int:
     least one, at most ``max_held`` (the next is taken back as the held one starts)."""
     ahead = math.ceil(settings.hold_ahead_s * 1e6 / max(1, interval_us))
     return max(1, min(settings.max_held, ahead))
-
-
-class OverflowBroker(Protocol):
-    """The broker side of parking, on the worker's own connection (see ``worker.parking``)."""
-
-    def publish(self, copies: list[tuple[str, Any, str]]) -> None:
-        """Publish each ``(overflow queue, message, origin queue)`` copy, durably: return only
-        once the broker has them (raise if it may not)."""
-        ...
-
-    def get(self, name: str) -> Any:
-        """The head message of overflow queue ``name``, unacknowledged, or None if empty."""
-        ...
-
-    def deliver(self, message: Any, queue: str) -> None:
-        """Hand ``message`` to the worker's task handler as if consumed from ``queue``."""
-        ...
-
-    def consumes(self, queue: str) -> bool:
-        """Whether this worker consumes ``queue`` now."""
-        ...
-
-    def returns_unacked_within_s(self) -> float:
-        """At most how long after this worker dies its unacked messages are back in their
-        queues."""
-        ...
-
-    def close(self) -> None:
-        """Let go of what it opened (the connection is gone or going)."""
-        ...
 
 
 @dataclass
@@ -106,6 +79,8 @@ class Overflow:
         self._qos = qos
         self.known: dict[tuple[str, str], _Known] = {}
         self._pending: list[Any] = []
+        #: Batches published and not yet confirmed by the broker (their originals unacked).
+        self._unsettled: list[list[Any]] = []
         self._flush_entry: Any = None
         self._refill_wanted: set[tuple[str, str]] = set()
         self._refill_entry: Any = None
@@ -160,9 +135,10 @@ class Overflow:
     # -- parking ------------------------------------------------------------------------------
 
     def flush(self) -> None:
-        """Park the pending tasks: list their buckets, publish their copies, then ack them (a
-        worker killed in between leaves a copy and the original: the store's dedupe drops one).
-        """
+        """Park the pending tasks: list their buckets and publish their copies; the originals
+        are acked once the broker confirms the copies (``_settled``), without blocking the
+        event loop. A worker killed or a connection lost in between leaves a copy and the
+        original: the store's dedupe drops one."""
         self._flush_entry = None
         if not self._pending or self.broker is None:
             return
@@ -173,26 +149,49 @@ class Overflow:
         members = sorted({(h.queue, h.bucket) for h in batch})
         self._busy = True
         try:
+            self._unsettled.append(batch)
             self.index.park(members)  # listed before published: no copy escapes the index
             self.broker.publish(
                 [
                     (overflow_queue_name(h.queue, h.bucket), h.request.message, h.queue)
                     for h in batch
-                ]
+                ],
+                functools.partial(self._settled, batch, members),
             )
-            self.index.park(members)  # a refill that found the queue empty meanwhile keeps it
         except Exception as exc:
-            self._fail(exc, batch)
+            if self._forget(batch):
+                self._fail(exc, batch)
             return
         finally:
             self._busy = False
+        if self._pending:
+            self._flush_soon(0.0)
+
+    def _settled(self, batch: list[Any], members: list[tuple[str, str]], refused: Any) -> None:
+        """The broker confirmed a batch's copies (ack its originals) or refused them (a nack:
+        no copy was taken, so the batch is held here)."""
+        if not self._forget(batch):
+            return  # the connection went first: the broker returns the originals
+        if refused is not None:
+            self._fail(refused, batch)
+            return
+        # A refill that found the queue empty meanwhile keeps it listed; if the store is
+        # down, the bucket is still known here and listed again at the next relisting.
+        with contextlib.suppress(StoreUnavailable):
+            self.index.park(members)
         self._ack_parked(batch)
         self.parked += len(batch)
         self._on_ok()
         for queue, bucket in members:
             self.want_refill(queue, bucket)
-        if self._pending:
-            self._flush_soon(0.0)
+
+    def _forget(self, batch: list[Any]) -> bool:
+        """Take ``batch`` off the unsettled ones; False if it was not there."""
+        for i, unsettled in enumerate(self._unsettled):
+            if unsettled is batch:
+                del self._unsettled[i]
+                return True
+        return False
 
     def _ack_parked(self, batch: list[Any]) -> None:
         """Ack the originals of parked copies, each on its own: an ack the connection refuses
@@ -357,9 +356,10 @@ class Overflow:
         self.broker = None
         self._returned.update(key for key in list(self._taken) if self._unacked(key))
         self._taken.clear()
-        for _ in self._pending:
+        for _ in [*self._pending, *itertools.chain.from_iterable(self._unsettled)]:
             self._qos().decrement_eventually()
         self._pending.clear()
+        self._unsettled.clear()
         for entry in (self._flush_entry, self._refill_entry, self._poll_entry):
             if entry is not None:
                 entry.cancel()

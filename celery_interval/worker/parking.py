@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import logging
-from typing import Any
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
 
 import kombu
 
 from celery_interval.headers import PARKED_HEADER
 from celery_interval.worker.delivery import QUEUE_KEY, UNPARKED_KEY
 
-__all__ = ["ConsumerBroker"]
+__all__ = ["ConsumerBroker", "OverflowBroker"]
 
 logger = logging.getLogger("celery_interval.worker")
 
@@ -18,8 +20,39 @@ _kombu: Any = kombu  # its entities are untyped
 
 #: An overflow queue nobody used (no get, no declare) this long is deleted by RabbitMQ.
 EXPIRES_MS = 7 * 24 * 3600 * 1000
-#: How long a worker waits for the broker to confirm parked copies (seconds).
-CONFIRM_TIMEOUT_S = 10.0
+
+
+class OverflowBroker(Protocol):
+    """The broker side of parking, on the worker's own connection (see ``worker.parking``)."""
+
+    def publish(
+        self, copies: list[tuple[str, Any, str]], settled: Callable[[Exception | None], None]
+    ) -> None:
+        """Publish each ``(overflow queue, message, origin queue)`` copy, durably; call
+        ``settled(None)`` once the broker has them all, ``settled(error)`` if it refused one
+        (raise if a publish failed at once)."""
+        ...
+
+    def get(self, name: str) -> Any:
+        """The head message of overflow queue ``name``, unacknowledged, or None if empty."""
+        ...
+
+    def deliver(self, message: Any, queue: str) -> None:
+        """Hand ``message`` to the worker's task handler as if consumed from ``queue``."""
+        ...
+
+    def consumes(self, queue: str) -> bool:
+        """Whether this worker consumes ``queue`` now."""
+        ...
+
+    def returns_unacked_within_s(self) -> float:
+        """At most how long after this worker dies its unacked messages are back in their
+        queues."""
+        ...
+
+    def close(self) -> None:
+        """Let go of what it opened (the connection is gone or going)."""
+        ...
 
 
 def _queue(name: str) -> Any:
@@ -58,21 +91,34 @@ def _delivered_as(message: Any, queue: str) -> dict[str, Any]:
     }
 
 
+@dataclass
+class _Waiting:
+    """A batch of publishes awaiting the broker's confirms: tags ``first`` to ``last``."""
+
+    first: int
+    last: int
+    settled: Callable[[Exception | None], None]
+    refused: bool = False
+
+
 class _Confirms:
-    """Publisher confirms of one AMQP channel: which of its publishes the broker has taken."""
+    """Publisher confirms of one AMQP channel: each batch is settled as the event loop reads
+    the broker's acks (never waited for in a blocking call)."""
 
     def __init__(self, channel: Any) -> None:
-        from amqp import spec
-
-        self._methods = [spec.Basic.Ack, spec.Basic.Nack]
         self.channel = channel
         self.sent = 0
         self._upto = 0
         self._single: set[int] = set()
-        self._nacked = False
+        self._waiting: list[_Waiting] = []
         channel.confirm_select()
         channel.events["basic_ack"].add(self._ack)
         channel.events["basic_nack"].add(self._nack)
+
+    def when_confirmed(self, first: int, settled: Callable[[Exception | None], None]) -> None:
+        """Call ``settled`` once publishes ``first`` to ``sent`` are all confirmed."""
+        self._waiting.append(_Waiting(first, self.sent, settled))
+        self._settle()
 
     def _ack(self, tag: int, multiple: bool) -> None:
         if multiple:
@@ -82,18 +128,19 @@ class _Confirms:
         while self._upto + 1 in self._single:
             self._upto += 1
             self._single.discard(self._upto)
+        self._settle()
 
     def _nack(self, tag: int, multiple: bool) -> None:
-        self._nacked = True
+        for waiting in self._waiting:
+            if waiting.first <= tag and (multiple or tag <= waiting.last):
+                waiting.refused = True
         self._ack(tag, multiple)
 
-    def wait(self) -> None:
-        """Return once every publish so far is confirmed; raise if one was refused."""
-        while self._upto < self.sent:
-            self.channel.wait(self._methods, timeout=CONFIRM_TIMEOUT_S)
-        if self._nacked:
-            self._nacked = False
-            raise RuntimeError("the broker refused a parked copy (basic.nack)")
+    def _settle(self) -> None:
+        while self._waiting and self._waiting[0].last <= self._upto:
+            waiting = self._waiting.pop(0)
+            refused = RuntimeError("the broker refused a parked copy (basic.nack)")
+            waiting.settled(refused if waiting.refused else None)
 
 
 class ConsumerBroker:
@@ -119,8 +166,11 @@ class ConsumerBroker:
             )
         return self._producer
 
-    def publish(self, copies: list[tuple[str, Any, str]]) -> None:
+    def publish(
+        self, copies: list[tuple[str, Any, str]], settled: Callable[[Exception | None], None]
+    ) -> None:
         producer = self._ready()
+        first = self._confirms.sent + 1 if self._confirms is not None else 0
         for name, message, origin in copies:
             if name not in self._declared:
                 _queue(name).bind(self._channel).declare()
@@ -143,8 +193,10 @@ class ConsumerBroker:
             )
             if self._confirms is not None:
                 self._confirms.sent += 1
-        if self._confirms is not None:
-            self._confirms.wait()
+        if self._confirms is None:
+            settled(None)  # Redis: each publish returned once the broker had it
+        else:
+            self._confirms.when_confirmed(first, settled)
 
     def get(self, name: str) -> Any:
         consumer = self._c.task_consumer

@@ -97,12 +97,26 @@ class Broker:
     #: The worker's task handler: a message taken back is held there.
     on_deliver: Any = None
 
-    def publish(self, copies: list[tuple[str, Any, str]]) -> None:
+    #: Confirms the test gives by hand (``settle``), as an AMQP broker's arrive later.
+    confirm_later: bool = False
+    unconfirmed: list[Any] = field(default_factory=list)
+
+    def publish(self, copies: list[tuple[str, Any, str]], settled: Any) -> None:
         if self.fail:
             raise ConnectionError("broker refused")
         for name, message, _origin in copies:
             self.queues[name].append(Message(message.task_id, message.bucket, self.log))
             self.log.append(("publish", message.task_id))
+        if self.confirm_later:
+            self.unconfirmed.append(settled)
+        else:
+            settled(None)
+
+    def settle(self, refused: Exception | None = None) -> None:
+        """The broker's confirm (or nack) of every batch published so far arrives."""
+        for settled in self.unconfirmed:
+            settled(refused)
+        self.unconfirmed.clear()
 
     #: Messages taken from a queue and not acked: they go back to its head on ``close``.
     unacked: list[tuple[str, Message]] = field(default_factory=list)
@@ -439,3 +453,45 @@ def test_an_ack_refused_mid_batch_still_acks_and_counts_the_rest(rig: Rig) -> No
     assert ("ack", "t5") in rig.broker.log and ("ack", "t7") in rig.broker.log
     assert rig.qos.value == 0
     assert rig.overflow.parked == 3
+
+
+def test_originals_are_acked_when_the_broker_confirms_their_copies(rig: Rig) -> None:
+    """Parking never waits for the broker: the originals stay unacked (and counted in the
+    prefetch) until the confirm arrives, then are acked and the bucket refilled."""
+    rig.broker.confirm_later = True
+    for i in range(CAP + 2):
+        rig.arrive(f"t{i}")
+    rig.timer.run()
+    assert ("publish", "t5") in rig.broker.log and ("ack", "t5") not in rig.broker.log
+    assert rig.qos.value == 2 and rig.overflow.parked == 0
+    rig.broker.settle()
+    assert ("ack", "t5") in rig.broker.log and ("ack", "t6") in rig.broker.log
+    assert rig.qos.value == 0 and rig.overflow.parked == 2
+
+
+def test_a_batch_the_broker_refuses_is_held_here(rig: Rig) -> None:
+    """A nack: the broker took no copy, so the batch is held here (not acked, not lost)."""
+    rig.broker.confirm_later = True
+    for i in range(CAP + 2):
+        rig.arrive(f"t{i}")
+    rig.timer.run()
+    rig.broker.settle(RuntimeError("basic.nack"))
+    assert [h.task_id for h in rig.held][-2:] == ["t5", "t6"]
+    assert ("ack", "t5") not in rig.broker.log and rig.qos.value == 0
+
+
+def test_a_connection_lost_before_the_confirm_leaves_the_originals_to_the_broker(
+    rig: Rig,
+) -> None:
+    """The connection goes with copies unconfirmed: their originals are neither acked nor held
+    here (the broker returns them; a copy that landed is dropped as a duplicate), and a confirm
+    for the old channel that still arrives changes nothing."""
+    rig.broker.confirm_later = True
+    for i in range(CAP + 2):
+        rig.arrive(f"t{i}")
+    rig.timer.run()
+    rig.overflow.stop()
+    assert rig.qos.value == 0
+    rig.broker.settle()
+    assert ("ack", "t5") not in rig.broker.log
+    assert [h.task_id for h in rig.held] == [f"t{i}" for i in range(CAP)]
