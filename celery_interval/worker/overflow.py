@@ -16,7 +16,8 @@ from celery_interval.buckets import overflow_queue_name
 from celery_interval.config import Settings
 from celery_interval.errors import StoreUnavailable, UnknownBucket
 from celery_interval.stores.overflow import OverflowIndex
-from celery_interval.worker.parking import OverflowBroker
+from celery_interval.worker.directory import Directory
+from celery_interval.worker.parking import OverflowBroker, ack_each
 
 __all__ = ["Overflow", "hold_cap"]
 
@@ -89,6 +90,7 @@ class Overflow:
         #: Buckets whose taken messages went back to their overflow queue with the connection.
         self._returned: set[tuple[str, str]] = set()
         self._taken_lease_us = TAKEN_LEASE_US
+        self.directory = Directory(index)
         self._poll_entry: Any = None
         self._relisted_s = 0.0
         self._busy = False
@@ -179,37 +181,21 @@ class Overflow:
         # down, the bucket is still known here and listed again at the next relisting.
         with contextlib.suppress(StoreUnavailable):
             self.index.park(members)
-        self._ack_parked(batch)
+        ack_each([(h.bucket, h.request.message) for h in batch])
+        for _ in batch:
+            self._qos().decrement_eventually()
         self.parked += len(batch)
         self._on_ok()
+        if self.broker is not None:
+            self.directory.register(self.broker, members)
         for queue, bucket in members:
             self.want_refill(queue, bucket)
 
     def _forget(self, batch: list[Any]) -> bool:
         """Take ``batch`` off the unsettled ones; False if it was not there."""
-        for i, unsettled in enumerate(self._unsettled):
-            if unsettled is batch:
-                del self._unsettled[i]
-                return True
-        return False
-
-    def _ack_parked(self, batch: list[Any]) -> None:
-        """Ack the originals of parked copies, each on its own: an ack the connection refuses
-        leaves that original with the broker (redelivered with the connection, its copy then
-        dropped as a duplicate), never the rest of the batch unacked and uncounted."""
-        refused: list[str] = []
-        for held in batch:
-            try:
-                held.request.message.ack()
-            except Exception as exc:
-                refused.append(f"{held.bucket} ({exc})")
-            self._qos().decrement_eventually()
-        if refused:
-            logger.warning(
-                "interval: %d parked original(s) not acked, the broker redelivers them: %s",
-                len(refused),
-                refused[0],
-            )
+        left = [unsettled for unsettled in self._unsettled if unsettled is not batch]
+        found, self._unsettled = len(left) < len(self._unsettled), left
+        return found
 
     def _fail(self, exc: Exception, batch: list[Any]) -> None:
         """The store or the broker refused: hold the batch here (the cap then stops fetching)."""
@@ -360,6 +346,7 @@ class Overflow:
             self._qos().decrement_eventually()
         self._pending.clear()
         self._unsettled.clear()
+        self.directory.forget()
         for entry in (self._flush_entry, self._refill_entry, self._poll_entry):
             if entry is not None:
                 entry.cancel()
@@ -389,6 +376,8 @@ class Overflow:
             if room <= 0:
                 break
             room -= self.refill(parking.queue, parking.bucket, parking.changes)
+        if self.broker is not None:
+            self.directory.sweep_if_due(self.broker)
 
     def snapshot(self) -> dict[str, Any]:
         """Figures for ``inspect interval_stats``."""

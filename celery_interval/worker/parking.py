@@ -12,12 +12,14 @@ import kombu
 from celery_interval.headers import PARKED_HEADER
 from celery_interval.worker.delivery import QUEUE_KEY, UNPARKED_KEY
 
-__all__ = ["ConsumerBroker", "OverflowBroker"]
+__all__ = ["ConsumerBroker", "OverflowBroker", "ack_each"]
 
 logger = logging.getLogger("celery_interval.worker")
 
 _kombu: Any = kombu  # its entities are untyped
 
+#: The durable queue (never expiring) holding one entry per bucket that has parked tasks.
+DIRECTORY_QUEUE = "ci-overflow-directory"
 #: An overflow queue nobody used (no get, no declare) this long is deleted by RabbitMQ.
 EXPIRES_MS = 7 * 24 * 3600 * 1000
 
@@ -54,6 +56,18 @@ class OverflowBroker(Protocol):
         """Let go of what it opened (the connection is gone or going)."""
         ...
 
+    def register(self, entries: list[str]) -> None:
+        """Publish each entry to the overflow directory (durably, not waited for)."""
+        ...
+
+    def take_entry(self) -> Any:
+        """The directory's head entry, unacknowledged, or None if it is empty."""
+        ...
+
+    def depth(self, name: str) -> int:
+        """How many ready tasks overflow queue ``name`` has (declaring it renews its expiry)."""
+        ...
+
 
 def _queue(name: str) -> Any:
     return _kombu.Queue(
@@ -62,8 +76,26 @@ def _queue(name: str) -> Any:
         routing_key=name,
         durable=True,
         auto_delete=False,
-        queue_arguments={"x-expires": EXPIRES_MS},
+        queue_arguments=None if name == DIRECTORY_QUEUE else {"x-expires": EXPIRES_MS},
     )
+
+
+def ack_each(messages: list[tuple[str, Any]]) -> None:
+    """Ack each ``(bucket, message)`` on its own: an ack the connection refuses leaves that
+    message with the broker (redelivered with the connection; a parked original's copy is then
+    dropped as a duplicate), never the rest unacked."""
+    refused: list[str] = []
+    for bucket, message in messages:
+        try:
+            message.ack()
+        except Exception as exc:
+            refused.append(f"{bucket} ({exc})")
+    if refused:
+        logger.warning(
+            "interval: %d parked original(s) not acked, the broker redelivers them: %s",
+            len(refused),
+            refused[0],
+        )
 
 
 def _parked_from(message: Any, origin: str) -> dict[str, Any]:
@@ -205,6 +237,32 @@ class ConsumerBroker:
             queue.declare()
             self._declared_get.add(name)
         return queue.get(no_ack=False, accept=consumer.accept)
+
+    def register(self, entries: list[str]) -> None:
+        producer = self._ready()
+        if DIRECTORY_QUEUE not in self._declared:
+            _queue(DIRECTORY_QUEUE).bind(self._channel).declare()
+            self._declared.add(DIRECTORY_QUEUE)
+        for entry in entries:
+            producer.publish(
+                entry,
+                routing_key=DIRECTORY_QUEUE,
+                content_type="application/json",
+                content_encoding="utf-8",
+                serializer=None,
+                delivery_mode=2,
+                retry=False,
+            )
+            if self._confirms is not None:
+                self._confirms.sent += 1  # its tag counts; nobody waits for it
+
+    def take_entry(self) -> Any:
+        return self.get(DIRECTORY_QUEUE)
+
+    def depth(self, name: str) -> int:
+        channel = self._c.task_consumer.channel
+        _, ready, _ = _queue(name).bind(channel).queue_declare()
+        return int(ready)
 
     def deliver(self, message: Any, queue: str) -> None:
         info = message.delivery_info

@@ -58,6 +58,10 @@ class Message:
     log: list[tuple[str, str]]
     acknowledged: bool = False
 
+    @property
+    def body(self) -> str:  # a directory entry's JSON
+        return self.task_id
+
     def ack(self) -> None:
         self.acknowledged = True
         self.log.append(("ack", self.task_id))
@@ -112,6 +116,22 @@ class Broker:
         else:
             settled(None)
 
+    directory: deque[Message] = field(default_factory=deque)
+
+    def register(self, entries: list[str]) -> None:
+        for entry in entries:
+            self.directory.append(Message(entry, "", self.log))
+
+    def take_entry(self) -> Any:
+        if not self.directory:
+            return None
+        message = self.directory.popleft()
+        message.back = self.directory.appendleft
+        return message
+
+    def depth(self, name: str) -> int:
+        return len(self.queues[name])
+
     def settle(self, refused: Exception | None = None) -> None:
         """The broker's confirm (or nack) of every batch published so far arrives."""
         for settled in self.unconfirmed:
@@ -158,6 +178,10 @@ class FlakyIndex(MemoryOverflowIndex):
         if self.down:
             raise StoreUnavailable("store down")
         super().park(members)
+
+    def forget_all(self) -> None:
+        """The store restarted empty."""
+        self.__init__()  # type: ignore[misc]
 
     def size(self) -> int:
         if self.down:
@@ -495,3 +519,32 @@ def test_a_connection_lost_before_the_confirm_leaves_the_originals_to_the_broker
     rig.broker.settle()
     assert ("ack", "t5") not in rig.broker.log
     assert [h.task_id for h in rig.held] == [f"t{i}" for i in range(CAP)]
+
+
+def test_parked_tasks_the_store_forgot_are_found_through_the_directory(rig: Rig) -> None:
+    """The worker that parked a bucket's tasks is gone and the store lost its index: another
+    worker's sweep of the broker's directory lists the bucket again and refills it, in order;
+    an entry of an emptied queue is kept until it was seen empty ``MIN_EMPTY_S`` apart."""
+    for i in range(CAP + 2):
+        rig.arrive(f"t{i}")
+    rig.timer.run()
+    assert len(rig.broker.directory) == 1, "the bucket was registered once"
+    rig.overflow.stop()  # this worker is gone ...
+    rig.index.forget_all()  # ... and the store lost its index
+    other = Overflow(
+        rig.overflow.settings,
+        rig.index,
+        rig.timer,
+        held_count=lambda bucket: 0,
+        held_total=lambda: 0,
+        hold=rig.hold,
+        qos=lambda: rig.qos,
+    )
+    other.start(rig.broker)
+    other.poll()
+    assert [(p.queue, p.bucket) for p in rig.index.due(10)] == [("api", "api:a")]
+    assert other.directory.found == 1
+    other.directory._swept_s = 0.0
+    other.poll()
+    assert [m for _, m in rig.broker.delivered] == ["t5", "t6"]
+    assert len(rig.broker.directory) == 1, "kept: its queue was just found with tasks"
