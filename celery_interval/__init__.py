@@ -11,7 +11,9 @@ from celery_interval.errors import (
     ConfigurationError,
     IntervalError,
     StoreError,
+    StoreRefused,
     StoreUnavailable,
+    TransientError,
     UnknownBucket,
 )
 from celery_interval.inline import SlotTimeout, slot
@@ -31,8 +33,10 @@ __all__ = [
     "IntervalTask",
     "SlotTimeout",
     "StoreError",
+    "StoreRefused",
     "StoreUnavailable",
     "Throttled",
+    "TransientError",
     "UnknownBucket",
     "install",
     "parse_interval_us",

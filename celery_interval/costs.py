@@ -8,9 +8,9 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from celery_interval.config import check_units, settings_of
-from celery_interval.errors import ConfigurationError, short_repr
+from celery_interval.errors import ConfigurationError
 from celery_interval.headers import COST_HEADER
-from celery_interval.placement import Arrival, bucket_of
+from celery_interval.placement import Arrival, bucket_of, call_option
 from celery_interval.schedule import Limits
 from celery_interval.schedule.outer import Outer
 
@@ -44,14 +44,10 @@ def check_cost_option(task: Any, name: str) -> None:
         units(spec, f"{name}.interval_cost")
 
 
-def _resolve(task: Any, spec: CostSpec, args: Sequence[Any], kwargs: Mapping[str, Any]) -> int:
+def _resolve(task: Any, spec: CostSpec, arrival: Arrival) -> int:
     name = f"{task.name}.interval_cost"
     if callable(spec):
-        try:
-            value = spec(args, kwargs)
-        except Exception as exc:
-            raise ConfigurationError(f"{name} raised {short_repr(exc)}") from exc
-        return units(value, f"{name}(args, kwargs)")
+        return units(call_option(name, spec, arrival), f"{name}(args, kwargs)")
     return units(spec, name)
 
 
@@ -93,10 +89,7 @@ def send_cost(
     spec = per_call if per_call is not None else _option(task)
     if spec is None:
         return None
-    if per_call is None:
-        cost = _resolve(task, spec, sent.args, sent.kwargs)
-    else:
-        cost = units(per_call, "interval_cost")
+    cost = _resolve(task, spec, sent) if per_call is None else units(per_call, "interval_cost")
     bucket = bucket_of(sent._replace(queue=queue()))
     settings = settings_of(task.app)
     check_within_burst(
@@ -116,4 +109,4 @@ def message_cost(arrival: Arrival) -> int:
     if header is not None:
         return units(header, f"message header {COST_HEADER}")
     spec = _option(arrival.task)
-    return 1 if spec is None else _resolve(arrival.task, spec, arrival.args, arrival.kwargs)
+    return 1 if spec is None else _resolve(arrival.task, spec, arrival)

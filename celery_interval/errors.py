@@ -6,7 +6,9 @@ __all__ = [
     "ConfigurationError",
     "IntervalError",
     "StoreError",
+    "StoreRefused",
     "StoreUnavailable",
+    "TransientError",
     "UnknownBucket",
     "short_repr",
 ]
@@ -36,3 +38,14 @@ class StoreError(IntervalError):
 
 class StoreUnavailable(StoreError):
     """The shared store could not be reached; nothing was changed or it is unknown whether."""
+
+
+class StoreRefused(StoreUnavailable):
+    """The store answered with an error that passes by itself or by an operator's hand (out of
+    memory, a failed disk save, a replica, loading, a busy script, no permission): it ran
+    nothing of the call, which is retried like an outage (``stores.redis_client``)."""
+
+
+class TransientError(IntervalError):
+    """A task's ``interval_bucket`` or ``interval_cost`` callable raised an error that may pass
+    (not one of a bug's: ``placement.BUG_ERRORS``); the worker tries the message again."""

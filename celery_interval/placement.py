@@ -7,15 +7,17 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple
 
 from celery_interval.buckets import check_bucket
-from celery_interval.errors import ConfigurationError, UnknownBucket, short_repr
+from celery_interval.errors import ConfigurationError, TransientError, UnknownBucket, short_repr
 from celery_interval.headers import BUCKET_HEADER, NESTING_HEADER, SEND_HEADER, SEND_ONCE
 from celery_interval.intervals import parse_interval_us
 
 __all__ = [
+    "BUG_ERRORS",
     "PACED_STRATEGY",
     "Arrival",
     "Placement",
     "bucket_of",
+    "call_option",
     "generation_of",
     "interval_of",
     "is_paced",
@@ -28,6 +30,35 @@ __all__ = [
 PACED_STRATEGY = "celery_interval.worker.strategy:interval_strategy"
 #: A send's code sits above this many bits of the store's ``retries`` (32 more: below 2**53).
 SEND_SHIFT = 20
+
+
+#: What a task's ``interval_bucket`` or ``interval_cost`` callable raises on a bug in the call
+#: or in itself (a ``KeyError`` for an argument the call left out): the message fails visibly.
+#: Anything else it raises (``ConnectionError``, ``TimeoutError``, a database client's error)
+#: may pass: ``TransientError``, and the worker tries the message again with backoff.
+BUG_ERRORS: tuple[type[Exception], ...] = (
+    LookupError,
+    TypeError,
+    ValueError,
+    AttributeError,
+    NameError,
+    ArithmeticError,
+    AssertionError,
+    NotImplementedError,
+)
+
+
+def call_option(
+    name: str, fn: Callable[[Sequence[Any], Mapping[str, Any]], object], arrival: Arrival
+) -> object:
+    """``fn(args, kwargs)`` of a task option ``name``: a bug's error as ``ConfigurationError``,
+    any other as ``TransientError``."""
+    try:
+        return fn(arrival.args, arrival.kwargs)
+    except BUG_ERRORS as exc:
+        raise ConfigurationError(f"{name} raised {short_repr(exc)}") from exc
+    except Exception as exc:
+        raise TransientError(f"{name} raised {short_repr(exc)}") from exc
 
 
 def is_paced(task: Any) -> bool:
@@ -49,7 +80,7 @@ class Arrival(NamedTuple):
 def bucket_of(arrival: Arrival) -> str:
     """The bucket of one message: header override, task option (a name, or a key inside the
     queue's bucket), else the queue the message was consumed from."""
-    task, headers, args, kwargs, queue = arrival
+    task, headers, queue = arrival.task, arrival.headers, arrival.queue
     override = headers.get(BUCKET_HEADER)
     if override is not None:
         return check_bucket(override, f"message header {BUCKET_HEADER}=")
@@ -64,10 +95,7 @@ def bucket_of(arrival: Arrival) -> str:
         return str(base)
     if isinstance(spec, str):
         return spec
-    try:
-        key = spec(args, kwargs)
-    except Exception as exc:
-        raise ConfigurationError(f"{task.name}.interval_bucket raised {short_repr(exc)}") from exc
+    key = call_option(f"{task.name}.interval_bucket", spec, arrival)
     if key is None or key == "":
         raise ConfigurationError(
             f"{task.name}.interval_bucket returned {key!r}: expected a key such as a tenant id"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections import deque
 from typing import Any
@@ -14,6 +15,8 @@ from celery_interval.stores.line import Call, packed
 
 __all__ = ["MAX_OWED", "PostedLine"]
 
+logger = logging.getLogger("celery_interval")
+
 #: Replies a posted line may owe; more means the store stopped answering (the line resets).
 MAX_OWED = 64
 
@@ -25,7 +28,9 @@ class PostedLine:
     kernel closes a dead process's socket after sending what it wrote. A script goes ahead of
     its first call on each connection (SCRIPT LOAD, in the same write); replies are read as the
     next call is posted, and a call that met NOSCRIPT (the scripts were flushed) is sent again
-    behind its script.
+    behind its script. A call the store refused (out of memory, a failed disk save, an error
+    in the script) is sent again too, at each ``prepare`` until it goes through: a done mark
+    dropped would let a copy of its task run again.
     """
 
     def __init__(self, client: Any) -> None:
@@ -35,6 +40,8 @@ class PostedLine:
         self._owed: deque[Call | None] = deque()
         #: Scripts loaded on this connection (by sha).
         self._loaded: set[str] = set()
+        #: Whether the last call the store answered was refused (logged once until one passes).
+        self._refusing = False
         self._lock = threading.Lock()
 
     def prepare(self) -> None:
@@ -89,12 +96,27 @@ class PostedLine:
                 if call is not None:
                     self._loaded.discard(call[0].sha)
                     again.append(call)
-            except ResponseError:
-                pass  # the script refused the call: the worker's own call reports it
+            except ResponseError as exc:
+                if call is not None:
+                    self._refused(exc)
+                    again.append(call)
+            else:
+                if call is not None and self._refusing:
+                    self._refusing = False
+                    logger.warning("interval: the store takes posted done marks again")
         if len(self._owed) >= MAX_OWED:
             raise RedisTimeoutError(f"the store owes {len(self._owed)} replies")
         for call in again:
             self._write(call)
+
+    def _refused(self, exc: ResponseError) -> None:
+        if not self._refusing:
+            self._refusing = True
+            logger.error(
+                "interval: the store refused a posted done mark (%s): it is sent again with "
+                "this process's next task until the store takes it",
+                exc,
+            )
 
     def _reset(self) -> None:
         self._owed.clear()

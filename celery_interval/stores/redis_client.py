@@ -5,6 +5,7 @@ from __future__ import annotations
 import codecs
 import contextlib
 import functools
+import re
 from collections.abc import Callable, Iterator
 from typing import Any, TypeAlias
 
@@ -15,6 +16,8 @@ from redis.exceptions import (
     AuthenticationError,
     BusyLoadingError,
     ClusterDownError,
+    NoPermissionError,
+    OutOfMemoryError,
     ReadOnlyError,
     ResponseError,
     TryAgainError,
@@ -24,7 +27,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from redis.retry import Retry
 
 from celery_interval.defaults import HEALTH_CHECK_INTERVAL_S
-from celery_interval.errors import StoreError, StoreUnavailable
+from celery_interval.errors import StoreError, StoreRefused, StoreUnavailable
 from celery_interval.stores.sentinel import sentinel_client
 from celery_interval.stores.urls import cluster_seeds, connection_options, redis_kind
 
@@ -34,6 +37,7 @@ __all__ = [
     "cluster_client",
     "codec_name",
     "describe",
+    "refused_for_now",
     "store_errors",
 ]
 
@@ -50,10 +54,30 @@ _UNAVAILABLE: tuple[type[Exception], ...] = (
 )
 
 
+#: Error replies that pass (by themselves, or once an operator frees memory, fixes the disk or
+#: grants the command): Redis refuses these before a script's first write (a script that wrote
+#: runs to its end), so the call changed nothing and is sent again later, as in an outage.
+_REFUSED_FOR_NOW: tuple[type[Exception], ...] = (OutOfMemoryError, NoPermissionError)
+#: The same by error code: at the start of the reply, or where a command inside a script
+#: (called from one of its functions) was refused: "Error running script …: -OOM command …".
+#: An ACL refusal of a key inside a script comes without its NOPERM code.
+_REFUSED_CODES = re.compile(
+    r"(?:^|: -)(?:OOM|MISCONF|NOPERM|BUSY|NOREPLICAS|READONLY|LOADING|MASTERDOWN|TRYAGAIN"
+    r"|CLUSTERDOWN) |The user executing the script can't access"
+)
+
+
+def refused_for_now(exc: ResponseError) -> bool:
+    """Whether an error reply is the store's state, not the call's: retried, where any other
+    (a Lua error in a script, WRONGTYPE on a damaged key) is a bug that retrying will not cure."""
+    return isinstance(exc, _REFUSED_FOR_NOW) or _REFUSED_CODES.search(str(exc)) is not None
+
+
 @contextlib.contextmanager
 def store_errors(where: str, op: str) -> Iterator[None]:
     """Raise redis-py's errors during ``op`` on the store ``where`` as ``StoreUnavailable``
-    (held tasks are retried later) or ``StoreError`` (the store refused the call)."""
+    (held tasks are retried later; ``StoreRefused`` for an error reply that passes) or
+    ``StoreError`` (the store refused the call: a bug, or a damaged key)."""
     try:
         yield
     except AuthenticationError as exc:
@@ -64,6 +88,8 @@ def store_errors(where: str, op: str) -> Iterator[None]:
     except _UNAVAILABLE as exc:
         raise StoreUnavailable(f"interval store {where} unavailable during {op}: {exc}") from exc
     except ResponseError as exc:
+        if refused_for_now(exc):
+            raise StoreRefused(f"interval store {where} refused {op} for now: {exc}") from exc
         raise StoreError(f"interval store {where} rejected {op}: {exc}") from exc
 
 

@@ -11,7 +11,7 @@ from celery.worker.control import control_command, inspect_command
 
 from celery_interval import control
 from celery_interval.config import settings_of
-from celery_interval.errors import ConfigurationError, StoreUnavailable
+from celery_interval.errors import ConfigurationError, StoreError
 
 __all__ = [
     "interval_stats",
@@ -44,7 +44,7 @@ def _run(state: Any, command: str, queue: Any, action: Any) -> dict[str, Any]:
     and, for a success, sent as an ``interval-<action>`` event."""
     try:
         status = control.status_dict(action())
-    except (ConfigurationError, StoreUnavailable) as exc:
+    except (ConfigurationError, StoreError) as exc:  # an outage, a refusal, a damaged key
         logger.warning("interval: control %s %s failed: %s", command, queue, exc)
         return {"error": str(exc)}
     logger.info(

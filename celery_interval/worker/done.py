@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from celery_interval.config import Settings
-from celery_interval.errors import StoreUnavailable
+from celery_interval.errors import StoreError
 from celery_interval.stores.base import Store, TaskCopy
 from celery_interval.worker.outage import StoreOutage
 
@@ -50,7 +50,7 @@ class DoneMarks:
             return
         try:
             self.store.done(batch, self.settings.dedupe_ttl_us)
-        except StoreUnavailable as exc:
+        except StoreError as exc:
             self.outage.failed(exc)
             self.pending = batch + self.pending
             self._entry = self.timer.call_after(self.outage.backoff_s, self.flush, priority=8)

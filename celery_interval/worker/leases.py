@@ -6,7 +6,7 @@ import logging
 from typing import Any
 
 from celery_interval.config import Settings
-from celery_interval.errors import StoreUnavailable
+from celery_interval.errors import StoreError
 from celery_interval.stores.base import Store
 from celery_interval.worker.outage import StoreOutage
 
@@ -43,7 +43,7 @@ class Leases:
             return
         try:
             self.store.renew(bucket, task_id, retries, holder, 0)
-        except StoreUnavailable as exc:
+        except StoreError as exc:
             self.outage.failed(exc)
             logger.warning(
                 "interval %s: task %s requeued; its copy waits for the lease to lapse (%.0fs)",
@@ -63,9 +63,10 @@ class Leases:
         for (bucket, task_id, retries), holder in list(self.holders.items()):
             try:
                 renewed = self.store.renew(bucket, task_id, retries, holder, self.settings.lease_us)
-            except StoreUnavailable as exc:
+            except StoreError as exc:
                 self.outage.failed(exc)
                 break
+            self.outage.answered()
             if not renewed:
                 self.holders.pop((bucket, task_id, retries), None)
         self._ensure_renew()

@@ -7,7 +7,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from celery_interval.config import Settings
-from celery_interval.errors import StoreUnavailable
+from celery_interval.errors import StoreError
 from celery_interval.schedule.outer import status_nested
 from celery_interval.stores.base import Store
 from celery_interval.worker.held import Held, HeldState
@@ -70,9 +70,11 @@ class PausedTasks:
         interval_us = self.held[bucket][0].interval_us
         try:
             paused = self._paused(bucket, interval_us)
-        except StoreUnavailable as exc:
+        except StoreError as exc:
             self.outage.failed(exc)
             paused = True
+        else:
+            self.outage.answered()
         if paused:
             self._ensure_poll(bucket)
         else:

@@ -7,7 +7,7 @@ from collections import Counter
 from typing import Any
 
 from celery_interval.config import Settings
-from celery_interval.errors import StoreUnavailable
+from celery_interval.errors import StoreError
 from celery_interval.schedule import PLACE_RENEW_US
 from celery_interval.stores.base import Store, TaskCopy
 from celery_interval.worker.outage import StoreOutage
@@ -58,7 +58,7 @@ class RunningPlaces:
         copy = entry[1]
         try:
             self.store.release(copy)
-        except StoreUnavailable as exc:
+        except StoreError as exc:
             self.outage.failed(exc)
             logger.warning(
                 "interval %s: task %s ended; its place comes back when it expires (%.0fs)",
@@ -76,9 +76,10 @@ class RunningPlaces:
         for key, (_request, copy, cap) in list(self.running.items()):
             try:
                 renewed = self.store.renew_place(copy, self.settings.lease_us, cap)
-            except StoreUnavailable as exc:
+            except StoreError as exc:
                 self.outage.failed(exc)
                 break
+            self.outage.answered()
             if not renewed:
                 self.running.pop(key, None)
                 logger.warning(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -18,7 +19,11 @@ POOL_POLL_S = 0.001
 
 class Pool:
     """Due tasks wait here, lowest ticket first, for a free pool process; tasks handed to the
-    pool are counted until their end, and kept until a process accepts them."""
+    pool are counted until their end, and kept until a process accepts them.
+
+    ``accepted`` runs on a threads pool's executor thread, the rest on the event loop's: the
+    tasks handed over and their count change under one lock, so that each is either accepted
+    or taken for orphaned, never both unseen."""
 
     def __init__(self, timer: Any, free: Callable[[], int], claim: Callable[[Held], None]) -> None:
         self.timer = timer
@@ -33,6 +38,9 @@ class Pool:
         self.in_pool = 0
         #: Tasks handed to the pool that no process accepted yet, by request id.
         self.released: dict[str, Held] = {}
+        #: Tasks taken for orphaned (``take_unaccepted``) that a process may still accept.
+        self._orphaned: dict[str, Held] = {}
+        self._lock = threading.Lock()
 
     def wait(self, held: Held) -> None:
         """Queue a due task behind those already waiting for a pool process; one poll for all
@@ -61,22 +69,34 @@ class Pool:
 
     def handed(self, held: Held) -> None:
         """``held`` goes to the pool: it counts as running until its end is reported."""
-        self.in_pool += 1
-        self.released[held.request.id] = held
+        with self._lock:
+            self.in_pool += 1
+            self.released[held.request.id] = held
 
-    def accepted(self, task_id: str) -> None:
-        """A pool process accepted the task: it runs (its end calls ``freed``)."""
-        self.released.pop(task_id, None)
+    def accepted(self, task_id: str) -> Held | None:
+        """A pool process accepted the task: it runs (its end calls ``freed``). The task, if
+        it had been taken for orphaned (a threads pool runs what it was given after the channel
+        closed): it counts as running again, and the caller renews its lease again."""
+        with self._lock:
+            if self.released.pop(task_id, None) is not None:
+                return None
+            late = self._orphaned.pop(task_id, None)
+            if late is not None:
+                self.in_pool += 1
+            return late
 
     def freed(self) -> None:
         """A pool process finished a task."""
-        self.in_pool -= 1
+        with self._lock:
+            self.in_pool -= 1
 
     def take_unaccepted(self) -> list[Held]:
         """The tasks handed over that no process accepted, which the pool drops when the
         channel closes and whose end it never reports: they no longer count as running."""
-        orphans, self.released = list(self.released.values()), {}
-        self.in_pool -= len(orphans)
+        with self._lock:
+            orphans, self.released = list(self.released.values()), {}
+            self.in_pool -= len(orphans)
+            self._orphaned.update((held.request.id, held) for held in orphans)
         return orphans
 
     def clear(self) -> None:

@@ -9,7 +9,7 @@ from collections.abc import Callable
 from typing import Any
 
 from celery_interval.config import Settings
-from celery_interval.stores.base import Store
+from celery_interval.stores.base import Store, TaskCopy
 from celery_interval.stores.overflow import OverflowIndex
 from celery_interval.worker.done import DoneMarks
 from celery_interval.worker.held import Held
@@ -58,6 +58,9 @@ class IntervalService:
         self.notify = notify or Notify(lambda: None)
         self._call_soon = call_soon
         self._loop_thread = threading.get_ident()
+        #: Channels lost so far: a message that waits for a retry from before the last one went
+        #: back to the broker with its channel.
+        self.connection_losses = 0
         self.overflow: Overflow | None = None
         if overflow_index is not None and settings.overflow:
             self.overflow = Overflow(
@@ -71,7 +74,9 @@ class IntervalService:
             )
         self.holding = Holding(settings, qos, stop_queue, resume_queue, self.overflow)
         self.outage = StoreOutage(
-            settings.retry_max_s, lambda: sum(len(v) for v in self.holding.held.values())
+            settings.retry_max_s,
+            lambda: sum(len(v) for v in self.holding.held.values()),
+            timer,
         )
         self.done = DoneMarks(settings, store, timer, self.outage)
         self.leases = Leases(settings, store, timer, self.outage)
@@ -138,6 +143,7 @@ class IntervalService:
 
     def connection_lost(self) -> None:
         """The channel is gone: its unacked messages return to the broker, so drop our copies."""
+        self.connection_losses += 1
         self.slots.forget_released()
         dropped = 0
         for items in list(self.holding.held.values()):
@@ -154,6 +160,20 @@ class IntervalService:
             logger.warning(
                 "interval: connection lost, %d held task(s) return to the broker", dropped
             )
+
+    def accepted_late(self, held: Held) -> None:
+        """A task taken for orphaned as the channel closed was accepted after all (a threads
+        pool runs what it was given): it runs here, so its lease and place are renewed again."""
+        logger.warning(
+            "interval %s: task %s was accepted by the pool after the connection closed: it runs",
+            held.bucket,
+            held.request.id,
+        )
+        if held.cap is not None:
+            copy = TaskCopy(held.bucket, held.task_id, held.retries)
+            self.places.hold(held.request, copy, held.cap)
+        if held.acks_late:
+            self.leases.hold(held.key, held.holder)
 
     def close(self) -> None:
         """Flush pending done marks and release the store."""

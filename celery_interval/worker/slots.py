@@ -8,7 +8,7 @@ from collections.abc import Callable
 from typing import Any
 
 from celery_interval.config import Settings
-from celery_interval.errors import StoreUnavailable
+from celery_interval.errors import StoreError
 from celery_interval.headers import (
     CLAIM_HEADER,
     CLAIMED_HEADER,
@@ -141,7 +141,7 @@ class SlotCycle:
                 )
             else:
                 grant = self.store.grant(copy, pace)
-        except StoreUnavailable as exc:
+        except StoreError as exc:
             self.done.put_back(marks)
             self.outage.failed(exc)
             self._arm(held, self.outage.backoff_s, self._grant)
@@ -211,7 +211,7 @@ class SlotCycle:
             result = held.claim_args(handoff_us).claim(
                 self.store, self.settings.lease_us, lead_us, held.cap
             )
-        except StoreUnavailable as exc:
+        except StoreError as exc:
             self.outage.failed(exc)
             self._arm(held, self.outage.backoff_s, self.due)
             return

@@ -15,7 +15,7 @@ from celery.exceptions import Ignore
 
 from celery_interval.app_store import store_of
 from celery_interval.config import settings_of
-from celery_interval.errors import StoreUnavailable
+from celery_interval.errors import StoreError
 from celery_interval.headers import CLAIM_HEADER, MARK_HEADER, SPIN_HEADER, START_HEADER
 from celery_interval.placement import is_paced
 from celery_interval.schedule import MAX_LEAD_US, Outcome
@@ -128,8 +128,8 @@ def _claim_again(app: Any, claimed: ClaimArgs, late_ns: int, missed_ns: int) -> 
         sent_ns = time.monotonic_ns()
         try:
             result = claimed.claim(store, settings.lease_us, lead_us)
-        except StoreUnavailable as exc:
-            logger.warning("interval %s: store unreachable for a new claim (%s)", bucket, exc)
+        except StoreError as exc:  # an outage or an error reply: the task waits, never lost
+            logger.warning("interval %s: no new claim from the store (%s)", bucket, exc)
             time.sleep(backoff_s)
             backoff_s = min(backoff_s * 2, settings.retry_max_s)
             continue
@@ -150,7 +150,10 @@ def _claim_again(app: Any, claimed: ClaimArgs, late_ns: int, missed_ns: int) -> 
         elif result.outcome is Outcome.RETICKET:
             try:
                 grant = store.grant(claimed.copy, claimed.pace())
-            except StoreUnavailable:
+            except StoreError as exc:
+                logger.warning("interval %s: no new ticket from the store (%s)", bucket, exc)
+                time.sleep(backoff_s)
+                backoff_s = min(backoff_s * 2, settings.retry_max_s)
                 continue
             claimed = claimed._replace(
                 epoch=grant.epoch, slot_us=grant.slot_us, ticket=grant.ticket

@@ -17,7 +17,7 @@ from celery.worker.state import task_reserved
 from celery.worker.strategy import hybrid_to_proto2, proto1_to_proto2
 
 from celery_interval.costs import check_within_burst, message_cost
-from celery_interval.errors import ConfigurationError
+from celery_interval.errors import ConfigurationError, TransientError
 from celery_interval.headers import (
     MARK_HEADER,
     RESEND_HEADER,
@@ -30,6 +30,7 @@ from celery_interval.throttled import Throttled
 from celery_interval.worker.consumer import service_for
 from celery_interval.worker.delivery import consumed_queue, taken_back
 from celery_interval.worker.held import Held
+from celery_interval.worker.outage import FIRST_BACKOFF_S
 
 __all__ = ["interval_strategy"]
 
@@ -47,11 +48,13 @@ def interval_strategy(task: Any, app: Any, consumer: Any, **_: Any) -> Any:
             symbol_by_name(task.Request), task, consumer.pool, hostname, eventer, app=app
         ),
         lambda request: service.from_pool(_body_ended, service, request),
-        service.slots.pool.accepted,
+        lambda task_id: _accepted(service, task_id),
     )
     acks_late = bool(getattr(task, "acks_late", False))
     # kombu's Redis transport serves priority 0 first; AMQP brokers the highest number.
     lower_first = getattr(consumer.connection.transport, "driver_type", "") == "redis"
+
+    failing = _Failing(task.name)
 
     def release(req: Any) -> None:
         task_reserved(req)
@@ -93,6 +96,20 @@ def interval_strategy(task: Any, app: Any, consumer: Any, **_: Any) -> Any:
         drop_internal_headers(req.request_dict)
         queue = consumed_queue(message) or _queue_of(task, req)
         arrival = Arrival(task, req.request_dict, req.args, req.kwargs, queue)
+        place(message, req, arrival, callbacks, resent, 0, service.connection_losses)
+
+    def place(
+        message: Any,
+        req: Any,
+        arrival: Arrival,
+        callbacks: Any,
+        resent: bool,
+        attempt: int,
+        connection: int,
+    ) -> None:
+        if connection != service.connection_losses or req.revoked():
+            return  # the message went back to the broker with its channel, or was revoked
+        queue = arrival.queue
         try:
             bucket, interval_us, task_id, retries = placement_of(
                 arrival, service.settings.interval_us
@@ -105,6 +122,13 @@ def interval_strategy(task: Any, app: Any, consumer: Any, **_: Any) -> Any:
             service.notify.received_request(req)
             _fail(req, exc)
             return
+        except TransientError as exc:  # the message waits here, and tries again
+            failing.failed(req.id, exc)
+            delay_s = min(FIRST_BACKOFF_S * 2**attempt, service.settings.retry_max_s)
+            args = (message, req, arrival, callbacks, resent, attempt + 1, connection)
+            service.timer.call_after(delay_s, place, args, priority=6)
+            return
+        failing.passed()
         if _broadcast(message, queue):
             task_id = f"{task_id}@{hostname}"
         holder = service.new_holder()
@@ -143,6 +167,34 @@ def interval_strategy(task: Any, app: Any, consumer: Any, **_: Any) -> Any:
     return handler
 
 
+class _Failing:
+    """A task's ``interval_bucket`` or ``interval_cost`` callable failing with an error that may
+    pass: logged once as it starts, once as it ends (not once per message per try)."""
+
+    def __init__(self, task_name: str) -> None:
+        self.task_name = task_name
+        self.since: float | None = None
+
+    def failed(self, task_id: str, exc: TransientError) -> None:
+        if self.since is None:
+            self.since = time.monotonic()
+            logger.error(
+                "interval: task %s waits for its placement: %s (it may pass; the worker holds "
+                "such messages and tries again with backoff)",
+                task_id,
+                exc,
+            )
+
+    def passed(self) -> None:
+        if self.since is not None:
+            logger.warning(
+                "interval: %s's placement works again after %.1fs",
+                self.task_name,
+                time.monotonic() - self.since,
+            )
+            self.since = None
+
+
 def _freeing_pool(
     base: Any, pool_freed: Callable[[Any], None], pool_accepted: Callable[[str], None]
 ) -> Any:
@@ -171,6 +223,13 @@ def _freeing_pool(
                 pool_freed(self)
 
     return Request
+
+
+def _accepted(service: Any, task_id: str) -> None:
+    """A pool process took the task (on a threads pool, in its own thread)."""
+    late = service.slots.pool.accepted(task_id)
+    if late is not None:
+        service.from_pool(service.accepted_late, late)
 
 
 def _track_ack(req: Any, service: Any, copy: TaskCopy, acks_late: bool) -> None:

@@ -10,7 +10,7 @@ from celery.exceptions import Retry
 
 from celery_interval.app_store import store_of
 from celery_interval.config import settings_of
-from celery_interval.errors import StoreUnavailable
+from celery_interval.errors import StoreError
 from celery_interval.headers import (
     BUCKET_HEADER,
     CLAIM_HEADER,
@@ -32,8 +32,9 @@ def throttled(task: Any, exc: Throttled) -> NoReturn:
     place kept in the store, the same message (same task id, retries and send code) published
     again; the run ends in Celery's RETRY state (``Retry``), with no retry spent.
 
-    With the store unreachable nothing can be deferred or kept: the task is sent again as a
-    new message with a countdown of the wait (a plain retry that spends no retry either).
+    With the store unreachable, or answering an error, nothing can be deferred or kept: the
+    task is sent again as a new message with a countdown of the wait (a plain retry that
+    spends no retry either).
     """
     request = task.request
     claimed = request.get(CLAIM_HEADER)
@@ -46,7 +47,7 @@ def throttled(task: Any, exc: Throttled) -> NoReturn:
             headers[name] = request.get(name)
     options: dict[str, Any] = {}
     try:
-        with contextlib.suppress(StoreUnavailable):
+        with contextlib.suppress(StoreError):
             store.prepare_post()  # a done mark posted as the body began lands first
         adapt_max_us = settings_of(task.app).adapt_max_us(claimed.bucket, claimed.interval_us)
         backoff = Backoff(
@@ -70,10 +71,10 @@ def throttled(task: Any, exc: Throttled) -> NoReturn:
             status.interval_us / 1e6,
             " (adapted)" if status.adapted else "",
         )
-    except StoreUnavailable as outage:
+    except StoreError as outage:
         options["countdown"] = exc.retry_after_s
         logger.warning(
-            "interval %s: task %s throttled (%s) with the store unreachable (%s): sent again "
+            "interval %s: task %s throttled (%s) with the store failing (%s): sent again "
             "to run in %.3fs, the bucket not deferred",
             claimed.bucket,
             request.id,
