@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 import re
 from dataclasses import dataclass, field
 from typing import Any
@@ -16,6 +15,7 @@ from celery_interval.stores.memory import MemoryStore
 from celery_interval.worker.held import Held, HeldState
 from celery_interval.worker.service import IntervalService
 from tests.helpers.fakeclock import Clock
+from tests.helpers.logs import worker_log
 
 INTERVAL_US = 50_000
 POOL_PROCESSES = 2
@@ -176,20 +176,8 @@ def test_a_task_the_pool_never_accepted_stops_renewing_its_lease_when_the_channe
     assert started == ["a", "b"]
     service.slots.pool.accepted("a")
 
-    records: list[logging.LogRecord] = []
-    handler = logging.Handler(logging.WARNING)
-    handler.emit = records.append  # type: ignore[method-assign]
-    # Read the service's logger directly: a Celery app set up earlier in the session may have
-    # raised the root logger's level, which the caplog fixture would not see past.
-    worker_log = logging.getLogger("celery_interval.worker")
-    level = worker_log.level
-    worker_log.setLevel(logging.WARNING)
-    worker_log.addHandler(handler)
-    try:
+    with worker_log() as records:
         service.connection_lost()
-    finally:
-        worker_log.removeHandler(handler)
-        worker_log.setLevel(level)
 
     assert list(service.leases.holders) == [("api", "a", 0)], "a runs: its lease is still renewed"
     lines = [r.getMessage() for r in records if "not yet accepted" in r.getMessage()]

@@ -24,6 +24,7 @@ from celery_interval.stores.redis_client import store_errors
 from celery_interval.worker.held import HeldState
 from celery_interval.worker.service import IntervalService
 from tests.helpers.fakeclock import Clock
+from tests.helpers.logs import worker_log
 from tests.unit.test_service import fire_due, held_copy, make_service
 
 DEDUPE_TTL_US = 7_200_000_000
@@ -60,24 +61,6 @@ def out_of_memory(client: redis.Redis[Any]) -> Iterator[None]:
         yield
     finally:
         client.config_set("maxmemory", "0")
-
-
-@contextlib.contextmanager
-def worker_log() -> Iterator[list[logging.LogRecord]]:
-    """The celery_interval.worker records at WARNING and above (read directly, as
-    test_service.py does: a Celery app set up earlier may have raised the root's level)."""
-    records: list[logging.LogRecord] = []
-    handler = logging.Handler(logging.WARNING)
-    handler.emit = records.append  # type: ignore[method-assign]
-    log = logging.getLogger("celery_interval.worker")
-    level = log.level
-    log.setLevel(logging.WARNING)
-    log.addHandler(handler)
-    try:
-        yield records
-    finally:
-        log.removeHandler(handler)
-        log.setLevel(level)
 
 
 def lines(records: list[logging.LogRecord], text: str) -> list[str]:
