@@ -10,6 +10,7 @@ from celery import bootsteps
 from celery_interval.placement import is_paced
 from celery_interval.stores import mask_url
 from celery_interval.worker import started
+from celery_interval.worker.brokerloss import BrokerWatch, install_restore_fix
 from celery_interval.worker.consumer import service_for
 from celery_interval.worker.delivery import consumed_queue, stamp_consumed_queues
 from celery_interval.worker.parking import ConsumerBroker
@@ -96,9 +97,12 @@ class IntervalStep(bootsteps.StartStopStep):
         c.interval_service = None
         self.channel_errors = _survive_channel_errors(c.app)
         self.announced = False
+        self.broker = BrokerWatch()
+        install_restore_fix()
         super().__init__(c, **kwargs)
 
     def start(self, c: Any) -> None:
+        self.broker.started(c)
         service = service_for(c)
         settings = service.settings
         stamp_consumed_queues(c.task_consumer.channel)
@@ -124,6 +128,7 @@ class IntervalStep(bootsteps.StartStopStep):
             service.outage.failed(exc)  # the outage's one log line; tasks are held until it ends
 
     def stop(self, c: Any) -> None:
+        self.broker.stopped(c)
         if c.interval_service is not None:
             c.interval_service.connection_lost()
 

@@ -1,0 +1,151 @@
+"""Survive a broker that goes away: the Redis restore-at-close workaround, outage log lines."""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+from celery.bootsteps import RUN
+
+__all__ = ["BrokerWatch", "install_restore_fix", "restore_bug_present"]
+
+logger = logging.getLogger("celery_interval.worker")
+
+#: Delivery tags whose restore at a channel close could not reach the broker, with when that
+#: was noted (time.time(), the clock kombu scores its ``unacked_index`` with).
+_stranded: dict[str, float] = {}
+#: kombu's own ``Channel._connparams`` once the workaround replaced it.
+_original_connparams: Any = None
+
+
+def restore_bug_present() -> bool:
+    """Whether the installed kombu has the bug, found by behaviour: its Redis
+    ``Channel._connparams`` on a channel whose transport lost its client
+    (``Connection.collect`` sets ``transport.client = None``, a close sets
+    ``channel.connection = None``) raises ``AttributeError`` (``conninfo.hostname`` of None),
+    which no caller expects, instead of a connection error. The probe runs kombu's own method
+    on a bare channel; it fails before any I/O, so no server is needed."""
+    try:
+        from kombu.transport import redis as kredis
+    except ImportError:  # redis-py missing: no Redis transport, no bug to meet
+        return False
+    channel: Any = object.__new__(kredis.Channel)
+    channel.connection = type("GoneTransport", (), {"client": None, "default_port": 6379})()
+    connparams: Any = _original_connparams or kredis.Channel._connparams
+    try:
+        connparams(channel)
+    except AttributeError as exc:
+        return "'NoneType' object has no attribute" in str(exc)
+    except Exception:
+        return False
+    return False
+
+
+def install_restore_fix() -> bool:
+    """Patch ``kombu.transport.redis.Channel._connparams`` (that one call) if the installed
+    kombu has the bug: on a channel whose broker connection is gone it raises redis-py's
+    ``ConnectionError``, which kombu and Celery handle (the restore at close then leaves the
+    messages in the broker's ``unacked`` hash; a late ack is logged as failed), instead of an
+    ``AttributeError`` that stops the worker. Returns whether the patch is in force."""
+    global _original_connparams
+    if _original_connparams is not None:
+        return True
+    if not restore_bug_present():
+        return False
+    import kombu
+    from kombu.transport import redis as kredis
+    from redis.exceptions import ConnectionError as RedisConnectionError
+
+    original: Any = kredis.Channel._connparams
+
+    def _connparams(self: Any, asynchronous: bool = False) -> Any:
+        transport = self.connection
+        if transport is None or transport.client is None:
+            raise RedisConnectionError("the broker connection of this channel is closed")
+        return original(self, asynchronous=asynchronous)
+
+    _original_connparams = original
+    kredis.Channel._connparams = _connparams  # type: ignore[method-assign]
+    logger.info(
+        "interval: kombu %s stops a Redis worker at a broker outage (Channel._connparams "
+        "raises AttributeError on a closed channel): patched to raise ConnectionError",
+        kombu.__version__,
+    )
+    return True
+
+
+def _note_unrestored(c: Any) -> int:
+    """Note the delivery tags the closed channel could not give back: kombu's Redis restore at
+    close empties its QoS's ``_delivered`` only once every message went back, so what is left
+    there stayed in the broker's ``unacked`` hash. Returns how many."""
+    channel = getattr(getattr(c, "task_consumer", None), "channel", None)
+    qos: Any = getattr(channel, "_qos", None)
+    delivered = getattr(qos, "_delivered", None)
+    if not delivered or not hasattr(qos, "restore_by_tag"):
+        return 0
+    noted_at_s = time.time()
+    _stranded.update(dict.fromkeys(map(str, delivered), noted_at_s))
+    return len(delivered)
+
+
+def _restore_stranded(c: Any) -> int:
+    """Put the messages this worker held at the outage back at the head of their queues, now
+    that the broker answers, each unless it changed hands since (its ``unacked_index`` score is
+    newer: another worker's ``restore_visible`` restored it and it was delivered again).
+    Returns how many went back; the tags that could not be handled stay for the next time."""
+    if not _stranded:
+        return 0
+    channel = getattr(getattr(c, "task_consumer", None), "channel", None)
+    qos: Any = getattr(channel, "qos", None)
+    if channel is None or not hasattr(qos, "restore_by_tag"):
+        return 0
+    restored = 0
+    with channel.conn_or_acquire() as client:
+        for tag, noted_at_s in list(_stranded.items()):
+            score = client.zscore(channel.unacked_index_key, tag)
+            if score is not None and score <= noted_at_s:
+                qos.restore_by_tag(tag, client=client)
+                restored += 1
+            del _stranded[tag]
+    return restored
+
+
+class BrokerWatch:
+    """One log line when a consumer loses the broker, one when it is back (with how long and
+    what came back); the Redis messages the closed channel could not give back go back then."""
+
+    def __init__(self) -> None:
+        self.lost_at_s: float | None = None
+
+    def stopped(self, c: Any) -> None:
+        """The consumer stops: a restart (the blueprint still running) is a broker outage; a
+        shutdown stops the blueprint first and is none."""
+        if getattr(c.blueprint, "state", None) != RUN:
+            return
+        unrestored = _note_unrestored(c)
+        if self.lost_at_s is not None:
+            return
+        self.lost_at_s = time.monotonic()
+        logger.warning(
+            "interval: broker connection lost; tasks wait until it is back (%d unacked "
+            "message(s) to put back)",
+            unrestored,
+        )
+
+    def started(self, c: Any) -> None:
+        """The consumer is connected again: restore what the outage stranded, say so once."""
+        try:
+            restored = _restore_stranded(c)
+        except Exception as exc:
+            logger.warning("interval: could not put stranded messages back yet: %r", exc)
+            restored = 0
+        if self.lost_at_s is None:
+            return
+        down_s = time.monotonic() - self.lost_at_s
+        self.lost_at_s = None
+        logger.warning(
+            "interval: broker connection back after %.1fs; %d stranded message(s) put back",
+            down_s,
+            restored,
+        )
