@@ -84,5 +84,30 @@ def throttled(task: Any, exc: Throttled) -> NoReturn:
         )
     sig = task.signature_from_request(request, retries=request.retries, **options)
     sig.set(headers={**(sig.options.get("headers") or {}), **headers})
-    sig.apply_async()
+    sig.apply_async(retry=True, retry_policy=_until_sent(claimed.bucket, request.id))
     raise Retry(str(exc), exc=exc, when=exc.retry_after_s, sig=sig)
+
+
+def _until_sent(bucket: str, task_id: str) -> dict[str, Any]:
+    """The publish retry of a throttled task sent again: its message was acked as it began,
+    so this copy is the only one; a broker that is down is waited for, however long."""
+    told = False
+
+    def errback(exc: Exception, interval_s: float) -> None:
+        nonlocal told
+        if not told:
+            told = True
+            logger.warning(
+                "interval %s: throttled task %s waits for the broker to be sent again (%r)",
+                bucket,
+                task_id,
+                exc,
+            )
+
+    return {
+        "max_retries": None,
+        "interval_start": 0.1,
+        "interval_step": 0.5,
+        "interval_max": 2.0,
+        "errback": errback,
+    }
