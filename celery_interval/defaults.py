@@ -103,8 +103,9 @@ SETTINGS: tuple[Setting, ...] = (
         "interval_store_url",
         None,
         "Where the shared state lives: ``redis://``, ``rediss://``, ``unix:///path.sock``, "
-        "``redis+cluster://h1:7000,h2:7000`` (``rediss+cluster://``), ``file:///shared/dir`` or "
-        "``memory://``.",
+        "``redis+cluster://h1:7000,h2:7000`` (``rediss+cluster://``), "
+        "``redis+sentinel://h1:26379,h2:26379/mymaster`` (``rediss+sentinel://``), "
+        "``file:///shared/dir`` or ``memory://``.",
         shown="the broker, if Redis",
     ),
     Setting(
