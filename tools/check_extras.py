@@ -20,10 +20,11 @@ import subprocess
 import sys
 import tempfile
 import time
-import venv
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from tests.helpers.venvs import ROOT, make_venv, run_logged
 
 #: What each extra is for, as Python run under ``-W error`` in its venv.
 CHECKS: dict[str, str] = {
@@ -47,25 +48,18 @@ CHECKS: dict[str, str] = {
 }
 
 
-def run(cmd: list[str], log: Path) -> int:
-    with log.open("ab") as out:
-        out.write(("$ " + " ".join(cmd) + "\n").encode())
-        out.flush()
-        return subprocess.run(cmd, stdout=out, stderr=subprocess.STDOUT, cwd=ROOT).returncode
-
-
 def check(extra: str, where: Path) -> tuple[bool, str]:
     """(ok, what happened) for one extra in a fresh venv under ``where``."""
     env_dir = where / f"venv-{extra}"
     log = where / f"{extra}.log"
-    venv.EnvBuilder(with_pip=True, clear=True).create(env_dir)
-    python = str(env_dir / "bin" / "python")
+    env = make_venv(env_dir)
+    python = env.python
     target = "." if extra == "base" else f".[{extra}]"
-    if run([python, "-m", "pip", "install", "-q", target], log) != 0:
+    if env.pip("install", "-q", target, log=log) != 0:
         return False, f"pip install {target} failed (see {log})"
-    if run([python, "-m", "pip", "check"], log) != 0:
+    if env.pip("check", log=log) != 0:
         return False, f"pip check found broken requirements (see {log})"
-    if run([python, "-W", "error", "-c", CHECKS[extra]], log) != 0:
+    if run_logged([python, "-W", "error", "-c", CHECKS[extra]], log) != 0:
         return False, f"import under -W error failed (see {log})"
     versions = subprocess.run(
         [python, "-m", "pip", "list", "--format=freeze"], capture_output=True, text=True
