@@ -7,14 +7,14 @@ import json
 import os
 import re
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import IO, Any, cast
+from typing import IO, Any
+from urllib.parse import urlsplit
 
-import redis
-from redis.exceptions import RedisError
+from redis.exceptions import RedisClusterException, RedisError
 
 from celery_interval.config import settings_of
 from celery_interval.defaults import KEY_PREFIX
@@ -23,9 +23,9 @@ from celery_interval.intervals import US_PER_S
 from celery_interval.stores import keys, mask_url
 from celery_interval.stores.codec import as_text
 from celery_interval.stores.redis import RedisStore
-from celery_interval.stores.redis_client import client_for_url
+from celery_interval.stores.redis_client import RedisClient, client_for_url
 from celery_interval.stores.redis_nested import Nesting
-from celery_interval.stores.urls import is_redis_url, is_sentinel_url
+from celery_interval.stores.urls import CLUSTER_SCHEMES, is_redis_url, is_sentinel_url
 
 __all__ = [
     "DEFAULT_CHUNK",
@@ -75,19 +75,28 @@ def id_key(entry_id: str) -> tuple[int, int]:
 
 
 class LedgerReader:
-    """Pages through the ledgers of one Redis store in bounded XRANGE chunks."""
+    """Pages through the ledgers of one Redis store (standalone, Sentinel or Cluster) in
+    bounded XRANGE chunks."""
 
     def __init__(
-        self, client: redis.Redis, key_prefix: str = KEY_PREFIX, nesting: Nesting | None = None
+        self,
+        client: RedisClient | Callable[[], RedisClient],
+        key_prefix: str = KEY_PREFIX,
+        nesting: Nesting | None = None,
     ) -> None:
-        """``nesting``: the app's nested buckets (``interval_outer``), whose ledgers' keys
-        carry their outer's tag."""
-        self._client = client
+        """``client``: a redis-py client, or a function making one on first use (a Cluster
+        client connects as it is made). ``nesting``: the app's nested buckets
+        (``interval_outer``), whose ledgers' keys carry their outer's tag."""
         self._prefix = keys.validate_prefix(key_prefix)
         self._store = RedisStore(client, key_prefix=self._prefix, nesting=nesting)
 
+    @property
+    def _client(self) -> Any:
+        return self._store.client()
+
     def buckets(self) -> list[str]:
-        """Every bucket that has a ledger under the prefix, found by SCAN (never KEYS)."""
+        """Every bucket that has a ledger under the prefix, found by SCAN (never KEYS; on a
+        Cluster, redis-py's ``scan_iter`` scans every primary)."""
         found: set[str] = set()
         with self._errors("scan"):
             for key in self._client.scan_iter(
@@ -98,8 +107,9 @@ class LedgerReader:
                     found.add(bucket)
         return sorted(found)
 
-    def client(self) -> redis.Redis:
-        """The redis-py client the reader pages with (for a follower of the streams)."""
+    def client(self) -> Any:
+        """The redis-py client the reader pages with (a ``RedisCluster`` on a Cluster store),
+        for a follower of the streams; made on first use."""
         return self._client
 
     def ledger_key(self, bucket: str) -> str:
@@ -150,21 +160,22 @@ class LedgerReader:
     def _errors(self, op: str) -> Iterator[None]:
         try:
             yield
-        except RedisError as exc:
+        except (RedisError, RedisClusterException) as exc:
             raise StoreUnavailable(f"interval store unavailable during ledger {op}: {exc}") from exc
 
 
 def reader_for_app(app: Any) -> LedgerReader:
-    """A reader of the app's store (``interval_store_url``, ``interval_key_prefix``)."""
+    """A reader of the app's store (``interval_store_url``, ``interval_key_prefix``): a
+    standalone, Sentinel or Cluster Redis store; a Cluster's client connects on first use."""
     settings = settings_of(app)
     url = settings.store_url
-    if not is_redis_url(url) and not is_sentinel_url(url):
+    cluster = urlsplit(url).scheme.lower() in CLUSTER_SCHEMES
+    if not (is_redis_url(url) or is_sentinel_url(url) or cluster):
         raise ConfigurationError(
             f"interval_store_url={mask_url(url)!r} keeps no ledger: only a Redis store "
-            "(redis://, rediss://, unix://, redis+sentinel://) does"
+            "(redis://, rediss://, unix://, redis+sentinel://, redis+cluster://) does"
         )
-    # A standalone or Sentinel URL (checked above) gives a client, not a Cluster client's maker.
-    client = cast(redis.Redis, client_for_url(url, mask_url(url), settings.store_timeout_s))
+    client = client_for_url(url, mask_url(url), settings.store_timeout_s)
     nesting = settings.outer_of if settings.outer else None
     return LedgerReader(client, settings.key_prefix, nesting)
 

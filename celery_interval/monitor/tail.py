@@ -7,7 +7,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from redis.exceptions import RedisClusterException, RedisError
+
 from celery_interval.ledger import LedgerReader, id_key
+from celery_interval.monitor.pages import Page, PageAsk, group_by_node, read_pages, refresh_slots
 from celery_interval.monitor.tally import BucketTally
 from celery_interval.stores.codec import as_text
 
@@ -15,7 +18,7 @@ __all__ = ["BATCH_BUCKETS", "PAGE", "Cursor", "LedgerTail"]
 
 #: Entries read per bucket per round trip.
 PAGE = 1_000
-#: Buckets read per round trip (one MULTI: each bucket's page and stream info agree).
+#: Buckets read per round trip and node (one MULTI each: a bucket's page and stream info agree).
 BATCH_BUCKETS = 100
 
 
@@ -89,36 +92,47 @@ class LedgerTail:
             if not pending:
                 break
             full: list[str] = []
-            for start in range(0, len(pending), BATCH_BUCKETS):
-                batch = pending[start : start + BATCH_BUCKETS]
-                for bucket, count in zip(batch, self._read(batch)):
-                    total += count
-                    if count == self._page:
-                        full.append(bucket)
+            for bucket, count in zip(pending, self._read(pending)):
+                total += count
+                if count == self._page:
+                    full.append(bucket)
             pending = full
         return total
 
     def _read(self, buckets: list[str]) -> list[int]:
-        """One page of each bucket's stream and its info, in one transaction."""
+        """One page of each bucket's stream with its info, each bucket in one transaction,
+        ``BATCH_BUCKETS`` buckets of one node per round trip."""
         client = self._reader.client()
+        stream_keys = [self._reader.ledger_key(bucket) for bucket in buckets]
+        pages: list[Page | None] = [None] * len(buckets)
         with self._reader.guard("tail"):
-            pipe = client.pipeline(transaction=True)
-            for bucket in buckets:
-                key = self._reader.ledger_key(bucket)
-                last = self.cursors[bucket].last_id
-                pipe.xrange(key, min="-" if last is None else "(" + last, count=self._page)
-                pipe.xinfo_stream(key)
-            replies = pipe.execute(raise_on_error=False)
+            try:
+                for node, on_node in group_by_node(client, stream_keys):
+                    for start in range(0, len(on_node), BATCH_BUCKETS):
+                        indexes = on_node[start : start + BATCH_BUCKETS]
+                        asks = [
+                            PageAsk(stream_keys[i], self._start(buckets[i]), self._page)
+                            for i in indexes
+                        ]
+                        for i, page in zip(indexes, read_pages(node, asks)):
+                            pages[i] = page
+            except (RedisError, RedisClusterException):
+                refresh_slots(client)
+                raise
         counts = []
-        for i, bucket in enumerate(buckets):
-            page, info = replies[2 * i], replies[2 * i + 1]
-            if isinstance(page, Exception):
-                raise page
+        for bucket, read in zip(buckets, pages):
+            assert read is not None
+            if isinstance(read.entries, Exception):
+                raise read.entries
             cursor, tally = self.cursors[bucket], self.tallies[bucket]
-            entries = [(as_text(entry_id), fields) for entry_id, fields in page]
-            cursor.account(len(entries), None if isinstance(info, Exception) else info)
+            entries = [(as_text(entry_id), fields) for entry_id, fields in read.entries]
+            cursor.account(len(entries), None if isinstance(read.info, Exception) else read.info)
             for entry_id, fields in entries:
                 tally.feed({as_text(k): as_text(v) for k, v in fields.items()})
                 cursor.last_id = entry_id
             counts.append(len(entries))
         return counts
+
+    def _start(self, bucket: str) -> str:
+        last = self.cursors[bucket].last_id
+        return "-" if last is None else "(" + last

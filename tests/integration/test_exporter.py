@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import signal
 import subprocess
@@ -43,7 +44,7 @@ def run(monkeypatch: pytest.MonkeyPatch, redis_server: Any, redis_client: Any) -
 
 
 def write_starts(
-    client: redis.Redis[Any],
+    client: Any,
     bucket: str,
     gaps_us: list[int],
     interval_us: int,
@@ -67,6 +68,10 @@ def write_starts(
 def test_top_once_and_json_show_the_ledger_and_the_store(
     run: Any, redis_client: redis.Redis[Any]
 ) -> None:
+    top_shows_the_ledger_and_the_store(run, redis_client)
+
+
+def top_shows_the_ledger_and_the_store(run: Any, redis_client: Any) -> None:
     write_starts(redis_client, "api", [1_000_000] * 4, 1_000_000)  # 5 starts in 4 s: ok
     write_starts(redis_client, "mail", [1_000_000], 2_000_000)  # 1 s apart at 2 s: a violation
     assert run("pause", "api").exit_code == 0
@@ -238,6 +243,13 @@ def exporter(make_pool: Any, tmp_path: Any) -> Iterator[tuple[Pool, Any]]:
     """A pool (Redis broker, 50 ms queue, tenant keys at their task's own 100 ms) and a real
     exporter process."""
     pool = make_pool(0.05, broker="redis", env_extra={"CI_TEST_TENANT_INTERVAL": "0.1"})
+    with serving_exporter(pool, tmp_path) as scrape:
+        yield pool, scrape
+
+
+@contextlib.contextmanager
+def serving_exporter(pool: Pool, tmp_path: Any) -> Iterator[Any]:
+    """A real exporter process of ``pool``'s app; yields a scrape of its metrics."""
     port = _free_port()
     log_path = tmp_path / "exporter.log"
     log = log_path.open("wb")
@@ -266,7 +278,7 @@ def exporter(make_pool: Any, tmp_path: Any) -> Iterator[tuple[Pool, Any]]:
                     out = log_path.read_text()
                     raise RuntimeError(f"the exporter did not serve {url}:\n{out}") from None
                 time.sleep(0.2)
-        yield pool, scrape
+        yield scrape
     finally:
         proc.send_signal(signal.SIGTERM)
         try:

@@ -1,10 +1,12 @@
-"""`interval ledger export`: bounded XRANGE pages, bucket discovery by SCAN, file/part output."""
+"""`interval ledger export`: bounded XRANGE pages, bucket discovery by SCAN, file/part output,
+on one Redis server and on a 3-master Redis Cluster."""
 
 from __future__ import annotations
 
 import json
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -13,12 +15,20 @@ import redis
 from click.testing import CliRunner
 
 from celery_interval.defaults import KEY_PREFIX
+from celery_interval.demo.embedded import RedisProc
 from celery_interval.errors import ConfigurationError
 from celery_interval.ledger import LedgerReader, entry_record, export, parse_since_us
 from celery_interval.schedule import ClaimTerms, Pace
-from celery_interval.stores import keys
+from celery_interval.stores import keys, store_from_url
 from celery_interval.stores.base import TaskCopy
 from celery_interval.stores.redis import RedisStore
+from tests.helpers.clusters import (
+    cluster_client_of,
+    flush,
+    ledger_buckets_per_master,
+    three_masters,
+)
+from tests.helpers.failover import cluster_url
 from tests.helpers.fakeclock import Clock
 
 I_US = 1_000_000
@@ -205,3 +215,65 @@ def test_cli_export_needs_a_redis_store(
     result = cli("--out", str(tmp_path / "x.jsonl"))
     assert result.exit_code != 0
     assert "interval_store_url='memory://' keeps no ledger" in result.output
+
+
+# --- a Redis Cluster store: every master's ledgers ---
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[list[RedisProc]]:
+    with three_masters() as nodes:
+        yield nodes
+
+
+def test_export_of_a_cluster_store_reads_every_master(
+    cluster: list[RedisProc], tmp_path: Path
+) -> None:
+    flush(cluster)
+    client = cluster_client_of(cluster)
+    store = RedisStore(client, now_us=Clock(T_US))
+    buckets = sorted(f"tenant-{i}" for i in range(30))
+    for bucket in buckets:
+        run_ops(store, bucket, 2)  # 2 grants, 2 claims, a pause and an unpause: 6 entries
+    per_master = ledger_buckets_per_master(cluster)
+    assert all(per_master) and set().union(*per_master) == set(buckets)
+    reader = LedgerReader(client)
+    assert reader.buckets() == buckets
+    result = export(reader, str(tmp_path / "parts") + "/", chunk=4, part_entries=50)
+    assert result.per_bucket == dict.fromkeys(buckets, 6)
+    assert [len(lines(f)) for f in result.files] == [50, 50, 50, 30]
+    written = [record for f in result.files for record in lines(f)]
+    assert written == [entry_record(b, i, f) for b in buckets for i, f in store.ledger(b)]
+    assert (tmp_path / "parts" / "_SUCCESS").exists()
+    client.close()
+
+
+@pytest.fixture
+def cluster_cli(cli: Any, monkeypatch: pytest.MonkeyPatch, cluster: list[RedisProc]) -> Any:
+    """The same command with the 3-master cluster as the app's store."""
+    flush(cluster)
+    monkeypatch.setenv("CLI_TEST_STORE", cluster_url(cluster))
+    return cli
+
+
+def test_cli_export_of_a_cluster_store(
+    cluster_cli: Any, cluster: list[RedisProc], tmp_path: Path
+) -> None:
+    store = store_from_url(cluster_url(cluster))
+    assert isinstance(store, RedisStore)
+    buckets = ["api", "mail", *(f"api:t{i}" for i in range(8))]
+    for bucket in buckets:
+        run_ops(store, bucket, 1)  # 4 entries each
+    assert sum(1 for found in ledger_buckets_per_master(cluster) if found) == 3
+    result = cluster_cli("--out", str(tmp_path / "all.jsonl"))
+    assert result.exit_code == 0, result.output
+    assert f"exported 40 entries of 10 buckets to {tmp_path / 'all.jsonl'}" in result.output
+    exported = lines(tmp_path / "all.jsonl")
+    assert {b: sum(1 for e in exported if e["bucket"] == b) for b in buckets} == dict.fromkeys(
+        buckets, 4
+    )
+    result = cluster_cli("--out", "-", "--bucket", "mail", "--since", "1h")
+    assert result.exit_code == 0, result.output
+    ops = [json.loads(x)["op"].split(":")[0] for x in result.stdout.splitlines()]
+    assert ops == ["grant", "claim", "pause", "unpause"]  # a new bucket's claim waits on a Cluster
+    store.close()

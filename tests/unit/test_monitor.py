@@ -7,7 +7,9 @@ import os
 import random
 import re
 import shutil
+import signal
 import subprocess
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -16,14 +18,23 @@ import redis
 
 from celery_interval.demo.embedded import RedisProc
 from celery_interval.demo.report import figures_from
+from celery_interval.errors import StoreUnavailable
 from celery_interval.ledger import LedgerReader
+from celery_interval.monitor import tail as tail_module
 from celery_interval.monitor.histogram import LATENESS_BOUNDS_S, Histogram
-from celery_interval.monitor.tail import Cursor, LedgerTail
+from celery_interval.monitor.pages import read_pages
+from celery_interval.monitor.tail import BATCH_BUCKETS, Cursor, LedgerTail
 from celery_interval.monitor.tally import BucketTally
 from celery_interval.schedule import ClaimTerms, Outcome, Pace
 from celery_interval.starts import is_start
 from celery_interval.stores.base import TaskCopy
 from celery_interval.stores.redis import RedisStore
+from tests.helpers.clusters import (
+    cluster_client_of,
+    flush,
+    ledger_buckets_per_master,
+    three_masters,
+)
 from tests.helpers.fakeclock import Clock
 
 I_US = 100_000
@@ -213,7 +224,7 @@ def redis7() -> Iterator[redis.Redis[Any]]:
         client.close()
 
 
-def trim_past_the_tail(client: redis.Redis[Any]) -> LedgerTail:
+def trim_past_the_tail(client: Any) -> LedgerTail:
     """A tail that read one entry, then ten more added to a stream capped at 4 (exactly)."""
     client.flushdb()
     reader = LedgerReader(client)
@@ -251,8 +262,12 @@ def test_the_ledger_the_scripts_write_counts_each_start_once(
 ) -> None:
     """Grants and claims by the real Lua scripts: re-claims and redelivered copies do not
     count, the spacing holds, and lateness is what the claims recorded."""
+    scripts_ledger_counts_each_start_once(redis_client)
+
+
+def scripts_ledger_counts_each_start_once(client: Any) -> None:
     clock = Clock(T0)
-    store = RedisStore(redis_client, now_us=clock)
+    store = RedisStore(client, now_us=clock)
     copies = [TaskCopy("api", f"t{i}", 0) for i in range(5)]
     grants = [store.grant(c, Pace(I_US)) for c in copies]
     assert store.grant(copies[0], Pace(I_US)).ticket == grants[0].ticket  # a copy: again=1
@@ -261,10 +276,128 @@ def test_the_ledger_the_scripts_write_counts_each_start_once(
         clock.now_us = grant.slot_us + 250  # each claim 250 µs after its slot
         assert store.claim(copy, I_US, grant.slot, terms).outcome is Outcome.OK
         assert store.claim(copy, I_US, grant.slot, terms).outcome is Outcome.OK  # again
-    tail = LedgerTail(LedgerReader(redis_client))
+    tail = LedgerTail(LedgerReader(client))
     tail.follow(["api"])
     tail.poll()
     tally = tail.tallies["api"]
     assert (tally.starts, tally.grants, tally.violations, tally.readmits) == (5, 5, 0, 0)
     _, count, total = tally.lateness.snapshot()
     assert count == 5 and total == pytest.approx(5 * 250 / 1e6)
+
+
+# --- a Redis Cluster store: every master's ledgers ---
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[list[RedisProc]]:
+    with three_masters() as nodes:
+        yield nodes
+
+
+@pytest.fixture
+def cluster_client(cluster: list[RedisProc]) -> Iterator[redis.RedisCluster[Any]]:
+    """A RedisCluster client of the 3-master cluster, every node flushed first."""
+    flush(cluster)
+    client = cluster_client_of(cluster)
+    yield client
+    client.close()
+
+
+def test_the_tail_follows_the_ledgers_of_every_master_in_few_round_trips(
+    cluster: list[RedisProc], cluster_client: redis.RedisCluster[Any], monkeypatch: Any
+) -> None:
+    """300 buckets over three masters: each bucket's starts and violations, read in one round
+    trip per node and ``BATCH_BUCKETS`` buckets (at most 6 here), not one per bucket."""
+    reader = LedgerReader(cluster_client)
+    buckets = [f"b{i}" for i in range(300)]
+    for i, bucket in enumerate(buckets):
+        gaps = [I_US] * (i % 3) + ([30_000] if i % 50 == 0 else [])  # 30 ms: a violation
+        start = T0
+        for k, gap in enumerate([0, *gaps]):
+            start += gap
+            cluster_client.xadd(reader.ledger_key(bucket), claim_ok(f"t{k}", start))  # type: ignore[arg-type]
+    per_master = ledger_buckets_per_master(cluster)
+    assert [len(found) > 50 for found in per_master] == [True] * 3
+    assert set().union(*per_master) == set(buckets) == set(reader.buckets())
+    round_trips: list[int] = []
+
+    def counted(node: Any, asks: Any) -> Any:
+        round_trips.append(len(asks))
+        return read_pages(node, asks)
+
+    monkeypatch.setattr(tail_module, "read_pages", counted)
+    tail = LedgerTail(reader)
+    tail.follow(buckets)
+    expected_starts = {b: 1 + i % 3 + (i % 50 == 0) for i, b in enumerate(buckets)}
+    assert tail.poll() == sum(expected_starts.values())
+    assert {b: t.starts for b, t in tail.tallies.items()} == expected_starts
+    assert {b for b, t in tail.tallies.items() if t.violations} == set(buckets[::50])
+    per_node = sorted(len(found) for found in per_master)
+    batches = sorted(
+        size
+        for n in per_node
+        for size in [BATCH_BUCKETS] * (n // BATCH_BUCKETS) + [n % BATCH_BUCKETS]
+        if size
+    )
+    assert sorted(round_trips) == batches and len(batches) <= 6
+    round_trips.clear()
+    cluster_client.xadd(reader.ledger_key("b7"), claim_ok("late", T0 + 10 * I_US))  # type: ignore[arg-type]
+    assert tail.poll() == 1 and tail.tallies["b7"].starts == expected_starts["b7"] + 1
+    assert sorted(round_trips) == batches
+    assert all(c.gaps == 0 and c.lost == 0 for c in tail.cursors.values())
+    tail.follow(["no-ledger"])  # a bucket with state but no ledger yet: XINFO fails, no harm
+    assert tail.poll() == 0 and tail.tallies["no-ledger"].starts == 0
+
+
+def test_the_tail_counts_what_a_trim_took_on_a_cluster() -> None:
+    """On a cluster of Redis >= 7 masters the tail counts exactly what a trim took, as on one
+    server (each bucket's page and stream info still come from one MULTI)."""
+    binary = _redis7_binary()
+    if binary is None:
+        pytest.skip("no redis-server >= 7 on this machine (XINFO STREAM's entries-added)")
+    with three_masters(binary) as nodes:
+        client = cluster_client_of(nodes)
+        tail = trim_past_the_tail(client)
+        client.close()
+    cursor, tally = tail.cursors["api"], tail.tallies["api"]
+    assert (cursor.gaps, cursor.lost, tally.starts, tally.violations) == (1, 6, 5, 0)
+
+
+def test_the_ledger_the_scripts_write_on_a_cluster_counts_each_start_once(
+    cluster_client: redis.RedisCluster[Any],
+) -> None:
+    scripts_ledger_counts_each_start_once(cluster_client)
+
+
+def test_a_master_that_stops_answering_makes_the_tail_unavailable_then_it_catches_up() -> None:
+    """A master stopped (SIGSTOP): the poll raises StoreUnavailable (the exporter serves
+    ``up 0``); once it answers again (SIGCONT) every entry is read, none twice."""
+    with three_masters() as nodes:
+        client = redis.RedisCluster(host="127.0.0.1", port=nodes[0].port, socket_timeout=1.0)
+        reader = LedgerReader(client)
+        buckets = [f"b{i}" for i in range(30)]
+        for bucket in buckets:
+            client.xadd(reader.ledger_key(bucket), claim_ok("t0", T0))  # type: ignore[arg-type]
+        tail = LedgerTail(reader)
+        tail.follow(buckets)
+        assert tail.poll() == 30
+        for bucket in buckets:
+            client.xadd(reader.ledger_key(bucket), claim_ok("t1", T0 + I_US))  # type: ignore[arg-type]
+        assert nodes[1].proc is not None
+        os.kill(nodes[1].proc.pid, signal.SIGSTOP)
+        try:
+            with pytest.raises(StoreUnavailable):
+                tail.poll()
+        finally:
+            os.kill(nodes[1].proc.pid, signal.SIGCONT)
+        deadline = time.monotonic() + 30
+        while True:  # the other masters may have marked it failing: wait for them to see it
+            try:
+                tail.poll()
+                break
+            except StoreUnavailable:
+                assert time.monotonic() < deadline, "the cluster did not come back"
+                time.sleep(0.2)
+        assert {b: t.starts for b, t in tail.tallies.items()} == dict.fromkeys(buckets, 2)
+        assert all(c.gaps == 0 and c.lost == 0 for c in tail.cursors.values())
+        client.close()
