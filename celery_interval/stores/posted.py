@@ -30,7 +30,9 @@ class PostedLine:
     next call is posted, and a call that met NOSCRIPT (the scripts were flushed) is sent again
     behind its script. A call the store refused (out of memory, a failed disk save, an error
     in the script) is sent again too, at each ``prepare`` until it goes through: a done mark
-    dropped would let a copy of its task run again.
+    dropped would let a copy of its task run again. So is a call whose reply the connection
+    took with it (the store restarted or hung up before it answered): a done mark is the same
+    however often it is written.
     """
 
     def __init__(self, client: Any) -> None:
@@ -40,6 +42,8 @@ class PostedLine:
         self._owed: deque[Call | None] = deque()
         #: Scripts loaded on this connection (by sha).
         self._loaded: set[str] = set()
+        #: Calls whose replies a lost connection took along: sent again on the next one.
+        self._unsent: list[Call] = []
         #: Whether the last call the store answered was refused (logged once until one passes).
         self._refusing = False
         self._lock = threading.Lock()
@@ -58,6 +62,13 @@ class PostedLine:
                     self._reset()
                     raise
             self._conn = self._pool.get_connection()
+            unsent, self._unsent = self._unsent, []
+            try:
+                for call in unsent:
+                    self._write(call)
+            except BaseException:
+                self._reset()
+                raise
 
     def post(self, call: Call) -> None:
         """Write ``call`` on the prepared connection: never connects, never waits for a reply."""
@@ -119,6 +130,7 @@ class PostedLine:
             )
 
     def _reset(self) -> None:
+        self._unsent = [*self._unsent, *(c for c in self._owed if c is not None)][-MAX_OWED:]
         self._owed.clear()
         self._loaded.clear()
         if self._conn is not None:

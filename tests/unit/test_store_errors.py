@@ -397,3 +397,33 @@ def test_refusals_between_answers_log_one_refusal_and_one_end() -> None:
     assert outage.since is None
     assert len(lines(records, "interval store refusing calls")) == 1, records
     assert len(lines(records, "interval store reachable again")) == 1, records
+
+
+def test_a_posted_done_mark_the_connection_took_along_is_posted_again() -> None:
+    """The store hangs, a done mark is posted (written, never read), the store is killed and
+    comes back with its data: the mark never ran, and the next prepare sends it again."""
+    import os
+    import signal
+
+    server = RedisProc(durable=True)
+    client: redis.Redis[Any] = redis.Redis.from_url(server.url)
+    store = RedisStore(client)
+    try:
+        copy = TaskCopy("api", "posted-lost", 0)
+        assert store.grant(copy, Pace(50_000)).outcome is Outcome.OK
+        store.prepare_post()
+        assert server.proc is not None
+        os.kill(server.proc.pid, signal.SIGSTOP)
+        store.post_done(copy, DEDUPE_TTL_US)  # in the socket's buffers, never executed
+        server.restart()  # SIGKILL (it was stopped), then back with its append-only file
+        assert store.grant(copy, Pace(50_000)).outcome is not Outcome.DUPLICATE, "it ran"
+        store.prepare_post()  # the closed connection is found; the mark goes on a new one
+        deadline = time.monotonic() + 5
+        while store.grant(copy, Pace(50_000)).outcome is not Outcome.DUPLICATE:
+            assert time.monotonic() < deadline, "the lost mark was never sent again"
+            time.sleep(0.05)
+            store.prepare_post()
+    finally:
+        store.close()
+        client.close()
+        server.stop()
