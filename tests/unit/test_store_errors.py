@@ -347,7 +347,8 @@ def test_a_throttle_the_store_refuses_sends_the_task_again_after_the_wait(
         def set(self, **options: Any) -> None:
             self.options.update(options)
 
-        def apply_async(self) -> None:
+        def apply_async(self, **publish: Any) -> None:
+            assert publish["retry_policy"]["max_retries"] is None, "sent until the broker has it"
             sent.append(self.options)
 
     class Task:
