@@ -1,0 +1,292 @@
+"""The soak's checker: pure functions from the independent record and the run's events to the
+lost, doubled and violating windows (every time on the host's CLOCK_MONOTONIC, ns).
+
+The rules, and which promise each checks:
+
+- **once**: each step of a job (a task name and its ``retries``) has exactly one start that
+  was not throttled. A revoked job may have none; a job whose send raised may have none. A
+  step missing after an earlier step began on a worker killed before that body ended is
+  excused (Celery runs an early-acked task at most once); so is a task the store admitted to a
+  worker as it died whose copy was dropped as a duplicate (``excused_ids``, from the ledger).
+- **budget** (P5, bursts, costs, extra limits, the outer bucket): the start deadlines the
+  workers handed out, fed in order to the store's GCRA rule with the interval configured, or
+  with any extra limit; each start may come ``slack_us`` early (the mapping of the store's
+  clock to this host's: the rule of ``test_pool.body_floor_us``). A tenant's starts also feed
+  its outer bucket's budget. Checked across state loss (the store promises it).
+- **override**: while ``set_interval`` is in force and the store kept its state since, two
+  consecutive starts are the longer interval apart (less the slack).
+- **cap** (P10): at no instant more bodies of the capped bucket between their recorded start
+  and end than the cap; a killed worker's body ends at its kill.
+- **pause** (P3): no deadline from the pause's return plus ``MAX_LEAD_US`` to the unpause
+  (each end narrowed by ``CLOCKS_SLACK_NS``), nor after a state loss inside it (a pause is
+  state in the store).
+- **throttle** (P9): no deadline from a throttle's store time plus ``MAX_LEAD_US`` to its end
+  (narrowed the same); the throttles are the store's ledger entries (a throttle the store lost
+  with its state is not promised, and not in the ledger read before the loss).
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections import Counter, defaultdict
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from tests.helpers.soak_config import Rule
+
+MAX_LEAD_NS = 20_000_000
+#: How far a store-clock time may be off once mapped to this host's monotonic clock.
+CLOCKS_SLACK_NS = 3_000_000
+
+Record = dict[str, Any]
+
+
+def slack_us(interval_us: int) -> int:
+    """How early a start deadline may come against the store's admitted start."""
+    return max(interval_us // 10, 3_000)
+
+
+@dataclass
+class Events:
+    """What the runner did and the store said, besides the bodies' records."""
+
+    #: job → its steps, (task name, retries) each.
+    expected: dict[str, list[tuple[str, int]]] = field(default_factory=dict)
+    revoked: set[str] = field(default_factory=set)
+    uncertain: set[str] = field(default_factory=set)
+    #: (worker name, monotonic ns just before its SIGKILL).
+    kills: list[tuple[str, int]] = field(default_factory=list)
+    #: job → the task id it was sent with.
+    ids: dict[str, str] = field(default_factory=dict)
+    #: task ids admitted to a worker as it died whose copy was dropped as a duplicate.
+    excused_ids: set[str] = field(default_factory=set)
+    #: monotonic ns of each store restart that lost its state.
+    losses: list[int] = field(default_factory=list)
+    #: (bucket, from ns, to ns) of each pause in force.
+    pauses: list[tuple[str, int, int]] = field(default_factory=list)
+    #: (bucket, from ns, to ns, interval µs) of each set_interval in force.
+    overrides: list[tuple[str, int, int, int]] = field(default_factory=list)
+    #: (bucket, store time ns, retry_after ns) of each throttle in the ledger.
+    throttles: list[tuple[str, int, int]] = field(default_factory=list)
+
+
+@dataclass
+class Verdict:
+    steps: int = 0
+    ran: int = 0
+    revoked: int = 0
+    excused: int = 0
+    lost: list[str] = field(default_factory=list)
+    doubled: list[str] = field(default_factory=list)
+    violations: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not (self.lost or self.doubled or self.violations)
+
+
+def deadline(record: Record) -> int:
+    """A start's deadline (its body's time where the worker handed none)."""
+    return int(record.get("dl") or record["mono"])
+
+
+def starts_of(records: Iterable[Record]) -> list[Record]:
+    return sorted((r for r in records if r["k"] == "start"), key=deadline)
+
+
+def check(records: list[Record], events: Events, rule_of: Callable[[str], Rule]) -> Verdict:
+    verdict = Verdict()
+    check_once(records, events, verdict)
+    starts = starts_of(records)
+    by_bucket: dict[str, list[Record]] = defaultdict(list)
+    for record in starts:
+        by_bucket[record["b"]].append(record)
+    outers: dict[str, list[Record]] = defaultdict(list)
+    for bucket, own in sorted(by_bucket.items()):
+        rule = rule_of(bucket)
+        verdict.violations += check_budget(bucket, own, rule)
+        if rule.outer:
+            outers[rule.outer] += own
+        if rule.cap:
+            verdict.violations += check_cap(bucket, records, rule.cap, events.kills)
+    for outer, inner in sorted(outers.items()):
+        both = sorted(inner + by_bucket.get(outer, []), key=deadline)
+        verdict.violations += check_budget(f"{outer} (outer)", both, rule_of(outer))
+    verdict.violations += check_quiet(by_bucket, events)
+    verdict.violations += check_overrides(by_bucket, events)
+    return verdict
+
+
+def check_once(records: list[Record], events: Events, verdict: Verdict) -> None:
+    ran: Counter[tuple[str, str, int]] = Counter()
+    throttled: Counter[tuple[str, str, int]] = Counter()
+    for r in records:
+        key = (r["job"], r["task"], int(r["r"]))
+        if r["k"] == "start":
+            ran[key] += 1
+        elif r["k"] == "throttled":
+            throttled[key] += 1
+    for job, steps in sorted(events.expected.items()):
+        died_at = _died_mid_body(job, records, events.kills)
+        for task, retries in steps:
+            verdict.steps += 1
+            key = (job, task, retries)
+            runs = ran[key] - throttled[key]
+            if runs > 1:
+                verdict.doubled.append(
+                    f"{job} {task} retries={retries}: ran {runs} times"
+                    + _across_loss(job, task, retries, records, events.losses)
+                )
+            elif runs == 1:
+                verdict.ran += 1
+            elif job in events.revoked or job in events.uncertain:
+                verdict.revoked += 1
+            elif (died_at is not None and (task, retries) > died_at) or events.ids.get(
+                job
+            ) in events.excused_ids:
+                verdict.excused += 1
+            else:
+                verdict.lost.append(f"{job} {task} retries={retries}: never ran")
+
+
+def _across_loss(
+    job: str, task: str, retries: int, records: list[Record], losses: list[int]
+) -> str:
+    """Says so when a state loss came between the runs: a copy then meets no done mark."""
+    times = sorted(
+        r["mono"]
+        for r in records
+        if r["k"] == "start" and (r["job"], r["task"], r["r"]) == (job, task, retries)
+    )
+    if any(times[0] < t < times[-1] for t in losses):
+        return " (across a store state loss: a copy of its message met no done mark)"
+    return ""
+
+
+def _died_mid_body(
+    job: str, records: list[Record], kills: list[tuple[str, int]]
+) -> tuple[str, int] | None:
+    """The last step of ``job`` whose body began on a worker killed before it recorded its end."""
+    ends = {(r["task"], r["r"]) for r in records if r["job"] == job and r["k"] != "start"}
+    died = None
+    for r in records:
+        if r["job"] != job or r["k"] != "start" or (r["task"], r["r"]) in ends:
+            continue
+        if any(host == r["host"] and at_ns >= r["mono"] for host, at_ns in kills):
+            died = max(died or ("", -1), (r["task"], int(r["r"])))
+    return died
+
+
+def _gcra(
+    tat_us: int | None, start_us: int, interval_us: int, burst: int, cost: int
+) -> tuple[bool, int]:
+    tat_us = start_us if tat_us is None else tat_us
+    broke = tat_us - start_us > max(0, burst - cost) * interval_us + slack_us(interval_us)
+    return broke, min(max(tat_us, start_us) + cost * interval_us, start_us + burst * interval_us)
+
+
+def check_budget(bucket: str, starts: list[Record], rule: Rule) -> list[dict[str, Any]]:
+    """The interval with its burst and costs, and each extra limit, over every window."""
+    found = []
+    limits = [(rule.interval_us, rule.burst, "interval")] + [
+        (interval_us, burst, f"limit {interval_us}us/{burst}") for interval_us, burst in rule.limits
+    ]
+    for interval_us, burst, name in limits:
+        tat: int | None = None
+        for i, record in enumerate(starts):
+            start_us = deadline(record) // 1000
+            cost = int(record.get("cost") or 1)
+            broke, tat = _gcra(tat, start_us, interval_us, burst, cost)
+            if broke:
+                window = starts[max(0, i - burst - 1) : i + 1]
+                found.append(_violation("budget", bucket, name, window))
+    return found
+
+
+def check_cap(
+    bucket: str, records: list[Record], cap: int, kills: list[tuple[str, int]]
+) -> list[dict[str, Any]]:
+    ends: dict[tuple[str, int, str], list[int]] = defaultdict(list)
+    for r in records:
+        if r["k"] == "end" and r["b"] == bucket:
+            ends[(r["id"], r["r"], r["host"])].append(r["mono"])
+    spans = []
+    for r in records:
+        if r["k"] != "start" or r["b"] != bucket:
+            continue
+        # a copy that ran again has its own end, after its own start, on its own worker
+        later = [at for at in ends[(r["id"], r["r"], r["host"])] if at >= r["mono"]]
+        killed = [at for host, at in kills if host == r["host"] and at >= r["mono"]]
+        end = min(later or killed, default=None)
+        if end is not None:
+            spans.append((r["mono"], end, r))
+    edges = sorted(
+        [(s, 1, r) for s, _, r in spans] + [(e, -1, r) for _, e, r in spans],
+        key=lambda x: (x[0], x[1]),
+    )
+    running: list[Record] = []
+    found = []
+    for _, step, r in edges:
+        if step < 0:
+            running = [x for x in running if x is not r]
+            continue
+        running.append(r)
+        if len(running) > cap:
+            found.append(
+                _violation("cap", bucket, f"{len(running)} bodies at once > {cap}", running)
+            )
+    return found
+
+
+def _quiet_windows(events: Events) -> list[tuple[str, str, int, int]]:
+    windows = []
+    for bucket, from_ns, to_ns in events.pauses:
+        lost = [t for t in events.losses if from_ns <= t <= to_ns]
+        windows.append(("pause", bucket, from_ns, min([to_ns, *lost])))
+    for bucket, at_ns, after_ns in events.throttles:
+        windows.append(("throttle", bucket, at_ns, at_ns + after_ns))
+    return windows
+
+
+def check_quiet(by_bucket: dict[str, list[Record]], events: Events) -> list[dict[str, Any]]:
+    found = []
+    for kind, bucket, from_ns, to_ns in _quiet_windows(events):
+        quiet_from = from_ns + MAX_LEAD_NS + CLOCKS_SLACK_NS
+        quiet_to = to_ns - CLOCKS_SLACK_NS
+        inside = [r for r in by_bucket.get(bucket, []) if quiet_from < deadline(r) < quiet_to]
+        if inside:
+            what = f"{len(inside)} start(s) in [{from_ns}, {to_ns}] ns"
+            found.append(_violation(kind, bucket, what, inside))
+    return found
+
+
+def check_overrides(by_bucket: dict[str, list[Record]], events: Events) -> list[dict[str, Any]]:
+    found = []
+    for bucket, from_ns, to_ns, interval_us in events.overrides:
+        lost = [t for t in events.losses if t >= from_ns]
+        until_ns = min([to_ns, *lost])
+        floor_ns = (interval_us - slack_us(interval_us)) * 1000
+        for a, b in itertools.pairwise(by_bucket.get(bucket, [])):
+            if (
+                from_ns + MAX_LEAD_NS < deadline(b) < until_ns
+                and deadline(b) - deadline(a) < floor_ns
+            ):
+                found.append(_violation("override", bucket, f"gap below {interval_us}us", [a, b]))
+    return found
+
+
+def _violation(rule: str, bucket: str, what: str, window: list[Record]) -> dict[str, Any]:
+    return {"rule": rule, "bucket": bucket, "what": what, "window": list(window)}
+
+
+def describe(violation: dict[str, Any]) -> str:
+    """The violating window, one line per start (deadline, job, task, worker)."""
+    lines = [f"{violation['rule']} {violation['bucket']}: {violation['what']}"]
+    first = deadline(violation["window"][0]) if violation["window"] else 0
+    for r in violation["window"]:
+        lines.append(
+            f"  +{(deadline(r) - first) / 1e6:9.3f} ms dl={deadline(r)} body={r['mono']} "
+            f"{r['job']} {r['task']} r={r['r']} cost={r.get('cost', 1)} {r['host']}"
+        )
+    return "\n".join(lines)

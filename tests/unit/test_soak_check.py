@@ -1,0 +1,164 @@
+"""The soak's checker on hand-made records: each rule catches its violation; a clean run passes."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tests.helpers.soak_check import Events, check, describe
+from tests.helpers.soak_config import Layout
+
+LAYOUT = Layout("u")
+MS = 1_000_000
+
+
+def start(job: str, bucket: str, at_ms: float, **extra: Any) -> dict[str, Any]:
+    at_ns = round(at_ms * MS)
+    record = {"k": "start", "job": job, "task": "soak.step", "id": f"id-{job}", "r": 0}
+    return {**record, "b": bucket, "host": "w1@x", "mono": at_ns + 500_000, "dl": at_ns, **extra}
+
+
+def end(record: dict[str, Any], at_ms: float) -> dict[str, Any]:
+    return {**record, "k": "end", "mono": round(at_ms * MS)}
+
+
+def expecting(records: list[dict[str, Any]]) -> Events:
+    events = Events()
+    for r in records:
+        if r["k"] == "start":
+            events.expected.setdefault(r["job"], []).append((r["task"], r["r"]))
+    return events
+
+
+def spaced(bucket: str, gap_ms: float, n: int, first_ms: float = 0.0) -> list[dict[str, Any]]:
+    return [start(f"{bucket}-{i}", bucket, first_ms + i * gap_ms) for i in range(n)]
+
+
+def test_a_clean_run_passes() -> None:
+    records = spaced(LAYOUT.main, 30, 10) + spaced(LAYOUT.capped, 20, 5)
+    records += [end(r, r["dl"] / MS + 5) for r in records if r["b"] == LAYOUT.capped]
+    verdict = check(records, expecting(records), LAYOUT.rule)
+    assert verdict.ok, verdict
+    assert verdict.ran == 15
+
+
+def test_two_starts_closer_than_the_interval_are_a_violation() -> None:
+    records = spaced(LAYOUT.main, 30, 5)
+    records.append(start("close", LAYOUT.main, 4 * 30 + 20))  # 20 ms after the last: 30 ms needed
+    verdict = check(records, expecting(records), LAYOUT.rule)
+    (violation,) = verdict.violations
+    assert violation["rule"] == "budget" and violation["bucket"] == LAYOUT.main
+    assert "close" in describe(violation)
+
+
+def test_a_burst_and_costs_beyond_the_budget_break_it() -> None:
+    bucket = f"{LAYOUT.tenants}:acme"  # burst 3, 75 ms
+    within = [start("a", bucket, 0, cost=2), start("b", bucket, 0, cost=1)]
+    assert check(within, expecting(within), LAYOUT.rule).ok
+    over = [*within, start("c", bucket, 1, cost=1)]
+    verdict = check(over, expecting(over), LAYOUT.rule)
+    assert [v["bucket"] for v in verdict.violations] == [bucket, f"{LAYOUT.tenants} (outer)"]
+
+
+def test_tenants_together_keep_their_outer_bucket() -> None:
+    """Each tenant alone is fine; four together at once overdraw the outer's burst of 3."""
+    records = [start(f"k{i}", f"{LAYOUT.tenants}:k{i}", 0) for i in range(4)]
+    verdict = check(records, expecting(records), LAYOUT.rule)
+    assert [v["bucket"] for v in verdict.violations] == [f"{LAYOUT.tenants} (outer)"]
+
+
+def test_an_extra_limit_is_checked_beside_the_interval() -> None:
+    """The limited bucket: 50 ms interval, but 8/s: 9 starts 50 ms apart break the 8/s."""
+    records = spaced(LAYOUT.limited, 50, 3)
+    verdict = check(records, expecting(records), LAYOUT.rule)
+    assert [v["what"] for v in verdict.violations] == ["limit 125000us/1"] * 2
+
+
+def test_more_bodies_than_the_cap() -> None:
+    records = spaced(LAYOUT.capped, 20, 3)
+    records += [end(r, 100) for r in records]
+    verdict = check(records, expecting(records), LAYOUT.rule)
+    assert [v["rule"] for v in verdict.violations] == ["cap"]
+
+
+def test_a_killed_workers_body_ends_at_its_kill() -> None:
+    records = spaced(LAYOUT.capped, 20, 3)
+    events = expecting(records)
+    events.kills = [("w1@x", 30 * MS)]  # the first two bodies die at 30 ms; the third at 40 ms
+    assert check(records, events, LAYOUT.rule).ok
+
+
+def test_a_start_inside_a_pause_or_a_throttle() -> None:
+    records = spaced(LAYOUT.main, 100, 6)
+    events = expecting(records)
+    events.pauses = [(LAYOUT.main, 150 * MS, 250 * MS)]  # the start at 200 ms is inside
+    events.throttles = [(LAYOUT.main, 390 * MS, 100 * MS)]  # 400 ms is MAX_LEAD ahead: allowed
+    verdict = check(records, events, LAYOUT.rule)
+    assert [(v["rule"], v["window"][0]["job"]) for v in verdict.violations] == [
+        ("pause", f"{LAYOUT.main}-2")
+    ]
+    events.throttles = [(LAYOUT.main, 350 * MS, 100 * MS)]
+    assert [v["rule"] for v in check(records, events, LAYOUT.rule).violations] == [
+        "pause",
+        "throttle",
+    ]
+
+
+def test_a_pause_is_not_promised_after_the_store_lost_it() -> None:
+    records = spaced(LAYOUT.main, 100, 6)
+    events = expecting(records)
+    events.pauses = [(LAYOUT.main, 150 * MS, 450 * MS)]
+    events.losses = [180 * MS]
+    assert check(records, events, LAYOUT.rule).ok
+
+
+def test_set_interval_is_held_while_in_force() -> None:
+    records = spaced(LAYOUT.main, 40, 6)
+    events = expecting(records)
+    events.overrides = [(LAYOUT.main, 100 * MS, 300 * MS, 60_000)]
+    assert {v["rule"] for v in check(records, events, LAYOUT.rule).violations} == {"override"}
+    events.losses = [110 * MS]  # the override was lost with the store's state
+    assert check(records, events, LAYOUT.rule).ok
+
+
+def test_lost_doubled_revoked_and_excused() -> None:
+    records = spaced(LAYOUT.main, 30, 3)
+    events = expecting(records)
+    events.expected.update({"gone": [("soak.step", 0)], "revoked": [("soak.step", 0)]})
+    events.revoked.add("revoked")
+    records.append(start(f"{LAYOUT.main}-0", LAYOUT.main, 500))
+    verdict = check(records, events, LAYOUT.rule)
+    assert verdict.lost == ["gone soak.step retries=0: never ran"]
+    assert verdict.doubled == [f"{LAYOUT.main}-0 soak.step retries=0: ran 2 times"]
+    assert verdict.revoked == 1
+    events.ids["gone"] = "id-gone"
+    events.excused_ids.add("id-gone")
+    assert check(records, events, LAYOUT.rule).lost == []
+
+
+def test_a_retry_chain_cut_by_a_kill_mid_body_is_excused() -> None:
+    first = start("j", LAYOUT.main, 0)
+    events = Events(expected={"j": [("soak.step", 0), ("soak.step", 1)]})
+    events.kills = [("w1@x", 10 * MS)]
+    verdict = check([first], events, LAYOUT.rule)
+    assert verdict.ok and verdict.excused == 1
+    events.kills = []
+    assert check([first], events, LAYOUT.rule).lost == ["j soak.step retries=1: never ran"]
+
+
+def test_a_throttled_start_is_not_a_run() -> None:
+    first = start("h", LAYOUT.throttled, 0)
+    again = start("h", LAYOUT.throttled, 1000)
+    throttled = {**first, "k": "throttled"}
+    verdict = check([first, throttled, again], expecting([first]), LAYOUT.rule)
+    assert verdict.ok and verdict.ran == 1
+
+
+def test_a_capped_task_that_ran_twice_has_two_bodies_not_one_long_one() -> None:
+    """Each start ends at the end its own worker recorded after it."""
+    first = start("c", LAYOUT.capped, 0)
+    again = {**start("c", LAYOUT.capped, 5000), "host": "w2@x"}
+    between = spaced(LAYOUT.capped, 20, 2, first_ms=1000)
+    records = [first, end(first, 10), again, end(again, 5010), *between]
+    records += [end(r, r["dl"] / MS + 5) for r in between]
+    verdict = check(records, expecting([first, *between]), LAYOUT.rule)
+    assert not verdict.violations and len(verdict.doubled) == 1
