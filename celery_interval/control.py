@@ -79,12 +79,15 @@ def _task_buckets(app: Any) -> dict[str, int]:
 
 def pause(app: Any, queue: str, *, broadcast: bool = True) -> Status:
     """Pause ``queue`` cluster-wide: persisted in the store, broadcast to live workers. The
-    status returned is read as ``status`` reads it (with the bucket's burst and limits)."""
+    status returned is read as ``status`` reads it (with the bucket's burst and limits).
+
+    The broadcast says the store has it (``applied``): workers only act on it locally, so one
+    that receives it late cannot undo a newer pause, unpause or interval."""
     pace = configured_pace(app, queue)
     result = _seen(app, queue, store_of(app).pause(queue, pace.interval_us, pace))
     signals.queue_paused.send(sender=queue, bucket=queue, status=result)
     if broadcast:
-        app.control.broadcast("pause_queue", arguments={"queue": queue})
+        app.control.broadcast("pause_queue", arguments={"queue": queue, "applied": True})
     return result
 
 
@@ -94,7 +97,7 @@ def unpause(app: Any, queue: str, *, broadcast: bool = True) -> Status:
     result = _seen(app, queue, store_of(app).unpause(queue, pace.interval_us, pace))
     signals.queue_unpaused.send(sender=queue, bucket=queue, status=result)
     if broadcast:
-        app.control.broadcast("unpause_queue", arguments={"queue": queue})
+        app.control.broadcast("unpause_queue", arguments={"queue": queue, "applied": True})
     return result
 
 
@@ -108,7 +111,9 @@ def set_interval(app: Any, queue: str, interval: object, *, broadcast: bool = Tr
         sender=queue, bucket=queue, status=result, interval_s=result.interval_us / 1e6, action="set"
     )
     if broadcast:
-        app.control.broadcast("set_interval", arguments={"queue": queue, "interval": str(interval)})
+        app.control.broadcast(
+            "set_interval", arguments={"queue": queue, "interval": str(interval), "applied": True}
+        )
     return result
 
 
@@ -126,7 +131,7 @@ def unset_interval(app: Any, queue: str, *, broadcast: bool = True) -> Unset:
         action="unset",
     )
     if broadcast:
-        app.control.broadcast("unset_interval", arguments={"queue": queue})
+        app.control.broadcast("unset_interval", arguments={"queue": queue, "applied": True})
     return result
 
 

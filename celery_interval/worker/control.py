@@ -12,6 +12,7 @@ from celery.worker.control import control_command, inspect_command
 from celery_interval import control
 from celery_interval.config import settings_of
 from celery_interval.errors import ConfigurationError, StoreError
+from celery_interval.intervals import parse_interval_us
 
 __all__ = [
     "interval_stats",
@@ -38,15 +39,27 @@ def _service(state: Any) -> Any:
     return getattr(state.consumer, "interval_service", None)
 
 
-def _run(state: Any, command: str, queue: Any, action: Any) -> dict[str, Any]:
+def _run(state: Any, command: str, queue: Any, action: Any, fresh: Any = None) -> dict[str, Any]:
     """The command's reply: ``ok`` with the bucket's status, or ``error`` (an unknown queue,
     a bad or missing argument, an unreachable store) naming what was wrong; logged in one line
-    and, for a success, sent as an ``interval-<action>`` event."""
+    and, for a success, sent as an ``interval-<action>`` event. For a broadcast the store already
+    has, ``action`` only reads the status, and a status ``fresh`` rejects (a newer change is in
+    the store) is logged and goes no further: its reply carries ``stale``."""
     try:
-        status = control.status_dict(action())
+        found = action()
+        status = control.status_dict(found)
     except (ConfigurationError, StoreError) as exc:  # an outage, a refusal, a damaged key
         logger.warning("interval: control %s %s failed: %s", command, queue, exc)
         return {"error": str(exc)}
+    if fresh is not None and not fresh(found):
+        logger.info(
+            "interval: control %s %s came after a newer change; the store keeps interval %gs, %s",
+            command,
+            queue,
+            status["interval_s"],
+            "paused" if status["paused"] else "running",
+        )
+        return {"ok": status, "stale": True}
     logger.info(
         "interval: control %s %s: interval %gs%s, %s, ticket %d",
         command,
@@ -62,22 +75,35 @@ def _run(state: Any, command: str, queue: Any, action: Any) -> dict[str, Any]:
     return {"ok": status}
 
 
+def _read(state: Any, queue: Any) -> Any:
+    """What a broadcast the store already has does instead of writing: read the status."""
+    return lambda: control.status(state.app, queue)
+
+
 @control_command(args=[("queue", str)], signature="<queue>")
-def pause_queue(state: Any, queue: Any = None, **_: Any) -> dict[str, Any]:
+def pause_queue(state: Any, queue: Any = None, applied: Any = False, **_: Any) -> dict[str, Any]:
     """Pause starts of an interval queue on every worker (state kept in the store)."""
+    if applied:
+        return _run(state, "pause_queue", queue, _read(state, queue), lambda st: st.paused)
     return _run(
         state, "pause_queue", queue, lambda: control.pause(state.app, queue, broadcast=False)
     )
 
 
 @control_command(args=[("queue", str)], signature="<queue>")
-def unpause_queue(state: Any, queue: Any = None, **_: Any) -> dict[str, Any]:
+def unpause_queue(state: Any, queue: Any = None, applied: Any = False, **_: Any) -> dict[str, Any]:
     """Resume starts of an interval queue; held tasks keep their order and spacing."""
-    reply = _run(
-        state, "unpause_queue", queue, lambda: control.unpause(state.app, queue, broadcast=False)
-    )
+    if applied:
+        reply = _run(state, "unpause_queue", queue, _read(state, queue), lambda st: not st.paused)
+    else:
+        reply = _run(
+            state,
+            "unpause_queue",
+            queue,
+            lambda: control.unpause(state.app, queue, broadcast=False),
+        )
     service = _service(state)
-    if "ok" in reply and service is not None:
+    if "ok" in reply and "stale" not in reply and service is not None:
         outer_of = settings_of(state.app).outer_of
         for bucket in list(service.paused):
             nested = outer_of(bucket)
@@ -93,8 +119,22 @@ def unpause_queue(state: Any, queue: Any = None, **_: Any) -> dict[str, Any]:
 @control_command(
     args=[("queue", str), ("interval", str)], signature="<queue> <seconds | rate, e.g. 10/s>"
 )
-def set_interval(state: Any, queue: Any = None, interval: Any = None, **_: Any) -> dict[str, Any]:
+def set_interval(
+    state: Any, queue: Any = None, interval: Any = None, applied: Any = False, **_: Any
+) -> dict[str, Any]:
     """Change an interval queue's interval for the whole pool (kept in the store)."""
+    if applied:
+        try:
+            wanted_us = parse_interval_us(interval, name="interval")
+        except ConfigurationError as exc:
+            return {"error": str(exc)}
+        return _run(
+            state,
+            "set_interval",
+            queue,
+            _read(state, queue),
+            lambda st: st.overridden and (st.adapted or st.interval_us == wanted_us),
+        )
     return _run(
         state,
         "set_interval",
@@ -132,8 +172,12 @@ def interval_stats(
 
 
 @control_command(args=[("queue", str)], signature="<queue>")
-def unset_interval(state: Any, queue: Any = None, **_: Any) -> dict[str, Any]:
+def unset_interval(state: Any, queue: Any = None, applied: Any = False, **_: Any) -> dict[str, Any]:
     """Drop an interval queue's set_interval override: its configured interval is back."""
+    if applied:
+        return _run(
+            state, "unset_interval", queue, _read(state, queue), lambda st: not st.overridden
+        )
     return _run(
         state,
         "unset_interval",
