@@ -85,6 +85,8 @@ class Soak:
         self.sent_ids = self.events.ids
         self._in_force: dict[Event, int] = {}
         self.undos: list[Event] = []
+        #: When each undo was first tried (it may have been written though its call raised).
+        self._undo_from: dict[Event, int] = {}
         self.ledger: Ledger = {}
         self.wall_offset_ns = time.time_ns() - time.monotonic_ns()
 
@@ -269,13 +271,16 @@ class Soak:
     def _undo(self, event: Event) -> None:
         """Unpause or unset now, or on a later tick if the store does not answer."""
         undo = celery_interval.unpause if event.kind == "pause" else celery_interval.unset_interval
-        to_ns = time.monotonic_ns()
+        # A call that raised may have been written (its reply lost with a fault): the window
+        # ends at the first try, so the check never counts a start after a real undo.
+        to_ns = self._undo_from.setdefault(event, time.monotonic_ns())
         try:
             undo(self.app, self.layout.main, broadcast=not self.broker.is_down)
         except Exception:
             self.undos.append(event)
             return
         self.undos = [e for e in self.undos if e is not event]
+        self._undo_from.pop(event, None)
         from_ns = self._in_force.pop(event, -1)
         if from_ns < 0:
             return
