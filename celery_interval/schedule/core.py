@@ -136,10 +136,12 @@ def claim(
         if mark.holder != terms.holder:
             held_us = mark.expires_real_us - now_us
             return state, mark, Claim(Outcome.HELD, state.epoch, held_us, now_us)
-        if mark.start_us >= v:
+        until_us = state.throttled_until_us
+        if mark.start_us >= v and (until_us is None or mark.start_us >= until_us):
             return state, mark, Claim(Outcome.OK, state.epoch, mark.start_us - v, now_us)
-        # The holder never heard of its admitted start (the reply was lost) and that start has
-        # passed: admit a new one after the last, as if that one had happened.
+        # The holder never heard of its admitted start (the reply was lost, or its pool process
+        # came late) and that start has passed, or a throttle since moved it into its wait:
+        # admit a new one after the last, as if that one had happened.
         slot_us = state.current_slot_us
     elif slot.epoch != state.epoch or (slot_us < state.current_slot_us and not front):
         return state, mark, Claim(Outcome.RETICKET, state.epoch, 0, now_us)

@@ -95,6 +95,9 @@ class BucketState:
     #: ``tat_us``, ``last_slot_us``, ``current_slot_us``, the limits' grants' times) is in
     #: virtual time minus this (``schedule.front``).
     pushed_us: int = 0
+    #: The end of the latest throttle's wait (None: no throttle yet): a lease whose start comes
+    #: before it was admitted before that throttle, whose shift moved the start into the wait.
+    throttled_until_us: int | None = None
 
 
 @dataclass(frozen=True)

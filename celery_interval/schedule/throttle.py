@@ -47,6 +47,8 @@ def throttle(
     kept by earlier throttled copies that have not started yet (their order is the order of
     their throttles): its mark becomes a ``front`` grant of it (its copy sent again gets it),
     it is ``reserved``, and every other claim starts an interval after it at the earliest.
+    The wait's end is kept (``throttled_until_us``): a start admitted before the throttle that
+    its holder claims again is not started inside the wait (``claim`` admits a new one).
     """
     if state is None:
         state = new_state(now_us, interval_us, born_us)
@@ -71,6 +73,10 @@ def throttle(
     )
     state = front.in_ticket_time(limits.kept(state, slot_us, backoff.limits), pushed_us)
     v -= shift_us
+    until_us = v + max(0, backoff.retry_after_us)
+    if state.throttled_until_us is not None:
+        until_us = max(until_us, state.throttled_until_us)
+    state = replace(state, throttled_until_us=until_us)
     expires_real_us = now_us + slot_us - v + GRANTED_TTL_US
     place = Granted(state.epoch, backoff.ticket, slot_us, expires_real_us, True)
     return state, place, status(state, now_us, interval_us, born_us=born_us)

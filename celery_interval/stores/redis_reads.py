@@ -96,6 +96,7 @@ class RedisReads:
                 limit_tats=limit_tats,
                 front_tat_us=f.get("f"),
                 pushed_us=f.get("u", 0),
+                throttled_until_us=f.get("w"),
             )
         except KeyError as exc:
             raise StoreError(f"interval state of bucket {bucket!r} lacks field {exc}") from None

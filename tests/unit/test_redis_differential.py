@@ -8,6 +8,7 @@ import shutil
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from typing import Any, ClassVar
 
 import hypothesis.strategies as st
@@ -135,6 +136,7 @@ class Differential(RuleBasedStateMachine):
         self.model = self._new_model()
         self.redis = RedisStore(self.client, now_us=lambda: self.now_us, nesting=NESTING.get)
         self.probes = 0
+        self.started: tuple[TaskCopy, int, Slot, ClaimTerms] | None = None  # the latest OK claim
 
     def _new_model(self) -> MemoryStore:
         model = ClusterModel if self.cluster else MemoryStore
@@ -338,6 +340,8 @@ class Differential(RuleBasedStateMachine):
             expected, got = self._compared_pair(bucket, "take_nested", *args, outer)
         else:
             expected, got = self._compared(bucket, "take", *args)
+            if expected[1] is not None and expected[1].outcome is Outcome.OK:
+                self.started = (args[0], interval, expected[0].slot, args[2])
         assert got == expected
         return (bucket, task, retry, expected[0].epoch, expected[0].slot_us)
 
@@ -542,9 +546,40 @@ class Differential(RuleBasedStateMachine):
             self.now_us += claimed.delay_us
             self._expire()
 
+    @rule(lead=leads_us, handoff=handoffs_us)
+    def claim_again(self, lead: int, handoff: int) -> None:
+        """The latest claim that started, again by its holder (a lost reply, a pool process that
+        came late): its start again, or a new one, also after a throttle moved it."""
+        if self.started is not None:
+            copy, interval, slot, terms = self.started
+            self._claim(copy, interval, slot, replace(terms, lead_us=lead, handoff_us=handoff))
+
+    @rule(
+        task=tasks,
+        retry=retries,
+        retry_after=st.sampled_from([1, 999, 2_000_000, 90_000_000]),
+        step=st.sampled_from([0, 1_000, 500_000, 1_900_000]),
+        lead=leads_us,
+    )
+    def throttle_then_claim_again(
+        self, task: str, retry: int, retry_after: int, step: int, lead: int
+    ) -> None:
+        """A throttle of the bucket of the latest claim that started, then that claim again
+        (P9: a start admitted before the throttle is not started inside its wait)."""
+        if self.started is None:
+            return
+        copy, interval, _, terms = self.started
+        limits = terms.limits
+        self.throttle(copy.bucket, task, retry, interval, retry_after, 0, None, terms.burst,
+                      terms.cost, limits)  # fmt: skip
+        self.advance(step)
+        self.claim_again(lead, terms.handoff_us)
+
     def _claim(self, copy: TaskCopy, interval: int, slot: Slot, terms: ClaimTerms) -> Claim:
         expected, got = self._compared(copy.bucket, "claim", copy, interval, slot, terms)
         assert got == expected
+        if expected.outcome is Outcome.OK:
+            self.started = (copy, interval, slot, terms)
         return expected
 
     @rule(

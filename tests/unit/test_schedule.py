@@ -614,6 +614,17 @@ THROTTLE_TABLE = [
          ("starts", 1_000, 2_000, 5_200, 6_200, 7_200)],
     ),
     (
+        "a start admitted before a throttle and claimed again late waits the throttle out",
+        [at(-ML), grant("a"), grant("b"), at(1_000), claim("a"), at(2_000), claim("b", "w2"),
+         at(2_100), throttle("a", 3_000), at(2_500), claim("b", "w2"), grant("a"), at(4_099),
+         claim("b", "w2"), at(5_100), claim("a"), claim("b", "w2"), at(6_095),
+         claim("b", "w2", 5), claim("b", "w2", 5), STARTS],
+        [("OK", 1, 1_000, ML + 1_000), ("OK", 2, 2_000, ML + 2_000), ("OK", 0), ("OK", 0),
+         ("throttled", 4_000), ("WAIT", 3_600), ("OK", 1, 3_000, 2_600), ("WAIT", 2_001),
+         ("OK", 0), ("WAIT", 1_000), ("OK", 5), ("OK", 5), ("starts", 1_000, 2_000, 5_100, 6_100,
+         6_100)],
+    ),
+    (
         "a throttle while paused waits its retry_after after the unpause",
         [at(-ML), grant("a"), grant("b"), at(1_000), claim("a"), PAUSE, throttle("a", 2_000),
          at(5_000), UNPAUSE, grant("a"), claim("a"), at(7_000), claim("a"), STARTS],
@@ -683,6 +694,9 @@ ops = st.one_of(
         st.just("claim_due"), st.sampled_from(HOLDERS), st.sampled_from([0, 50, ML, 3 * ML]),
         st.sampled_from([500, 5_000]), st.sampled_from([-1, 0, 1]),
     ),
+    st.tuples(  # the latest claim again, by its holder: a lost reply, a pool process late
+        st.just("claim_again"), st.sampled_from([0, 50, ML]),
+    ),
     st.tuples(st.just("pause")),
     st.tuples(st.just("unpause")),
     st.tuples(
@@ -703,17 +717,25 @@ def _live_lease(mark: Mark | None, now_us: int, holder: str) -> bool:
 
 
 def _expand(steps: list[Step]) -> Iterator[Step]:
-    """Each ``claim_due`` step as ``advance_to_due`` and ``claim`` of the latest grant."""
+    """Each ``claim_due`` step as ``advance_to_due`` and ``claim`` of the latest grant; each
+    ``claim_again`` as the latest claim, with its lead."""
     latest: tuple[str, int] | None = None
+    claimed: Step | None = None
     for step in steps:
         if step[0] == "grant":
             latest = (step[1], step[2])
-        if step[0] != "claim_due":
+        if step[0] == "claim_again":
+            if claimed is not None:
+                yield (*claimed[:4], step[1], claimed[5])
+        elif step[0] != "claim_due":
             yield step
         elif latest is not None:
             _, holder, lead_us, lease_us, delta_us = step
             yield ("advance_to_due", *latest, lead_us, delta_us)
-            yield ("claim", *latest, holder, lead_us, lease_us)
+            claimed = ("claim", *latest, holder, lead_us, lease_us)
+            yield claimed
+        if step[0] == "claim":
+            claimed = step
 
 
 @settings(max_examples=400, deadline=None)
@@ -721,6 +743,32 @@ def _expand(steps: list[Step]) -> Iterator[Step]:
 def test_random_sequences_keep_spacing_and_never_travel_back(steps: list[Step]) -> None:
     """P5: new starts (now + start_in, real time) are >= the interval apart, also across state
     loss (no slack: a new epoch assumes a start MAX_LEAD_US ahead); P8 within an epoch."""
+    check_sequence(steps)
+
+
+#: Claims, throttles and claims again by a lease's holder, close together (P9).
+throttle_ops = st.one_of(
+    st.tuples(st.just("grant"), st.sampled_from(TASKS), st.integers(0, 1), st.just(0)),
+    st.tuples(
+        st.just("claim_due"), st.sampled_from(HOLDERS), st.sampled_from([0, 50, ML]),
+        st.just(5_000), st.sampled_from([-1, 0, 1]),
+    ),
+    st.tuples(st.just("claim_again"), st.sampled_from([0, 50, ML])),
+    st.tuples(
+        st.just("throttle"), st.sampled_from(TASKS), st.integers(0, 1),
+        st.sampled_from([0, 500, 2_500, 5_000]), st.sampled_from([None, None, 50_000]),
+    ),
+    st.tuples(st.just("advance"), st.integers(0, 3_000)),
+    st.tuples(st.just("pause")),
+    st.tuples(st.just("unpause")),
+)  # fmt: skip
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(throttle_ops, max_size=40))
+def test_random_throttles_leave_no_start_inside_their_wait(steps: list[Step]) -> None:
+    """P9, aimed: no start inside a throttle's retry_after, also none claimed again by a
+    lease's holder (a lost reply, a pool process late) whose start a throttle moved."""
     check_sequence(steps)
 
 
@@ -783,10 +831,11 @@ def check_sequence(steps: list[Step], m: Model | None = None, *, spacing: bool =
             re_claim = _live_lease(m.marks.get((task, retries)), m.now_us, holder)
             n_starts = len(m.starts_real_us)
             m.run([step])
-            if len(m.starts_real_us) > n_starts and not re_claim:
-                assert m.state is not None
+            if len(m.starts_real_us) > n_starts:  # a claim OK, also a lease's holder's again
                 start_us = m.starts_real_us[-1] + T0_US
                 assert start_us >= quiet_until_us, "a start inside a throttle's retry_after"
+            if len(m.starts_real_us) > n_starts and not re_claim:
+                assert m.state is not None
                 if last_start_us is not None and spacing:
                     assert start_us - last_start_us >= effective_us, (
                         f"two starts {start_us - last_start_us} µs apart "

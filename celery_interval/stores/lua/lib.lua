@@ -12,7 +12,8 @@
 -- limits, an empty side for none; absent: none, as in records written before limits existed)
 -- f=front_tat_us (the interactive starts' GCRA, front.lua; absent: none) u=pushed_us (how far
 -- the interactive starts pushed the tickets: t, g, c and the limits' grants' times are in ticket
--- time, virtual time minus u; absent: 0).
+-- time, virtual time minus u; absent: 0) w=throttled_until_us (the end of the latest throttle's
+-- wait, virtual time: a lease whose start is before it is not started again; absent: none).
 -- A reset bucket's hash holds only r=<reset time>, until its next state is made.
 -- FENCED (a line RedisStore puts before this file): true on a replicated store (Sentinel,
 -- Cluster), where a master may be a replica promoted without the old master's last writes.
@@ -76,7 +77,7 @@ end
 
 -- The state hash's fields in the order load_state reads them (HMGET), and each one's place.
 local STATE_FIELDS = { 'e', 'o', 'p', 't', 'n', 'c', 'l', 'i', 'r', 'h', 'a', 'k', 'q', 'g', 'z',
-  'm', 'x', 'f', 'u' }
+  'm', 'x', 'f', 'u', 'w' }
 local STATE_INDEX = {}
 for i, f in ipairs(STATE_FIELDS) do
   STATE_INDEX[f] = i
@@ -117,6 +118,7 @@ local function load_state(key)
     n = num(r[5]), c = num(r[6]), l = num(r[7]), i = num(r[8]), h = num(r[10]),
     a = num(r[11]), k = num(r[12]) or 0, q = num(r[13]) or 0, g = num(r[14]), z = num(r[15]),
     m = r[16] or nil, x = decode_tats(r[17]), f = num(r[18]), u = num(r[19]) or 0,
+    w = num(r[20]),
   }
 end
 
@@ -138,7 +140,8 @@ end
 local function new_state(now, interval, born)
   local last = math.max(now - interval, born + MAX_LEAD_US)
   return { e = now, o = 0, p = nil, t = last + interval, n = 0, c = 0, l = last, i = nil, h = nil,
-    a = nil, k = 0, q = 0, g = nil, z = born + MAX_LEAD_US, x = {}, f = nil, u = 0 }
+    a = nil, k = 0, q = 0, g = nil, z = born + MAX_LEAD_US, x = {}, f = nil, u = 0,
+    w = nil }
 end
 
 -- schedule.new_state's born_us: the birth marker at born_key (set to now when missing, if
@@ -364,7 +367,7 @@ local function save_state(key, s, now, interval)
       args[#args + 1] = fmt(s[f])
     end
   end
-  for _, f in ipairs({ 'g', 'z', 'f' }) do
+  for _, f in ipairs({ 'g', 'z', 'f', 'w' }) do
     if s[f] ~= nil then
       args[#args + 1] = f
       args[#args + 1] = fmt(s[f])

@@ -236,7 +236,7 @@ local function claim_op(keys, argv)
       local left = m.exp - now
       return reply(s, 'HELD', left, 'delay', left)
     end
-    if m.start >= v then
+    if m.start >= math.max(v, s.w or v) then
       local wait = full_wait()
       if wait ~= nil then
         return reply(s, 'FULL', wait, 'delay', wait)
@@ -245,8 +245,9 @@ local function claim_op(keys, argv)
       return reply(s, 'OK', m.start - v, 'start', now + m.start - v,
         'late', math.max(0, m.start - slot - s.u), 'again', 1)
     end
-    -- The holder never heard of its admitted start (a lost reply) and it has passed: admit a
-    -- new one after the last, as if that one had happened.
+    -- The holder never heard of its admitted start (a lost reply, its pool process came late)
+    -- and it has passed, or a throttle since moved it into its wait (w): admit a new one after
+    -- the last, as if that one had happened.
     slot = s.c
     readmit = 1
   elseif epoch ~= s.e or (slot < s.c and not front) then

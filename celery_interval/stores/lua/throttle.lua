@@ -1,6 +1,7 @@
 -- throttle.lua: schedule.throttle — no start of the bucket for retry_after_us; the throttled
 -- copy keeps its place: a front grant of the first slot after (after the slots other throttled
--- copies keep and have not started in), which is reserved for it.
+-- copies keep and have not started in), which is reserved for it. The wait's end is kept (w): a
+-- lease admitted before it is not started again inside it (ops.lua's claim_op).
 -- KEYS[1] state hash, KEYS[2] mark of (task_id, retries), KEYS[3] ledger stream,
 -- KEYS[4] the bucket's places (unused), KEYS[5] the birth marker (absent on a Cluster)
 -- ARGV[1] now_us override ('' = Redis TIME), ARGV[2] interval_us, ARGV[3] retry_after_us,
@@ -39,8 +40,9 @@ s.t = math.max(s.t, slot + math.max(1, burst) * spacing)
 s.h = slot
 lim_kept(s, slot, limits)
 front_shift(s, -pushed)
-save_fields(KEYS[1], s, is_new, now, interval, 'o', 't', 'h', 'a', 'k', 'q', 'z', 'x')
 v = v - shift
+s.w = math.max(v + retry_after, s.w or -math.huge)
+save_fields(KEYS[1], s, is_new, now, interval, 'o', 't', 'h', 'a', 'k', 'q', 'z', 'x', 'w')
 put_mark(KEYS[2], { kind = 'G', e = s.e, ticket = tonumber(ARGV[4]), slot = slot,
   exp = now + slot - v + GRANTED_TTL_US, front = true }, now)
 ledger_append(KEYS[3], tonumber(ARGV[7]), {
