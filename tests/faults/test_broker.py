@@ -200,6 +200,14 @@ def test_redis_broker_killed_and_back_after_3s(
     assert patched == [restore_bug_present()] * 3, patched
 
 
+#: Reproductions of a defect still open (docs/guarantees.md, Broker outages): a task admitted
+#: twice or lost when the workers reconnect to a Redis broker whose messages their restore at
+#: close could not give back, or after every RabbitMQ connection was closed; they fail in some
+#: runs. ``pytest -m open_defect tests/faults/test_broker.py`` runs them.
+OPEN_DEFECT = pytest.mark.open_defect
+
+
+@OPEN_DEFECT
 def test_redis_broker_down_longer_than_the_visibility_timeout(
     redis_broker: RedisProc, make_broker_pool: Any
 ) -> None:
@@ -213,6 +221,7 @@ def test_redis_broker_down_longer_than_the_visibility_timeout(
     assert_survived(pool, ids, "test_redis_broker_down_longer_than_the_visibility_timeout")
 
 
+@OPEN_DEFECT
 def test_redis_broker_restart_while_paused(redis_broker: RedisProc, make_broker_pool: Any) -> None:
     """Paused, then the broker restarts: nothing starts until the unpause, which reaches the
     reconnected workers; then every task runs once, spaced."""
@@ -274,6 +283,7 @@ def test_rabbitmq_node_killed_and_restarted(make_broker_pool: Any, live_rabbit: 
     assert_survived(pool, ids, "test_rabbitmq_node_killed_and_restarted")
 
 
+@OPEN_DEFECT
 def test_rabbitmq_connections_closed(make_broker_pool: Any, live_rabbit: RabbitNode) -> None:
     """``rabbitmqctl close_all_connections`` with the node up: the workers reconnect."""
     pool = make_broker_pool(live_rabbit.url)
