@@ -273,7 +273,15 @@ def test_a_new_tenant_starts_at_once_then_keeps_its_interval(make_pool: Any) -> 
     assert claims[1][0] - claims[0][0] >= round(interval_s * 1e6)
 
 
-@pytest.mark.parametrize("broker", ["rabbitmq", "redis"])
+@pytest.mark.parametrize(
+    "broker",
+    [
+        "rabbitmq",
+        # Open defect (the tenants page): on a Redis broker one of 300 tasks, held unacked by
+        # the killed worker, was not redelivered within the minute in 2 of the last 2 runs.
+        pytest.param("redis", marks=pytest.mark.open_defect),
+    ],
+)
 def test_a_dead_workers_parked_tasks_are_found_after_the_store_forgot_them(
     make_pool: Any, redis_server: Any, broker: str
 ) -> None:
