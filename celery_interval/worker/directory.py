@@ -107,6 +107,8 @@ class Directory:
         if (queue, bucket) in seen:
             return None
         seen.add((queue, bucket))
+        if not broker.consumes(queue):  # another app's, or a queue this worker does not take
+            return entry
         depth = broker.depth(overflow_queue_name(queue, bucket))
         if depth:
             if not self.index.changes(queue, bucket):
