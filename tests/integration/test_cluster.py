@@ -6,7 +6,6 @@ import hashlib
 import itertools
 import time
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +20,8 @@ from celery_interval.stores import mask_url, store_from_url
 from celery_interval.stores.base import DoneBatch, TaskCopy
 from celery_interval.stores.redis import RedisStore
 from celery_interval.stores.scripts import script_source
-from tests.helpers.failover import assemble_cluster, cluster_url
+from tests.helpers.clusters import three_masters
+from tests.helpers.failover import cluster_url
 from tests.helpers.pool import Pool, run_once
 from tests.integration.test_pool import assert_exactly_once, assert_ticket_order
 from tests.integration.test_security import exercise
@@ -35,14 +35,8 @@ DEDUPE_US = 3_600_000_000
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[list[RedisProc]]:
     """Three private redis-servers in cluster mode forming one cluster (no replicas)."""
-    with ThreadPoolExecutor(3) as executor:  # each start waits ~2 s for its one-node cluster
-        nodes = list(executor.map(lambda _: RedisProc(cluster=True), range(3)))
-    try:
-        assemble_cluster(nodes)
+    with three_masters() as nodes:
         yield nodes
-    finally:
-        for node in nodes:
-            node.stop()
 
 
 @pytest.fixture

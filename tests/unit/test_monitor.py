@@ -29,6 +29,7 @@ from celery_interval.schedule import ClaimTerms, Outcome, Pace
 from celery_interval.starts import is_start
 from celery_interval.stores.base import TaskCopy
 from celery_interval.stores.redis import RedisStore
+from tests.helpers.brokers import skip_or_fail
 from tests.helpers.clusters import (
     cluster_client_of,
     flush,
@@ -354,7 +355,7 @@ def test_the_tail_counts_what_a_trim_took_on_a_cluster() -> None:
     server (each bucket's page and stream info still come from one MULTI)."""
     binary = _redis7_binary()
     if binary is None:
-        pytest.skip("no redis-server >= 7 on this machine (XINFO STREAM's entries-added)")
+        skip_or_fail("no redis-server >= 7 on this machine (XINFO STREAM's entries-added)")
     with three_masters(binary) as nodes:
         client = cluster_client_of(nodes)
         tail = trim_past_the_tail(client)
