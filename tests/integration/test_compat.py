@@ -234,7 +234,10 @@ def test_priority(compat: Pool) -> None:
     high, low = (0, 9) if redis_broker else (9, 0)  # kombu's Redis transport: 0 is highest
 
     def scenario(kind: str) -> Any:
-        slow = task(compat, kind, "slow")
+        # Plain blockers: a prefetch of one per process spreads them two and two, so every
+        # process is busy (interval workers hold what they receive, so interval blockers may
+        # leave one worker a blocker short and a process free).
+        slow = task(compat, "p", "slow")
         blockers = [slow.apply_async((1.5,), priority=high) for _ in range(4)]
         wait_for(lambda: all(runs(compat, b.id) for b in blockers))
         prio = task(compat, kind, "prio")
