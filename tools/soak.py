@@ -55,6 +55,8 @@ def recheck(path: Path) -> int:
         kills=[tuple(kill) for kill in raw["kills"]],
         ids=raw["ids"],
         excused_ids=set(raw["excused_ids"]),
+        received=set(raw.get("received", ())),
+        pops=bool(raw.get("pops")),
         losses=raw["losses"],
         pauses=[tuple(p) for p in raw["pauses"]],
         overrides=[tuple(o) for o in raw["overrides"]],
@@ -63,7 +65,8 @@ def recheck(path: Path) -> int:
     verdict = check(dump["records"], events, Layout(dump["prefix"]).rule)
     print(
         f"{path}: steps={verdict.steps} ran={verdict.ran} revoked={verdict.revoked} "
-        f"excused={verdict.excused} violations={len(verdict.violations)} "
+        f"excused={verdict.excused} popped={len(verdict.popped)} "
+        f"violations={len(verdict.violations)} "
         f"lost={len(verdict.lost)} doubled={len(verdict.doubled)}"
     )
     for line in verdict.lost[:20] + verdict.doubled[:20]:
@@ -94,7 +97,8 @@ def main(argv: list[str] | None = None) -> int:
     unknown = set(kinds) - set(FAULTS)
     if unknown:
         parser.error(f"unknown fault kinds: {sorted(unknown)}")
-    totals = {"jobs": 0, "steps": 0, "faults": 0, "violations": 0, "lost": 0, "doubled": 0}
+    kinds_of_total = ("jobs", "steps", "faults", "popped", "violations", "lost", "doubled")
+    totals = dict.fromkeys(kinds_of_total, 0)
     began = time.monotonic()
     burners = [
         subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(args.burn)
@@ -125,6 +129,7 @@ def run_seeds(
         totals["jobs"] += result.jobs
         totals["steps"] += v.steps
         totals["faults"] += sum(result.faults.values())
+        totals["popped"] += len(v.popped)
         totals["violations"] += len(v.violations)
         totals["lost"] += len(v.lost)
         totals["doubled"] += len(v.doubled)

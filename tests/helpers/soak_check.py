@@ -8,6 +8,9 @@ The rules, and which promise each checks:
   step missing after an earlier step began on a worker killed before that body ended is
   excused (Celery runs an early-acked task at most once); so is a task the store admitted to a
   worker as it died whose copy was dropped as a duplicate (``excused_ids``, from the ledger).
+  On a Redis broker a first step that no worker's log ever received is counted apart
+  (``popped``): the one message a worker had popped as it was killed
+  (``tests/helpers/popped.py``); more of them than kills is a loss.
 - **budget** (P5, bursts, costs, extra limits, the outer bucket): the start deadlines the
   workers handed out, fed in order to the store's GCRA rule with the interval configured, or
   with any extra limit; each start may come ``slack_us`` early (the mapping of the store's
@@ -61,6 +64,10 @@ class Events:
     ids: dict[str, str] = field(default_factory=dict)
     #: task ids admitted to a worker as it died whose copy was dropped as a duplicate.
     excused_ids: set[str] = field(default_factory=set)
+    #: task ids a worker's log says it received.
+    received: set[str] = field(default_factory=set)
+    #: whether a killed worker may take the message it had popped with it (a Redis broker).
+    pops: bool = False
     #: monotonic ns of each store restart that lost its state.
     losses: list[int] = field(default_factory=list)
     #: (bucket, from ns, to ns) of each pause in force.
@@ -78,6 +85,8 @@ class Verdict:
     revoked: int = 0
     excused: int = 0
     lost: list[str] = field(default_factory=list)
+    #: first steps no worker received, at most one per killed worker (a Redis broker's pop).
+    popped: list[str] = field(default_factory=list)
     doubled: list[str] = field(default_factory=list)
     violations: list[dict[str, Any]] = field(default_factory=list)
 
@@ -146,8 +155,13 @@ def check_once(records: list[Record], events: Events, verdict: Verdict) -> None:
                 job
             ) in events.excused_ids:
                 verdict.excused += 1
+            elif events.pops and retries == 0 and events.ids.get(job) not in events.received:
+                verdict.popped.append(f"{job} {task} retries=0: never received")
             else:
                 verdict.lost.append(f"{job} {task} retries={retries}: never ran")
+    if len(verdict.popped) > len(events.kills):
+        verdict.lost += [f"{p} (more than one per killed worker)" for p in verdict.popped]
+        verdict.popped = []
 
 
 def _across_loss(

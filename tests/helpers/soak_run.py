@@ -24,6 +24,7 @@ import celery_interval
 from celery_interval.demo.embedded import RedisProc
 from celery_interval.testing.processes import WorkerProcess
 from tests.helpers.limiting import limiting_server
+from tests.helpers.popped import received_ids
 from tests.helpers.soak_check import Events, Verdict, check
 from tests.helpers.soak_config import API_RATE, MAIN_SLOW_S, Layout
 from tests.helpers.soak_faults import FAULTS, Broker, Event, SlowLink, StoreProc, cut_clients
@@ -52,7 +53,8 @@ class Result:
         faults = ", ".join(f"{k}={n}" for k, n in sorted(self.faults.items()))
         return (
             f"seed {self.seed} [{self.broker}]: jobs={self.jobs} steps={v.steps} ran={v.ran} "
-            f"revoked={v.revoked} excused={v.excused} faults: {faults or 'none'} | "
+            f"revoked={v.revoked} excused={v.excused} popped={len(v.popped)} "
+            f"faults: {faults or 'none'} | "
             f"violations={len(v.violations)} lost={len(v.lost)} doubled={len(v.doubled)} "
             f"worker_exits={len(self.findings)}"
         )
@@ -375,6 +377,10 @@ class Soak:
         self._read_ledgers()
         self.events.throttles = throttles(self.ledger, self.wall_offset_ns)
         self.events.excused_ids = died_as_they_began(self.ledger, self.kill_windows_us)
+        self.events.received = received_ids(
+            path.read_text(errors="replace") for path in self.tmp.glob("w*.log")
+        )
+        self.events.pops = self.broker_kind == "redis"
 
     def _result(self) -> Result:
         self._from_ledger()

@@ -135,6 +135,27 @@ def test_lost_doubled_revoked_and_excused() -> None:
     assert check(records, events, LAYOUT.rule).lost == []
 
 
+def test_a_message_no_worker_received_is_popped_once_per_kill_on_redis() -> None:
+    """A first step no worker received is the killed worker's pop on a Redis broker, at most
+    one per kill; a second one, a retry step, or any on RabbitMQ is lost."""
+    records = spaced(LAYOUT.main, 30, 2)
+    events = expecting(records)
+    events.expected.update({"a": [("soak.step", 0)], "b": [("soak.step", 0), ("soak.step", 1)]})
+    events.ids.update({"a": "id-a", "b": "id-b"})
+    events.received = {"id-b"}
+    events.kills = [("w1@x", 10 * MS)]
+    events.pops = True
+    verdict = check(records, events, LAYOUT.rule)
+    assert verdict.popped == ["a soak.step retries=0: never received"]
+    assert len(verdict.lost) == 2  # b was received: both its steps are lost
+    events.received.discard("id-b")
+    verdict = check(records, events, LAYOUT.rule)
+    assert verdict.popped == [] and len(verdict.lost) == 3
+    events.pops = False
+    events.received.add("id-b")
+    assert check(records, events, LAYOUT.rule).popped == []
+
+
 def test_a_retry_chain_cut_by_a_kill_mid_body_is_excused() -> None:
     first = start("j", LAYOUT.main, 0)
     events = Events(expected={"j": [("soak.step", 0), ("soak.step", 1)]})

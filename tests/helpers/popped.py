@@ -1,0 +1,31 @@
+"""A Redis broker's one unrecorded message: what a worker popped as it was killed.
+
+kombu's Redis transport takes a message off its queue with ``BRPOP`` and only then records it
+as unacknowledged (``ZADD unacked_index`` + ``HSET unacked``, celery/celery#7950). While a
+queue has messages a consuming worker nearly always has one such pop in flight, so a worker
+SIGKILLed then takes that one message with it: no worker ever receives it and no
+``restore_visible`` can give it back. The guarantees page lists this upstream limit. The tests
+excuse exactly that: a missing task no worker's log ever received, on a Redis broker, at most
+one per killed worker.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+
+#: Celery's received line: ``Task name[id] received``.
+_RECEIVED = re.compile(r"\[([0-9a-f-]{36})\] received")
+
+
+def received_ids(logs: Iterable[str]) -> set[str]:
+    """Every task id a worker log says it received."""
+    return {match.group(1) for log in logs for match in _RECEIVED.finditer(log)}
+
+
+def popped_as_killed(missing: Iterable[str], logs: Iterable[str], broker_url: str) -> set[str]:
+    """The ``missing`` task ids no worker ever received, on a Redis broker (none elsewhere:
+    an AMQP broker keeps a delivery until it is acknowledged)."""
+    if not broker_url.startswith(("redis", "rediss", "sentinel")):
+        return set()
+    return set(missing) - received_ids(logs)
