@@ -16,6 +16,7 @@ from celery_interval.worker.delivery import consumed_queue, stamp_consumed_queue
 from celery_interval.worker.parking import ConsumerBroker
 from celery_interval.worker.strategy import interval_strategy
 from celery_interval.worker.timeouts import warn_broker_timeouts
+from celery_interval.worker.visibility import VisibilityRefresh
 
 __all__ = ["IntervalStep"]
 
@@ -98,6 +99,7 @@ class IntervalStep(bootsteps.StartStopStep):
         self.channel_errors = _survive_channel_errors(c.app)
         self.announced = False
         self.broker = BrokerWatch()
+        self.visibility: VisibilityRefresh | None = None
         install_restore_fix()
         super().__init__(c, **kwargs)
 
@@ -106,6 +108,9 @@ class IntervalStep(bootsteps.StartStopStep):
         service = service_for(c)
         settings = service.settings
         stamp_consumed_queues(c.task_consumer.channel)
+        if self.visibility is None:
+            self.visibility = VisibilityRefresh(c.timer)
+        self.visibility.start(c.task_consumer.channel)
         paced = _pace_other_tasks(c, set(settings.queues_us))
         if service.overflow is not None:
             service.overflow.start(ConsumerBroker(c))
@@ -128,6 +133,8 @@ class IntervalStep(bootsteps.StartStopStep):
             service.outage.failed(exc)  # the outage's one log line; tasks are held until it ends
 
     def stop(self, c: Any) -> None:
+        if self.visibility is not None:
+            self.visibility.stop()
         self.broker.stopped(c)
         if c.interval_service is not None:
             c.interval_service.connection_lost()

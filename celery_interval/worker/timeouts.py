@@ -13,21 +13,15 @@ logger = logging.getLogger("celery_interval.worker")
 
 #: RabbitMQ's default ``consumer_timeout`` (30 minutes); override with interval_broker_timeout_s.
 RABBITMQ_CONSUMER_TIMEOUT_S = 1800.0
-#: kombu's default Redis ``visibility_timeout``.
-REDIS_VISIBILITY_TIMEOUT_S = 3600.0
 
 
 def broker_timeout_s(app: Any, settings: Settings) -> tuple[float, str] | None:
-    """The broker's redelivery timeout for unacked messages and the setting that controls it."""
+    """The broker's redelivery timeout for unacked messages and the setting that controls it.
+    None on a Redis broker: a live worker keeps refreshing its messages' scores
+    (``visibility.py``), so no hold outlives ``visibility_timeout``."""
     if settings.broker_timeout_s is not None:
         return settings.broker_timeout_s, "interval_broker_timeout_s"
     url = str(app.conf.broker_url or "")
-    if url.startswith(("redis://", "rediss://", "sentinel://")):
-        options = app.conf.broker_transport_options or {}
-        return (
-            float(options.get("visibility_timeout", REDIS_VISIBILITY_TIMEOUT_S)),
-            "broker_transport_options['visibility_timeout']",
-        )
     if url.startswith(("amqp://", "amqps://", "pyamqp://")):
         return RABBITMQ_CONSUMER_TIMEOUT_S, "RabbitMQ consumer_timeout (rabbitmq.conf)"
     return None

@@ -18,9 +18,14 @@ from collections.abc import Iterable
 _RECEIVED = re.compile(r"\[([0-9a-f-]{36})\] received")
 
 
+def received_list(log: str) -> list[str]:
+    """The task ids one worker log says it received, once per delivery."""
+    return [match.group(1) for match in _RECEIVED.finditer(log)]
+
+
 def received_ids(logs: Iterable[str]) -> set[str]:
     """Every task id a worker log says it received."""
-    return {match.group(1) for log in logs for match in _RECEIVED.finditer(log)}
+    return {task_id for log in logs for task_id in received_list(log)}
 
 
 def popped_as_killed(missing: Iterable[str], logs: Iterable[str], broker_url: str) -> set[str]:
