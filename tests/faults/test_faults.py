@@ -104,6 +104,18 @@ def assert_one_ok_claim_each(
     return set(doubled)
 
 
+def broadcast_to_all(pool: Pool, command: str) -> None:
+    """``command`` for the pool's queue, returning once every worker replied (it applied it)."""
+    replies = pool.app.control.broadcast(
+        command,
+        arguments={"queue": pool.queue},
+        reply=True,
+        limit=len(pool.workers),
+        timeout=10.0,
+    )
+    assert len(replies) == len(pool.workers), replies
+
+
 def released_as_the_channel_closed(pool: Pool) -> frozenset[str]:
     """Task ids the workers logged as released to the pool but not accepted at a channel close."""
     found: set[str] = set()
@@ -387,11 +399,11 @@ def test_rabbitmq_consumer_timeout_shorter_than_a_hold(make_pool: Any) -> None:
     with rabbitmq_consumer_timeout(3000):
         pool = make_pool(interval_s, conf={"interval_broker_timeout_s": 3.0})
         workers = pool.start(3)
-        pool.app.control.broadcast("pause_queue", arguments={"queue": pool.queue}, reply=True)
+        broadcast_to_all(pool, "pause_queue")
         ids = pool.send(60)
         time.sleep(8.0)  # at least two consumer timeouts while paused
         assert not pool.records(), "a task started while paused"
-        pool.app.control.broadcast("unpause_queue", arguments={"queue": pool.queue}, reply=True)
+        broadcast_to_all(pool, "unpause_queue")
         records = pool.wait_records(60, timeout_s=90)
         assert all(w.proc.poll() is None for w in workers), "a worker exited"
     logs = "".join(w.log() for w in workers)
@@ -414,10 +426,10 @@ def test_pause_longer_than_the_redis_visibility_timeout(make_pool: Any) -> None:
     pool.start(3)
     ids = pool.send(20)
     pool.wait_records(5, timeout_s=30)
-    pool.app.control.broadcast("pause_queue", arguments={"queue": pool.queue}, reply=True)
+    broadcast_to_all(pool, "pause_queue")
     time.sleep(7.0)
     before = len(pool.records())
-    pool.app.control.broadcast("unpause_queue", arguments={"queue": pool.queue}, reply=True)
+    broadcast_to_all(pool, "unpause_queue")
     records = pool.wait_records(20, timeout_s=60)
     assert before < 20
     assert_exactly_once(records, ids)

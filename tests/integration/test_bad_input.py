@@ -287,7 +287,12 @@ def test_remote_control_wrong_argument_types(
     """A program broadcasting the commands with wrong types gets an error reply, too."""
     pool, worker = live_pool, live_pool.workers[0]
     replies = pool.app.control.broadcast(
-        command, arguments=arguments(pool.queue), reply=True, destination=[worker.name], timeout=10
+        command,
+        arguments=arguments(pool.queue),
+        reply=True,
+        destination=[worker.name],
+        limit=1,
+        timeout=10,
     )
     assert replies and set(replies[0]) == {worker.name}, replies
     reply = replies[0][worker.name]

@@ -112,7 +112,11 @@ def test_a_burst_after_an_idle_spell_then_one_per_interval_and_weighted_costs(
     span_s = (later[-1][0] - later[0][0]) / 1e6
     assert span_s >= (sum(c for _, c, _ in later) - BURST) * INTERVAL_S - 0.001
     replies = pool.app.control.broadcast(
-        "interval_stats", arguments={"top": 0, "tasks": 0}, reply=True, timeout=2.0
+        "interval_stats",
+        arguments={"top": 0, "tasks": 0},
+        reply=True,
+        limit=len(pool.workers),
+        timeout=10.0,
     )
     bursts = {s[queue]["burst"] for r in replies for s in r.values() if queue in s}
     assert bursts == {BURST}, replies

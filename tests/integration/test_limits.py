@@ -51,7 +51,11 @@ def test_an_interval_and_a_tighter_rate_hold_at_once_and_the_rate_is_saturated(
     recorded = f"{1_000_000 // PER_S}:1"
     assert {f.get("limits") for f in entries if f["op"].startswith("claim:")} == {recorded}
     replies = pool.app.control.broadcast(
-        "interval_stats", arguments={"top": 0, "tasks": 0}, reply=True, timeout=2.0
+        "interval_stats",
+        arguments={"top": 0, "tasks": 0},
+        reply=True,
+        limit=len(pool.workers),
+        timeout=10.0,
     )
     shown = [s[queue]["limits"] for r in replies for s in r.values() if queue in s]
     limit = {"limit": f"{PER_S}/s", "rate": f"{PER_S}/s", "interval_s": 1 / PER_S, "burst": 1}

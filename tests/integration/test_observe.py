@@ -78,7 +78,11 @@ def by_task(events: list[dict[str, Any]]) -> dict[str, dict[str, list[dict[str, 
 def held_now(pool: Pool) -> dict[str, int]:
     """Each worker's held tasks of the pool's queue, as ``inspect interval_stats`` says."""
     replies = pool.app.control.broadcast(
-        "interval_stats", arguments={"top": 0, "tasks": 0}, reply=True, timeout=1.0
+        "interval_stats",
+        arguments={"top": 0, "tasks": 0},
+        reply=True,
+        limit=len(pool.workers),
+        timeout=10.0,
     )
     return {w: s.get(pool.queue, {}).get("held", 0) for r in replies for w, s in r.items()}
 

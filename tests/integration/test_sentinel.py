@@ -118,12 +118,14 @@ def test_writes_the_replica_missed_are_lost_and_the_fence_keeps_the_interval(
 
     - the lost done mark no longer marks its task: a copy of it would be granted and run;
     - the state was saved by another master: the new master fences it, so the next start
-      comes one interval after the lost one at the earliest, though the failover (about 2.5 s)
-      was shorter than the interval. Unfenced, the new master would space it from the last
-      start it knows, and admit it as soon as it serves.
+      comes one interval after the lost one at the earliest, though the failover (about 2.5 s,
+      8 s with a split vote) was shorter than the interval. Unfenced, the new master would
+      space it from the last start it knows, and admit it as soon as it serves.
     """
     store = _store(group)
-    interval_us = 4_000_000  # longer than this failover
+    # longer than a failover with one split vote: down after 1 s, a second election after
+    # twice the 3 s failover-timeout
+    interval_us = 10_000_000
     terms = ClaimTerms("h", LEASE_US, lead_us=MAX_LEAD_US)
     with contextlib.closing(redis.Redis(port=group.master.port)) as master:
         master.set("ci:{~born}", 0)  # an old store: the first task starts at once

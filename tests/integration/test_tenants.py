@@ -85,8 +85,10 @@ def assert_key_paced(pool: Pool, key: str, interval_s: float) -> None:
 )
 def test_a_flood_never_blocks_other_tenants(make_pool: Any, broker: str, pool_type: str) -> None:
     """One key sends a backlog far beyond what a worker holds; then 51 keys send a few tasks
-    each. Every new key's first task starts within about a second of its send, each key keeps
-    its own pace, the flood keeps exactly its interval, and every task runs once."""
+    each. Every new key's first task starts behind at most 2 s worth of the flood's starts
+    (counted on the store's clock, so a loaded machine that slows both does not fail it; a key
+    blocked behind the backlog would wait for 1,400 of them), each key keeps its own pace, the
+    flood keeps exactly its interval, and every task runs once."""
     pool = tenant_pool(make_pool, broker)
     pool.start(2, concurrency=2, pool=pool_type)
     flood_ids = send_tenants(pool, [("a", i) for i in range(FLOOD)])
@@ -99,8 +101,17 @@ def test_a_flood_never_blocks_other_tenants(make_pool: Any, broker: str, pool_ty
     firsts_s = {key: (by_key[key][0]["us"] - sent_us) / 1e6 for key in keys if by_key.get(key)}
     assert set(firsts_s) == keys, f"keys never started: {sorted(keys - set(firsts_s))}"
     worst = max(firsts_s.values())
-    print(f"FIRST START of 51 new keys behind {FLOOD} of key a: worst {worst:.3f}s")
-    assert worst <= 2.0, sorted(firsts_s.items(), key=lambda kv: -kv[1])[:5]
+    flood_us = sorted(r["us"] for r in by_key.get("a", []))
+    ahead = {
+        key: sum(1 for us in flood_us if sent_us <= us < sent_us + first_s * 1e6)
+        for key, first_s in firsts_s.items()
+    }
+    print(
+        f"FIRST START of 51 new keys behind {FLOOD} of key a: worst {worst:.3f}s, "
+        f"behind {max(ahead.values())} flood starts"
+    )
+    allowed = round(2.0 / TENANT_INTERVAL_S)
+    assert max(ahead.values()) <= allowed, sorted(ahead.items(), key=lambda kv: -kv[1])[:5]
     shown = celery_cli(pool, "interval", "status", "--match", f"{pool.queue}:a", "--json")
     (flood_row,) = json.loads(shown.stdout)["queues"]
     assert flood_row["parked"] > FLOOD // 2, flood_row
