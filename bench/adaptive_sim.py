@@ -14,7 +14,7 @@ import argparse
 import math
 
 from celery_interval import schedule
-from celery_interval.intervals import US_PER_S
+from celery_interval.config.intervals import US_PER_S
 
 
 def run(seconds: float, rate: float, burst: float, believed: float) -> dict[str, float]:

@@ -43,7 +43,7 @@ from recording import (
     STARTS_KEY,
 )
 
-from celery_interval.defaults import KEY_PREFIX
+from celery_interval.config.table import KEY_PREFIX
 from celery_interval.demo.embedded import RedisProc
 from celery_interval.demo.report import RunFigures, figures_from
 from celery_interval.stores.keys import ledger_key

@@ -20,7 +20,7 @@ run out. The users believe the limit is ``--believed-rate`` (default 1.5 x R). S
 - celery_interval_retry: IntervalTask, ``interval_queues`` = the believed interval, a 429
   retries with ``countdown`` = Retry-After;
 - celery_interval_throttled: IntervalTask at the believed interval, a 429 raises
-  ``celery_interval.Throttled.from_response(resp)`` with ``interval_adaptive`` on; skipped
+  ``celery_interval.Throttled.from_response(resp)`` with the queue declared ``adaptive``; skipped
   with one line when ``celery_interval.Throttled`` is not there.
 
 Reported per system: calls, 429 share (all, before and after the drop), goodput (accepted
@@ -116,7 +116,7 @@ def system_env(name: str, servers: Servers, api_url: str, p: Params) -> dict[str
         "celery_interval_throttled": (
             "limits.interval_throttled",
             "",
-            {"interval_adaptive": {QUEUE: p.adaptive}},
+            {"interval_queues": {QUEUE: {"adaptive": p.adaptive}}},
         ),
     }[name]
     return worker_env(
@@ -292,9 +292,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--workers", type=int, default=3)
     parser.add_argument("--tasks", type=int, help="backlog (default: never runs out)")
     parser.add_argument("--retry-after", choices=("seconds", "date"), default="seconds")
-    parser.add_argument(
-        "--adaptive", default="true", help="JSON: interval_adaptive's value for the queue"
-    )
+    parser.add_argument("--adaptive", default="true", help="JSON: the queue's adaptive value")
     parser.add_argument("--systems", default=",".join(SYSTEMS))
     parser.add_argument("--json", action="store_true", help="print one JSON object only")
     args = parser.parse_args(argv)

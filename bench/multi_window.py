@@ -2,7 +2,7 @@
 
 Run: python bench/multi_window.py [--minutes 3] [--workers 2] [--limit-burst 1] [--json].
 W workers x prefork 2 consume one queue whose interval is 0.1 s (10/s) with the extra limit
-``interval_limits = {queue: [("100/min", B)]}``; a backlog of enough tasks for the run is sent
+``limits: [("100/min", B)]`` in its declaration; a backlog of enough tasks for the run is sent
 up front. Reported for the starts the store admitted (the ledger, the store's clock) and for the
 body starts (CLOCK_MONOTONIC): the most starts in any half-open 1-s and 60-s window against 10
 and 100 (with burst B the 60-s bound is 100 + B - 1), the smallest gap, and the achieved rate
@@ -33,7 +33,7 @@ from harness import (
 from recording import QUEUE, STARTS_KEY
 from systems import build
 
-from celery_interval.defaults import KEY_PREFIX
+from celery_interval.config.table import KEY_PREFIX
 from celery_interval.schedule import Pace
 from celery_interval.starts import is_start
 from celery_interval.stores.base import TaskCopy
@@ -73,7 +73,7 @@ def figures(times_s: list[float]) -> dict[str, Any]:
 
 def run(minutes: float, workers: int, limit_burst: int) -> dict[str, Any]:
     tasks = math.ceil(minutes * PER_MIN) + limit_burst
-    conf = {"interval_limits": {QUEUE: [["100/min", limit_burst]]}}
+    conf = {"interval_queues": {QUEUE: {"limits": [["100/min", limit_burst]]}}}
     with recorder_server() as recorder_url, measured_server(recorder_url) as servers:
         system = build("celery_interval", servers, INTERVAL_S, workers, json.dumps(conf))
         client, recorder = servers.measured_client(), servers.recorder

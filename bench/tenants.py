@@ -49,7 +49,7 @@ from recording import (
     STARTS_KEY,
 )
 
-from celery_interval.defaults import KEY_PREFIX
+from celery_interval.config.table import KEY_PREFIX
 from celery_interval.demo.app import make_app
 from celery_interval.demo.embedded import RedisProc
 from celery_interval.stores.keys import ledger_key

@@ -7,7 +7,8 @@ and records its completion in the recorder Redis when the call was accepted. On 
 - ``limits.rate_limited`` (Celery ``rate_limit``), ``limits.plain_retry`` (no limit) and
   ``limits.interval_retry`` (IntervalTask) retry with ``countdown`` = the server's Retry-After;
 - ``limits.interval_throttled`` (IntervalTask) raises ``celery_interval.Throttled.from_response``
-  and leaves the wait to the package (adaptive pace, ``interval_adaptive`` in ``BENCH_CONF``).
+  and leaves the wait to the package (adaptive pace: the queue declared ``adaptive`` in
+  ``BENCH_CONF``).
 """
 
 from __future__ import annotations

@@ -6,6 +6,7 @@ from importlib.metadata import PackageNotFoundError
 from importlib.metadata import version as _version
 
 import celery_interval.worker.control as _control_commands  # noqa: F401  (registers commands)
+from celery_interval.config import Bucket, parse_interval_us
 from celery_interval.control import pause, reset, set_interval, status, unpause, unset_interval
 from celery_interval.errors import (
     ConfigurationError,
@@ -18,7 +19,6 @@ from celery_interval.errors import (
 )
 from celery_interval.inline import SlotTimeout, slot
 from celery_interval.install import install
-from celery_interval.intervals import parse_interval_us
 from celery_interval.task import IntervalTask
 from celery_interval.throttled import Throttled
 
@@ -28,6 +28,7 @@ except PackageNotFoundError:  # run from a source tree that was never installed
     __version__ = "0+unknown"
 
 __all__ = [
+    "Bucket",
     "ConfigurationError",
     "IntervalError",
     "IntervalTask",

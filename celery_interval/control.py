@@ -10,9 +10,9 @@ from celery_interval import signals
 from celery_interval.app_store import store_of
 from celery_interval.buckets import is_bucket_name, queue_of
 from celery_interval.config import settings_of
+from celery_interval.config.intervals import parse_interval_us
 from celery_interval.errors import UnknownBucket, short_repr
-from celery_interval.intervals import parse_interval_us
-from celery_interval.placement import is_paced
+from celery_interval.placement import is_paced, own_of
 from celery_interval.schedule import Pace, Status, Unset
 from celery_interval.schedule.outer import status_nested
 from celery_interval.stores.scan import read_statuses, store_buckets
@@ -67,13 +67,13 @@ def _task_buckets(app: Any) -> dict[str, int]:
     """Buckets named by IntervalTask options (``interval`` with a queue or static bucket)."""
     found: dict[str, int] = {}
     for task in list(app.tasks.values()):
-        own = getattr(task, "interval", None)
-        if not is_paced(task) or own is None:
+        own = own_of(task) if is_paced(task) else None
+        if own is None or own.interval_us is None:
             continue
         spec = getattr(task, "interval_bucket", None)
         name = spec if isinstance(spec, str) else getattr(task, "queue", None)
         if name:
-            found[name] = parse_interval_us(own, name=f"{task.name}.interval")
+            found[name] = own.interval_us
     return found
 
 

@@ -7,10 +7,10 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from celery_interval.config import check_units, settings_of
+from celery_interval.config import check_int, settings_of
 from celery_interval.errors import ConfigurationError
 from celery_interval.headers import COST_HEADER
-from celery_interval.placement import Arrival, bucket_of, call_option
+from celery_interval.placement import Arrival, bucket_of, call_option, own_of
 from celery_interval.schedule import Limits
 from celery_interval.schedule.outer import Outer
 
@@ -24,7 +24,7 @@ def units(value: Any, name: str) -> int:
     """A cost as whole units: an integer >= 1, or a finite number > 0 rounded up."""
     if isinstance(value, float) and math.isfinite(value) and value > 0:
         return math.ceil(value)
-    return check_units(value, name)
+    return check_int(value, name, 1, "units of one interval's budget")
 
 
 def _option(task: Any) -> CostSpec:
@@ -66,14 +66,14 @@ def check_within_burst(
     if cost > burst:
         raise ConfigurationError(
             f"task {task_name}: interval_cost={cost} is more than the burst of bucket "
-            f"{bucket!r} ({burst}; set interval_burst[{bucket!r}] to at least {cost})"
+            f"{bucket!r} ({burst}; declare its burst as at least {cost} in interval_queues)"
         )
     for i, limit in enumerate(limits):
         if cost > limit.burst:
             raise ConfigurationError(
                 f"task {task_name}: interval_cost={cost} is more than the burst of bucket "
-                f"{bucket!r}'s limit {i} ({limit.burst}; give interval_limits[{bucket!r}][{i}] "
-                f"a burst of at least {cost})"
+                f"{bucket!r}'s limit {i} ({limit.burst}; give limit {i} of its declaration in "
+                f"interval_queues a burst of at least {cost})"
             )
 
 
@@ -91,13 +91,13 @@ def send_cost(
         return None
     cost = _resolve(task, spec, sent) if per_call is None else units(per_call, "interval_cost")
     bucket = bucket_of(sent._replace(queue=queue()))
-    settings = settings_of(task.app)
+    settings, own = settings_of(task.app), own_of(task)
     check_within_burst(
         task.name,
         bucket,
         cost,
-        settings.burst_of(bucket),
-        settings.limits_of(bucket),
+        settings.burst_of(bucket, own),
+        settings.limits_of(bucket, own),
         settings.outer_of(bucket),
     )
     return cost

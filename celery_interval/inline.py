@@ -13,7 +13,7 @@ from types import TracebackType
 from typing import Any
 
 from celery_interval.app_store import store_of
-from celery_interval.config import settings_of
+from celery_interval.config import check_int, settings_of
 from celery_interval.control import configured_interval_us
 from celery_interval.errors import ConfigurationError, IntervalError, short_repr
 from celery_interval.schedule import Claim, ClaimTerms, Grant, Outcome, Pace
@@ -48,12 +48,11 @@ class InlineStart:
     """One start of ``bucket`` for the code inside ``with`` or ``async with``: it takes a
     ticket and waits for its slot as a task of the bucket does, counted against the same
     budget (interval, burst, cap), and frees its place in a capped bucket when the block ends.
-    In a bucket with an ``interval_interactive_share`` it goes ahead of the tickets, within
+    In a bucket with an ``interactive_share`` it goes ahead of the tickets, within
     that share (``schedule.front``). ``started`` says when it began."""
 
     def __init__(self, app: Any, bucket: str, *, cost: int, timeout_s: float | None) -> None:
-        if isinstance(cost, bool) or not isinstance(cost, int) or cost < 1:
-            raise ConfigurationError(f"slot(cost=...) must be an integer >= 1, got {cost!r}")
+        check_int(cost, "slot(cost=...)", 1)
         if timeout_s is not None and (
             isinstance(timeout_s, bool) or not isinstance(timeout_s, int | float) or timeout_s < 0
         ):
@@ -67,13 +66,13 @@ class InlineStart:
         self.limits = settings.limits_of(bucket)
         if cost > self.burst:
             raise ConfigurationError(
-                f"slot({bucket!r}, cost={cost}): the cost exceeds the bucket's interval_burst "
+                f"slot({bucket!r}, cost={cost}): the cost exceeds the bucket's burst "
                 f"of {self.burst}, so it could never start"
             )
         if any(cost > limit.burst for limit in self.limits):
             raise ConfigurationError(
                 f"slot({bucket!r}, cost={cost}): the cost exceeds the burst of one of the "
-                f"bucket's interval_limits, so it could never start"
+                f"bucket's limits, so it could never start"
             )
         self.cost = cost
         self.share = settings.share_of(bucket)
@@ -212,7 +211,7 @@ def slot(app: Any, bucket: str, *, cost: int = 1, timeout_s: float | None = None
 
     It queues behind the tickets already granted, as a task would, for at most ``timeout_s``
     (None: as long as it takes): when its slot would be later, ``SlotTimeout`` is raised
-    before any ticket is taken. A bucket with an ``interval_interactive_share`` puts it ahead
+    before any ticket is taken. A bucket with an ``interactive_share`` puts it ahead
     of the tickets instead, at the next start its budget allows, within that share of the
     rate. ``cost`` is in units of the bucket's budget (its burst)."""
     return InlineStart(app, bucket, cost=cost, timeout_s=timeout_s)

@@ -17,9 +17,9 @@ from urllib.parse import urlsplit
 from redis.exceptions import RedisClusterException, RedisError
 
 from celery_interval.config import settings_of
-from celery_interval.defaults import KEY_PREFIX
+from celery_interval.config.intervals import US_PER_S
+from celery_interval.config.table import KEY_PREFIX
 from celery_interval.errors import ConfigurationError, StoreUnavailable
-from celery_interval.intervals import US_PER_S
 from celery_interval.stores import keys, mask_url
 from celery_interval.stores.codec import as_text
 from celery_interval.stores.redis import RedisStore
@@ -86,7 +86,7 @@ class LedgerReader:
     ) -> None:
         """``client``: a redis-py client, or a function making one on first use (a Cluster
         client connects as it is made). ``nesting``: the app's nested buckets
-        (``interval_outer``), whose ledgers' keys carry their outer's tag."""
+        (a declaration's ``outer``), whose ledgers' keys carry their outer's tag."""
         self._prefix = keys.validate_prefix(key_prefix)
         self._store = RedisStore(client, key_prefix=self._prefix, nesting=nesting)
 
@@ -168,7 +168,7 @@ def reader_for_app(app: Any) -> LedgerReader:
     """A reader of the app's store (``interval_store_url``, ``interval_key_prefix``): a
     standalone, Sentinel or Cluster Redis store; a Cluster's client connects on first use."""
     settings = settings_of(app)
-    url = settings.store_url
+    url = settings.require_store_url()
     cluster = urlsplit(url).scheme.lower() in CLUSTER_SCHEMES
     if not (is_redis_url(url) or is_sentinel_url(url) or cluster):
         raise ConfigurationError(
@@ -176,7 +176,7 @@ def reader_for_app(app: Any) -> LedgerReader:
             "(redis://, rediss://, unix://, redis+sentinel://, redis+cluster://) does"
         )
     client = client_for_url(url, mask_url(url), settings.store_timeout_s)
-    nesting = settings.outer_of if settings.outer else None
+    nesting = settings.outer_of if settings.nested else None
     return LedgerReader(client, settings.key_prefix, nesting)
 
 

@@ -7,9 +7,10 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple
 
 from celery_interval.buckets import check_bucket
+from celery_interval.config.declarations import Declaration, parse_own
+from celery_interval.config.values import check_int
 from celery_interval.errors import ConfigurationError, TransientError, UnknownBucket, short_repr
 from celery_interval.headers import BUCKET_HEADER, NESTING_HEADER, SEND_HEADER, SEND_ONCE
-from celery_interval.intervals import parse_interval_us
 
 __all__ = [
     "BUG_ERRORS",
@@ -22,6 +23,7 @@ __all__ = [
     "interval_of",
     "is_paced",
     "mark_id_of",
+    "own_of",
     "placement_of",
     "retries_of",
 ]
@@ -103,12 +105,20 @@ def bucket_of(arrival: Arrival) -> str:
     return check_bucket(f"{base}:{key}", f"{task.name}.interval_bucket gave bucket ")
 
 
-def interval_of(task: Any, bucket: str, configured: Callable[[str], int]) -> int:
-    """The task's own ``interval`` option, else the configured interval of its bucket (µs)."""
+def own_of(task: Any) -> Declaration | None:
+    """The task's own declaration for its bucket: its ``interval`` option (an interval or a
+    declaration), whose fields win over the bucket's in ``interval_queues``; None: none."""
     own = getattr(task, "interval", None)
-    if own is None:
+    return None if own is None else parse_own(own, f"{task.name}.interval")
+
+
+def interval_of(task: Any, bucket: str, configured: Callable[[str], int]) -> int:
+    """The task's own interval (its ``interval`` option), else the configured interval of its
+    bucket (µs)."""
+    own = own_of(task)
+    if own is None or own.interval_us is None:
         return configured(bucket)
-    return parse_interval_us(own, name=f"{task.name}.interval")
+    return own.interval_us
 
 
 def retries_of(headers: Mapping[str, Any]) -> int:
@@ -116,11 +126,7 @@ def retries_of(headers: Mapping[str, Any]) -> int:
     retries = headers.get("retries")
     if retries is None:
         return 0
-    if isinstance(retries, bool) or not isinstance(retries, int) or retries < 0:
-        raise ConfigurationError(
-            f"message header retries={short_repr(retries)}: expected an integer >= 0"
-        )
-    return retries
+    return check_int(retries, "message header retries", 0)
 
 
 def generation_of(headers: Mapping[str, Any]) -> int:
@@ -151,10 +157,7 @@ def mark_id_of(task_id: str, headers: Mapping[str, Any]) -> str:
     nesting = headers.get(NESTING_HEADER)
     if not nesting:
         return task_id
-    if isinstance(nesting, bool) or not isinstance(nesting, int) or nesting < 0:
-        raise ConfigurationError(
-            f"message header {NESTING_HEADER}={short_repr(nesting)}: expected an integer >= 0"
-        )
+    check_int(nesting, f"message header {NESTING_HEADER}", 0)
     return f"{task_id}~{nesting}"
 
 

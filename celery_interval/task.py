@@ -9,12 +9,12 @@ from typing import Any
 from celery import Task
 
 from celery_interval.buckets import check_bucket
-from celery_interval.config import check_cap
+from celery_interval.config import Bucket, parse_own, settings_of
+from celery_interval.config.suggest import did_you_mean
 from celery_interval.costs import CostSpec, check_cost_option, send_cost
-from celery_interval.errors import ConfigurationError, short_repr
+from celery_interval.errors import ConfigurationError, UnknownBucket, short_repr
 from celery_interval.headers import BUCKET_HEADER, COST_HEADER, START_HEADER
-from celery_interval.intervals import parse_interval_us
-from celery_interval.placement import PACED_STRATEGY, Arrival
+from celery_interval.placement import PACED_STRATEGY, Arrival, bucket_of
 from celery_interval.throttled import Throttled
 from celery_interval.worker import started, throttling
 
@@ -27,14 +27,13 @@ class IntervalTask(Task):  # type: ignore[misc]
     """A task whose starts are spaced by its bucket's interval across the whole pool."""
 
     Strategy = PACED_STRATEGY
-    #: Seconds or a rate ("10/s"); default: the bucket's entry in ``interval_queues``.
-    interval: float | str | None = None
-    #: The most bodies of the bucket running at once across all workers; default: the
-    #: bucket's entry in ``interval_concurrency`` (none: no cap).
-    interval_concurrency: int | None = None
+    #: Seconds or a rate ("10/s"), or a declaration (a mapping or ``Bucket``: interval,
+    #: burst, limits, concurrency, adaptive) whose fields win over the bucket's in
+    #: ``interval_queues`` for this task; default: the bucket's declaration.
+    interval: float | str | Mapping[str, Any] | Bucket | None = None
     #: A bucket name, or a callable of (args, kwargs) giving a key inside the queue's bucket.
     interval_bucket: BucketSpec = None
-    #: Units of the bucket's budget a start uses (at most its ``interval_burst``): a number, or
+    #: Units of the bucket's budget a start uses (at most its burst): a number, or
     #: a callable of (args, kwargs) giving one (e.g. estimated tokens); default 1.
     interval_cost: CostSpec = None
 
@@ -61,7 +60,9 @@ class IntervalTask(Task):  # type: ignore[misc]
             check_bucket(interval_bucket, "interval_bucket=")
             headers[BUCKET_HEADER] = interval_bucket
         sent = Arrival(self, headers, args or (), kwargs or {}, None)
-        cost = send_cost(self, interval_cost, sent, lambda: _send_queue(self, options, sent))
+        queue = _send_queue(self, options, sent)
+        _check_declared(self, sent, queue)
+        cost = send_cost(self, interval_cost, sent, lambda: queue)
         if cost is not None:
             headers[COST_HEADER] = cost
         if headers:
@@ -82,9 +83,12 @@ def _check_options(cls: type[IntervalTask]) -> None:
     """A task's ``interval`` and ``interval_bucket`` options, checked when it is bound."""
     name = getattr(cls, "name", None) or cls.__name__
     if cls.interval is not None:
-        parse_interval_us(cls.interval, name=f"{name}.interval")
-    if cls.interval_concurrency is not None:
-        check_cap(cls.interval_concurrency, f"{name}.interval_concurrency")
+        parse_own(cls.interval, f"{name}.interval")
+    if getattr(cls, "interval_concurrency", None) is not None:
+        raise ConfigurationError(
+            f"{name}.interval_concurrency is no longer an option: declare it in the task's "
+            "interval, e.g. interval={'concurrency': 2}"
+        )
     check_cost_option(cls, name)
     spec = inspect.getattr_static(cls, "interval_bucket", None)
     if isinstance(spec, str):
@@ -94,6 +98,29 @@ def _check_options(cls: type[IntervalTask]) -> None:
             f"{name}.interval_bucket={short_repr(spec)}: expected a bucket name or a callable "
             "of (args, kwargs) returning a key"
         )
+
+
+def _check_declared(task: IntervalTask, sent: Arrival, queue: str | None) -> None:
+    """Refuse a send whose bucket has no declared interval (its worker would fail it), naming
+    the bucket and the closest declared one; only when the bucket is known here: an
+    ``interval_bucket`` given or a static option, else the queue the send goes to."""
+    settings = settings_of(task.app)
+    if task.interval is not None and parse_own(task.interval, f"{task.name}.interval").interval_us:
+        return
+    static = inspect.getattr_static(task, "interval_bucket", None)
+    named = sent.headers.get(BUCKET_HEADER) is not None or isinstance(static, str)
+    if not named and queue is None:
+        return
+    if not named and static is not None:  # a key inside the queue's bucket: the queue's pace
+        bucket = str(queue)
+    else:
+        bucket = bucket_of(sent._replace(queue=queue))
+    if settings.has_interval(bucket):
+        return
+    raise UnknownBucket(
+        f"task {task.name}: bucket {bucket!r} has no interval declared in interval_queues"
+        + did_you_mean(bucket, settings.buckets())
+    )
 
 
 def _send_queue(task: IntervalTask, options: Mapping[str, Any], sent: Arrival) -> str | None:

@@ -8,8 +8,8 @@ from collections.abc import Mapping
 from email.utils import parsedate_to_datetime
 from typing import Any
 
+from celery_interval.config.intervals import MAX_INTERVAL_S, US_PER_S
 from celery_interval.errors import ConfigurationError, short_repr
-from celery_interval.intervals import MAX_INTERVAL_S, US_PER_S
 
 __all__ = ["Throttled", "retry_after_s_of"]
 

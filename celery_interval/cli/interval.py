@@ -13,7 +13,7 @@ from celery_interval.cli.exporter import exporter
 from celery_interval.cli.status import status
 from celery_interval.cli.top import top
 from celery_interval.config import settings_of
-from celery_interval.intervals import bare_seconds_note, describe_interval
+from celery_interval.config.intervals import bare_seconds_note, describe_interval
 from celery_interval.schedule import Status
 
 __all__ = ["interval"]

@@ -11,8 +11,10 @@ import click
 from celery_interval import control
 from celery_interval.buckets import overflow_queue_name, queue_of
 from celery_interval.cli.common import app_of, fail_on_interval_errors
-from celery_interval.config import settings_of
-from celery_interval.limits_config import describe_limits, limit_dict
+from celery_interval.config import Settings, settings_of
+from celery_interval.config.intervals import describe_rate
+from celery_interval.config.values import describe_limits, limit_dict
+from celery_interval.errors import UnknownBucket
 from celery_interval.monitor.fleet import held_per_worker, queue_depths
 
 __all__ = ["status"]
@@ -34,6 +36,40 @@ def _budget_text(row: dict[str, Any]) -> str:
     parts = [f"{row['budget_left']}/{row['burst']}"]
     parts += [f"{x['limit']} {x['budget_left']}/{x['burst']}" for x in row["limits"]]
     return ", ".join(parts)
+
+
+def declaration_of(settings: Settings, bucket: str) -> dict[str, Any]:
+    """What is declared for ``bucket`` (its own entry, its ``'queue:*'`` one, its queue's),
+    each field only when set: interval (as a rate), burst, limits, concurrency, adaptive (the
+    slowest rate), outer and interactive share."""
+    try:
+        interval_us = settings.interval_us(bucket)
+    except UnknownBucket:
+        return {}
+    found: dict[str, Any] = {"interval": describe_rate(interval_us)}
+    if settings.burst_of(bucket) > 1:
+        found["burst"] = settings.burst_of(bucket)
+    if settings.limits_of(bucket):
+        found["limits"] = describe_limits(settings.limits_of(bucket))
+    if settings.concurrency_of(bucket) is not None:
+        found["concurrency"] = settings.concurrency_of(bucket)
+    slowest_us = settings.adapt_max_us(bucket, interval_us)
+    if slowest_us is not None:
+        found["adaptive"] = f"down to {describe_rate(slowest_us)}"
+    if settings.outer_name(bucket) is not None:
+        found["outer"] = settings.outer_name(bucket)
+    if settings.share_of(bucket) is not None:
+        found["interactive_share"] = settings.share_of(bucket)
+    return found
+
+
+def _declaration_text(found: dict[str, Any]) -> str:
+    """A declaration in one cell, a line per field: ``10/s``, ``burst 3``, ``outer api``."""
+    parts = [str(found.get("interval", "-"))]
+    parts += [
+        f"{name.replace('_', ' ')} {value}" for name, value in found.items() if name != "interval"
+    ]
+    return "\n".join(parts)
 
 
 @click.command()
@@ -73,7 +109,8 @@ def status(
     as_json: bool,
     timeout_s: float,
 ) -> None:
-    """Interval, burst, extra limits, the units left of each budget, paused, tickets, next
+    """Declaration (interval, burst, limits, concurrency, adaptive, outer, interactive
+    share: what is set), interval in force, the units left of each budget, paused, tickets, next
     slot (the one a ticket would get now), bodies running (of a capped bucket's cap), held per
     worker, broker depth and parked tasks (in the bucket's overflow queue) of each bucket:
     the configured ones and those with state in the store (tenant buckets ``queue:key``)."""
@@ -96,6 +133,7 @@ def status(
             for shown, left in zip(row["limits"], result.units_left[1:]):
                 shown["budget_left"] = left
         row["interactive_share"] = settings.share_of(bucket)
+        row["declaration"] = declaration_of(settings, bucket)
         rows.append(row)
     rows.sort(key=_SORTS[sort_by])
     total = len(rows)
@@ -134,25 +172,22 @@ def status(
     from rich.table import Table
 
     table = Table(title="interval buckets")
-    columns = ("bucket", "interval s", "burst", "limits", "budget left", "paused", "tickets",
+    columns = ("bucket", "declaration", "interval s", "budget left", "paused", "tickets",
                "next slot in s", "running", "held", "depth", "parked")  # fmt: skip
     for col in columns:
         table.add_column(col)
     for row in rows:
         held = ", ".join(f"{w}={n}" for w, n in sorted(row["held"].items()))
-        share = row["interactive_share"]
         if row["queue"] in configured:
             depth = "?" if row["broker_depth"] is None else str(row["broker_depth"])
         else:
             depth = "-"  # a tenant bucket shares its queue's depth
         table.add_row(
             row["queue"],
+            _declaration_text(row["declaration"]),
             f"{row['interval_s']:g}"
             + (" (set)" if row["overridden"] else "")
-            + (" (adapted)" if row["adapted"] else "")
-            + ("" if share is None else f" (interactive {share:g})"),
-            str(row["burst"]),
-            describe_limits(settings.limits_of(row["queue"])) or "-",
+            + (" (adapted)" if row["adapted"] else ""),
             _budget_text(row),
             f"by {row['outer']}" if row["outer_paused"] else ("yes" if row["paused"] else "no"),
             str(row["tickets"]),

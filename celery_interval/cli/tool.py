@@ -39,8 +39,8 @@ def demo(
     as_json: bool,
 ) -> None:
     """Run a real pool on one interval queue, pause it mid-run, and check every start."""
+    from celery_interval.config.intervals import parse_interval_us
     from celery_interval.demo import DemoOptions, run_demo
-    from celery_interval.intervals import parse_interval_us
 
     parse_interval_us(interval_s, name="--interval")
     if workers < 1 or tasks < 2:
@@ -60,7 +60,7 @@ def demo(
 
 
 def _intervals_of(_ctx: click.Context, _param: click.Parameter, values: tuple[str, ...]) -> Any:
-    from celery_interval.intervals import parse_interval_us
+    from celery_interval.config.intervals import parse_interval_us
 
     found: dict[str, int] = {}
     for value in values:

@@ -22,11 +22,17 @@ RECORD_KEY = "celery_interval:demo:starts"
 
 
 def make_app(broker: str, store: str, queue: str, interval_s: float, **conf: Any) -> Celery:
-    """A Celery app with one interval queue ``queue`` (and any further settings)."""
+    """A Celery app with one interval queue ``queue`` (and any further settings);
+    ``conf["interval_queues"]`` adds declarations, the queue's merged over ``interval_s``
+    (``{queue: {"adaptive": True}}`` keeps the interval)."""
+    queues: dict[str, Any] = {queue: interval_s}
+    for name, declared in conf.pop("interval_queues", {}).items():
+        merged = name == queue and isinstance(declared, dict)
+        queues[name] = {"interval": interval_s, **declared} if merged else declared
     app = Celery("celery_interval_demo", broker=broker, set_as_current=False)
     app.conf.update(
         interval_store_url=store,
-        interval_queues={queue: interval_s},
+        interval_queues=queues,
         task_default_queue=queue,
         broker_connection_retry_on_startup=True,
         worker_hijack_root_logger=False,

@@ -15,7 +15,7 @@ from typing import Any, cast
 
 import redis
 
-from celery_interval.defaults import KEY_PREFIX
+from celery_interval.config.table import KEY_PREFIX
 from celery_interval.demo.embedded import RedisProc
 from celery_interval.demo.report import RunFigures, figures_from
 from celery_interval.stores.base import Store

@@ -14,10 +14,10 @@ from redis.exceptions import RedisError
 from celery_interval import control
 from celery_interval.buckets import overflow_queue_name, queue_of
 from celery_interval.config import settings_of
+from celery_interval.config.values import describe_limit
 from celery_interval.demo.report import percentile
 from celery_interval.errors import ConfigurationError, StoreUnavailable
 from celery_interval.ledger import LedgerReader, reader_for_app
-from celery_interval.limits_config import describe_limit
 from celery_interval.monitor.events import StoreCallEvents
 from celery_interval.monitor.fleet import held_per_worker, queue_depths
 from celery_interval.monitor.histogram import Histogram
@@ -50,7 +50,7 @@ class BucketRow:
     interval_s: float | None = None
     #: The bucket's configured burst (units; 1: none).
     burst: int = 1
-    #: The bucket's extra limits: (name, interval in seconds, burst) each (``interval_limits``;
+    #: The bucket's extra limits: (name, interval in seconds, burst) each (its ``limits``;
     #: the name as ``limits_config.describe_limit`` gives it, ``'1000/h burst 50'``).
     limits: tuple[tuple[str, float, int], ...] = ()
     #: The grants' budgets left, in units: the interval's burst, then each extra limit's

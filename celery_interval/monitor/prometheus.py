@@ -186,7 +186,7 @@ def _limit_families(frame: Frame, counter: Any, gauge: Any) -> Iterator[Any]:
     labels = [*LABELS, "limit"]
     intervals = gauge(
         "celery_interval_limit_interval_seconds",
-        "An extra limit's interval (interval_limits), in seconds.",
+        "An extra limit's interval (a declaration's limits), in seconds.",
         labels=labels,
     )
     bursts = gauge("celery_interval_limit_burst", "An extra limit's burst (units).", labels=labels)

@@ -6,14 +6,14 @@ from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 from pyspark.sql.types import LongType
 
-from celery_interval.intervals import RATE_UNITS_US, US_PER_S
+from celery_interval.config.intervals import RATE_UNITS_US, US_PER_S
 from celery_interval.spark.entries import is_repeat, with_overdrawn
 
 __all__ = ["limit_cells", "limit_checks", "limit_name", "rate_text"]
 
 
 def rate_text(interval_us: Column) -> Column:
-    """``celery_interval.intervals.describe_rate`` as a Column (the same arithmetic: a start
+    """``celery_interval.config.intervals.describe_rate`` as a Column (the same arithmetic: a start
     gives ``'100/min'`` for 600000 µs on every surface)."""
     t_us = interval_us.cast(LongType())
     text = F.concat(
@@ -28,7 +28,7 @@ def rate_text(interval_us: Column) -> Column:
 
 
 def limit_name(interval_us: Column, burst: Column) -> Column:
-    """``celery_interval.limits_config.describe_limit`` as a Column: ``'1000/h burst 50'``."""
+    """``celery_interval.config.values.describe_limit`` as a Column: ``'1000/h burst 50'``."""
     suffix = F.when(burst > 1, F.concat(F.lit(" burst "), burst.cast("string"))).otherwise("")
     return F.concat(rate_text(interval_us), suffix)
 

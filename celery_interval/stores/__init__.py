@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from celery_interval.defaults import KEY_PREFIX, LEDGER_MAX, STORE_TIMEOUT_S
+from celery_interval.config.table import KEY_PREFIX, LEDGER_MAX, STORE_TIMEOUT_S
 from celery_interval.errors import ConfigurationError
 from celery_interval.stores.base import Store, TaskCopy
 from celery_interval.stores.nested import Nesting
@@ -31,7 +31,7 @@ def store_from_url(
     ``timeout_s`` is the Redis socket timeout; ``ledger_max`` caps each bucket's ledger Stream
     at about that many entries (0 = no ledger). Both apply to RedisStore only: the file and
     memory stores ignore them (they keep no ledger). ``nesting`` gives a nested bucket's
-    outer bucket (``interval_outer``; the file store runs none). A malformed or unknown URL
+    outer bucket (a declaration's ``outer``; the file store runs none). A malformed or unknown URL
     raises ``ConfigurationError`` naming it, password masked.
     """
     target = parse_store_url(url)
@@ -39,7 +39,7 @@ def store_from_url(
         if nesting is not None:
             raise ConfigurationError(
                 f"interval store URL {target.shown!r}: a file store runs no nested buckets "
-                "(interval_outer): use a Redis store"
+                "(a declaration's outer): use a Redis store"
             )
         return _file_store(target, key_prefix)
     if target.kind == "memory":
@@ -74,9 +74,9 @@ def _file_store(target: StoreURL, key_prefix: str) -> Store:
 def store_for_settings(settings: Settings) -> Store:
     """The store an app's validated settings name (URL, key prefix, timeout, ledger cap)."""
     return store_from_url(
-        settings.store_url,
+        settings.require_store_url(),
         key_prefix=settings.key_prefix,
         timeout_s=settings.store_timeout_s,
         ledger_max=settings.ledger_max,
-        nesting=settings.outer_of if settings.outer else None,
+        nesting=settings.outer_of if settings.nested else None,
     )

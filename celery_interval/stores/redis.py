@@ -16,7 +16,8 @@ from redis.exceptions import (
 from redis.sentinel import SentinelConnectionPool
 
 import celery_interval.stores.keys as keys
-from celery_interval.defaults import KEY_PREFIX, LEDGER_MAX, STORE_TIMEOUT_S
+from celery_interval.config.table import KEY_PREFIX, LEDGER_MAX, STORE_TIMEOUT_S
+from celery_interval.config.values import check_int
 from celery_interval.errors import ConfigurationError, StoreUnavailable
 from celery_interval.schedule import (
     Backoff,
@@ -97,10 +98,7 @@ class RedisStore(NestedScripts, RedisReads):
         ``nesting`` gives a nested bucket's outer bucket (None: not nested): its grants, claims
         and takes also spend the outer's budget (``schedule.outer``), and its keys carry the
         outer's hash tag (``keys.state_key``)."""
-        if isinstance(ledger_max, bool) or not isinstance(ledger_max, int) or ledger_max < 0:
-            raise ConfigurationError(
-                f"ledger_max must be an integer >= 0 (0 turns the ledger off), got {ledger_max!r}"
-            )
+        check_int(ledger_max, "ledger_max", 0, "0 turns the ledger off")
         self._prefix = keys.validate_prefix(key_prefix)
         self._ledger_max = ledger_max
         self._nesting = nesting

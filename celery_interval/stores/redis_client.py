@@ -26,7 +26,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from redis.retry import Retry
 
-from celery_interval.defaults import HEALTH_CHECK_INTERVAL_S
+from celery_interval.config.table import HEALTH_CHECK_INTERVAL_S
 from celery_interval.errors import StoreError, StoreRefused, StoreUnavailable
 from celery_interval.stores.sentinel import sentinel_client
 from celery_interval.stores.urls import cluster_seeds, connection_options, redis_kind

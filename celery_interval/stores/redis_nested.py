@@ -114,7 +114,7 @@ class NestedScripts:
             raise ConfigurationError(
                 f"bucket {copy.bucket!r} is run nested in {outer.bucket!r}, but the store "
                 f"nests it in {self._outer(copy.bucket)!r} (its keys' hash tag): give the store "
-                "the same interval_outer"
+                "the same outer declarations"
             )
         if self._outer(outer.bucket) is not None:
             raise ConfigurationError(

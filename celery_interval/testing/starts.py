@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from celery_interval.intervals import parse_interval_us
+from celery_interval.config.intervals import parse_interval_us
 from celery_interval.ledger import reader_for_app
 
 __all__ = ["Start", "assert_spaced", "ledger_starts", "wait_for_starts"]

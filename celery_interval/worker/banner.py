@@ -6,8 +6,8 @@ import logging
 from typing import Any
 
 from celery_interval.config import settings_of
+from celery_interval.config.intervals import describe_interval
 from celery_interval.errors import ConfigurationError
-from celery_interval.intervals import describe_interval
 from celery_interval.stores import mask_url
 
 __all__ = ["banner_text", "extend_banner"]
@@ -24,10 +24,6 @@ def banner_text(app: Any) -> str:
         f"  . {queue}: {describe_interval(interval_us)}"
         + ("" if queue in consumed else "; not consumed here")
         for queue, interval_us in sorted(settings.queues_us.items())
-    ]
-    lines += [
-        f"  . {bucket} (bucket): {describe_interval(interval_us)}"
-        for bucket, interval_us in sorted(settings.extra_buckets_us.items())
     ]
     lines.append(f"  . store: {mask_url(settings.store_url)}")
     return "\n[interval queues]\n" + "\n".join(lines) + "\n"

@@ -10,9 +10,9 @@ from celery.worker import control as celery_control
 from celery.worker.control import control_command, inspect_command
 
 from celery_interval import control
-from celery_interval.config import settings_of
+from celery_interval.config import check_int, settings_of
+from celery_interval.config.intervals import parse_interval_us
 from celery_interval.errors import ConfigurationError, StoreError
-from celery_interval.intervals import parse_interval_us
 
 __all__ = [
     "interval_stats",
@@ -156,8 +156,10 @@ def interval_stats(
     glob): interval, paused, held tasks with tickets (the first few), bodies running here in a
     capped bucket's places, counters."""
     for name, value in (("top", top), ("tasks", tasks)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            return {"error": f"interval_stats: {name} must be an integer >= 0, got {value!r}"}
+        try:
+            check_int(value, f"interval_stats: {name}", 0)
+        except ConfigurationError as exc:
+            return {"error": str(exc)}
     if match is not None and not isinstance(match, str):
         return {"error": f"interval_stats: match must be a glob string, got {match!r}"}
     if buckets is not None and (

@@ -53,7 +53,7 @@ class Held:
     #: Its bucket's burst and its own cost (units of one interval's budget).
     burst: int = 1
     cost: int = 1
-    #: Its bucket's extra limits (``interval_limits``).
+    #: Its bucket's extra limits (its declaration's ``limits``).
     limits: Limits = ()
     #: Start order among the messages waiting here: lower first (the broker's priority).
     rank: int = 0

@@ -7,7 +7,7 @@ from collections import Counter
 from fnmatch import fnmatchcase
 from typing import Any
 
-from celery_interval.limits_config import limit_dict
+from celery_interval.config.values import limit_dict
 from celery_interval.worker.holding import Holding
 from celery_interval.worker.overflow import Overflow
 

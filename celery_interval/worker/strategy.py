@@ -24,7 +24,7 @@ from celery_interval.headers import (
     START_HEADER,
     drop_internal_headers,
 )
-from celery_interval.placement import Arrival, placement_of
+from celery_interval.placement import Arrival, own_of, placement_of
 from celery_interval.stores.base import TaskCopy
 from celery_interval.throttled import Throttled
 from celery_interval.worker.consumer import service_for
@@ -114,9 +114,11 @@ def interval_strategy(task: Any, app: Any, consumer: Any, **_: Any) -> Any:
             bucket, interval_us, task_id, retries = placement_of(
                 arrival, service.settings.interval_us
             )
-            burst, cost = service.settings.burst_of(bucket), message_cost(arrival)
-            limits = service.settings.limits_of(bucket)
-            outer = service.settings.outer_of(bucket)
+            own, settings = own_of(task), service.settings
+            burst, cost = settings.burst_of(bucket, own), message_cost(arrival)
+            limits = settings.limits_of(bucket, own)
+            cap = settings.concurrency_of(bucket, own)
+            outer = settings.outer_of(bucket)
             check_within_burst(task.name, bucket, cost, burst, limits, outer)
         except ConfigurationError as exc:
             service.notify.received_request(req)
@@ -152,7 +154,7 @@ def interval_strategy(task: Any, app: Any, consumer: Any, **_: Any) -> Any:
                 interval_us=interval_us,
                 not_before_in_us=not_before_in_us,
                 holder=holder,
-                cap=_cap_of(task, bucket, service.settings),
+                cap=cap,
                 burst=burst,
                 cost=cost,
                 limits=limits,
@@ -285,12 +287,6 @@ def _track_ack(req: Any, service: Any, copy: TaskCopy, acks_late: bool) -> None:
 
     req._on_ack = ack
     req.on_reject = reject
-
-
-def _cap_of(task: Any, bucket: str, settings: Any) -> int | None:
-    """The task's ``interval_concurrency`` option, else its bucket's configured cap."""
-    own = getattr(task, "interval_concurrency", None)
-    return int(own) if own is not None else settings.concurrency_of(bucket)
 
 
 #: Set on a request whose run raised ``Throttled``: the same copy was sent again to run.

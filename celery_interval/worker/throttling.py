@@ -18,6 +18,7 @@ from celery_interval.headers import (
     RESEND_HEADER,
     SEND_HEADER,
 )
+from celery_interval.placement import own_of
 from celery_interval.schedule import Backoff
 from celery_interval.stores.base import ClaimArgs
 from celery_interval.throttled import Throttled
@@ -49,7 +50,9 @@ def throttled(task: Any, exc: Throttled) -> NoReturn:
     try:
         with contextlib.suppress(StoreError):
             store.prepare_post()  # a done mark posted as the body began lands first
-        adapt_max_us = settings_of(task.app).adapt_max_us(claimed.bucket, claimed.interval_us)
+        adapt_max_us = settings_of(task.app).adapt_max_us(
+            claimed.bucket, claimed.interval_us, own_of(task)
+        )
         backoff = Backoff(
             exc.retry_after_us,
             claimed.ticket,

@@ -1,5 +1,6 @@
-"""The ``interval-settings`` directive: the settings reference, rendered from
-``celery_interval.defaults.SETTINGS`` so that the table and the code cannot disagree.
+"""The ``interval-settings`` and ``interval-fields`` directives: the settings reference and
+the fields of a bucket's declaration, rendered from ``celery_interval.config.table``
+(``SETTINGS``, ``FIELDS``) so that the tables and the code cannot disagree.
 
 The table is built from docutils nodes (not from reStructuredText source), so the directive
 works the same in a MyST Markdown page and in a reStructuredText one."""
@@ -54,9 +55,9 @@ class IntervalSettings(SphinxDirective):
     has_content = False
 
     def run(self) -> list[nodes.Node]:
-        from celery_interval import defaults
+        from celery_interval.config import table as settings_table
 
-        self.env.note_dependency(defaults.__file__)  # rebuild when the table changes
+        self.env.note_dependency(settings_table.__file__)  # rebuild when the table changes
         table = nodes.table(classes=["interval-settings"])
         group = nodes.tgroup(cols=3)
         for width in (25, 15, 60):
@@ -70,7 +71,7 @@ class IntervalSettings(SphinxDirective):
             ]
         )
         body = nodes.tbody()
-        for setting in defaults.SETTINGS:
+        for setting in settings_table.SETTINGS:
             key = nodes.literal(setting.key, setting.key)
             target = nodes.target("", "", ids=[f"setting-{setting.key}"])
             body += table_row([[target, key], _default_text(setting), _inline(setting.meaning)])
@@ -80,6 +81,34 @@ class IntervalSettings(SphinxDirective):
         return [table]
 
 
+class IntervalFields(SphinxDirective):
+    """A table of every field of a bucket's declaration: field, example, meaning."""
+
+    has_content = False
+
+    def run(self) -> list[nodes.Node]:
+        from celery_interval.config import table as settings_table
+
+        self.env.note_dependency(settings_table.__file__)
+        table = nodes.table(classes=["interval-fields"])
+        group = nodes.tgroup(cols=3)
+        for width in (15, 35, 50):
+            group += nodes.colspec(colwidth=width)
+        head = nodes.thead()
+        head += table_row([[nodes.Text("field")], [nodes.Text("example")], [nodes.Text("meaning")]])
+        body = nodes.tbody()
+        for field in settings_table.FIELDS:
+            target = nodes.target("", "", ids=[f"field-{field.name.replace('_', '-')}"])
+            name = nodes.literal(field.name, field.name)
+            example = nodes.literal(field.example, field.example)
+            body += table_row([[target, name], [example], _inline(field.meaning)])
+        group += head
+        group += body
+        table += group
+        return [table]
+
+
 def setup(app: Any) -> dict[str, Any]:
     app.add_directive("interval-settings", IntervalSettings)
+    app.add_directive("interval-fields", IntervalFields)
     return {"version": "1", "parallel_read_safe": True, "parallel_write_safe": True}

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import redis
 
-from celery_interval.defaults import KEY_PREFIX
+from celery_interval.config.table import KEY_PREFIX
 from celery_interval.demo.embedded import RedisProc
 from celery_interval.schedule.state import MAX_LEAD_US
 from celery_interval.stores import store_from_url

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from celery_interval.defaults import KEY_PREFIX
+from celery_interval.config.table import KEY_PREFIX
 from celery_interval.demo.embedded import RedisProc
 from celery_interval.schedule.state import MAX_LEAD_US
 from celery_interval.stores.keys import ledger_key, mark_key

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import redis
 
-from celery_interval.defaults import KEY_PREFIX
+from celery_interval.config.table import KEY_PREFIX
 from celery_interval.demo.embedded import RedisProc
 from celery_interval.stores.keys import ledger_key
 from tests.faults.test_faults import assert_claims_spaced, assert_one_ok_claim_each, publish

@@ -10,7 +10,12 @@ import celery_interval  # noqa: F401  (registers the control commands, as a task
 
 app = Celery("cliapp", broker=os.environ["CLI_TEST_BROKER"], set_as_current=False)
 app.conf.interval_store_url = os.environ["CLI_TEST_STORE"]
-app.conf.interval_queues = {"api": 1.0, "mail": "30/m"}
-app.conf.interval_burst = {"api": 3}
-app.conf.interval_limits = {"api": ["100/min", ("1000/h", 50)]}
-app.conf.interval_interactive_share = {"api": 0.2}
+app.conf.interval_queues = {
+    "api": {
+        "interval": 1.0,
+        "burst": 3,
+        "limits": ["100/min", ("1000/h", 50)],
+        "interactive_share": 0.2,
+    },
+    "mail": "30/m",
+}

@@ -24,10 +24,15 @@ KINDS = ("i", "p")
 
 
 def make_app(broker: str, store: str, queue: str, interval_s: float, **conf: Any) -> Celery:
-    """The app a user would write: one interval queue, one plain queue, routes by task name."""
+    """The app a user would write: one interval queue, one plain queue, routes by task name.
+    ``conf["interval_queues"]`` adds declarations; the queue's own is merged over its
+    ``interval_s`` (``{queue: {"burst": 3}}`` keeps the interval)."""
     _where.update(store=store, queue=queue)
     app = Celery("compat", broker=broker, backend=store, set_as_current=False)
-    interval_queues = {queue: interval_s}
+    interval_queues: dict[str, Any] = {queue: interval_s}
+    for name, declared in conf.pop("interval_queues", {}).items():
+        merged = name == queue and isinstance(declared, dict)
+        interval_queues[name] = {"interval": interval_s, **declared} if merged else declared
     if conf.pop("compat_routing", False):
         interval_queues.update(routing_queues(queue, interval_s))
         conf["task_queues"] = declared_queues(queue)

@@ -7,7 +7,7 @@ from typing import Any
 
 import redis
 
-from celery_interval.defaults import KEY_PREFIX
+from celery_interval.config.table import KEY_PREFIX
 from celery_interval.stores.keys import ledger_key
 
 #: A task admitted to a worker this close to its SIGKILL may have died as its body began

@@ -15,7 +15,7 @@ from celery import Celery
 
 import celery_interval
 from celery_interval.config import settings_of
-from celery_interval.defaults import KEY_PREFIX
+from celery_interval.config.table import KEY_PREFIX
 from celery_interval.demo.embedded import RedisProc
 from celery_interval.errors import ConfigurationError, UnknownBucket
 from celery_interval.stores.keys import state_key
@@ -421,6 +421,10 @@ START_ROWS: list[tuple[str, dict[str, Any], str]] = [
     ("store-empty", {"store": ""}, "interval_store_url='': expected a URL string"),
     ("store-encoding", {"store": "redis://127.0.0.1:1/0?encoding=latin-1"},
      "encoding=latin-1: the store's keys and scripts are UTF-8"),
+    ("setting-typo", {"conf": {"interval_lease": 3}},
+     "interval_lease=3: not a setting; did you mean 'interval_lease_s'?"),
+    ("declaration-typo", {"conf": {"interval_queues": {"mail": {"interval": 1, "burts": 2}}}},
+     "interval_queues['mail']: unknown option 'burts'; did you mean 'burst'?"),
     ("task-interval-fast", {"env_extra": {"CI_TEST_TASK_INTERVAL": "fast"}},
      "workerapp.own_interval.interval='fast': not an interval; give seconds between starts"),
     ("task-interval-0", {"env_extra": {"CI_TEST_TASK_INTERVAL": "0"}},

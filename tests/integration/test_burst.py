@@ -77,7 +77,7 @@ def test_a_burst_after_an_idle_spell_then_one_per_interval_and_weighted_costs(
     window of the starts holds Σ cost <= 5 + span / 0.2 s on the store's clock, and 3 + 2 start
     back to back."""
     queue = f"q{uuid.uuid4().hex[:10]}"
-    pool = make_pool(INTERVAL_S, queue=queue, conf={"interval_burst": {queue: BURST}})
+    pool = make_pool(INTERVAL_S, queue=queue, conf={"interval_queues": {queue: {"burst": BURST}}})
     pool.start(2, concurrency=3)
     store = RedisStore.from_url(pool.store)
     idle(store)

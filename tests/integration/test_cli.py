@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from celery_interval.defaults import KEY_PREFIX
+from celery_interval.config.table import KEY_PREFIX
 from celery_interval.schedule import Pace
 from celery_interval.stores import keys
 from celery_interval.stores.base import TaskCopy
@@ -62,9 +62,16 @@ def test_status_with_no_worker_running(run: Any, redis_client: Any) -> None:
     assert (row["budget_left"], row["units_left"]) == (3, [3, 1, 50])
     assert status(run, "mail")["limits"] == []
     assert (row["interactive_share"], status(run, "mail")["interactive_share"]) == (0.2, None)
+    assert row["declaration"] == {
+        "interval": "1/s",
+        "burst": 3,
+        "limits": "100/min, 1000/h burst 50",
+        "interactive_share": 0.2,
+    }
+    assert status(run, "mail")["declaration"] == {"interval": "30/min"}
     table = run("status", "--timeout", "0.2")
     assert table.exit_code == 0 and "api" in table.output and "mail" in table.output
-    assert "100/min, 1000/h burst 50" in table.output and "1 (interactive 0.2)" in table.output
+    assert "burst 3" in table.output and "interactive share 0.2" in table.output
     assert "3/3," in table.output and "50/50" in table.output  # the budgets left (cells wrap)
 
 

@@ -292,7 +292,7 @@ def test_a_task_id_sent_again_runs_again(compat: Pool) -> None:
 
 def test_zz_every_interval_start_was_spaced(compat: Pool) -> None:
     """Last in the module: all of the above, on the store's clock, kept the interval."""
-    from celery_interval.defaults import KEY_PREFIX
+    from celery_interval.config.table import KEY_PREFIX
     from celery_interval.stores.keys import ledger_key
 
     entries = compat.recorder.xrange(ledger_key(KEY_PREFIX, compat.queue))

@@ -52,7 +52,9 @@ def longest_short_spell_us(intervals: list[tuple[int, int]], cap: int) -> int:
 
 def capped_pool(make_pool: Any, cap: int, **conf: Any) -> Any:
     queue = f"q{uuid.uuid4().hex[:10]}"
-    return make_pool(0.01, queue=queue, conf={"interval_concurrency": {queue: cap}, **conf})
+    return make_pool(
+        0.01, queue=queue, conf={"interval_queues": {queue: {"concurrency": cap}}, **conf}
+    )
 
 
 def test_three_workers_never_run_more_bodies_than_the_cap(make_pool: Any) -> None:
@@ -131,7 +133,7 @@ def test_the_store_restarted_empty_while_capped_bodies_run(
             queue=queue,
             store=store.url,
             record_url=redis_server.url_for(5),
-            conf={"interval_concurrency": {queue: 2}},
+            conf={"interval_queues": {queue: {"concurrency": 2}}},
         )
         pool.start(3, concurrency=2)
         ids = pool.send(10, task="workerapp.span", sleep_s=1.5)

@@ -31,7 +31,7 @@ TIMEOUT_S = 60.0
 
 def bucket_claims(pool: Pool, bucket: str) -> list[tuple[int, str]]:
     """(store-clock start, task id) of every first OK claim in ``bucket``'s ledger."""
-    from celery_interval.defaults import KEY_PREFIX
+    from celery_interval.config.table import KEY_PREFIX
     from celery_interval.stores.keys import ledger_key
 
     entries = pool.recorder.xrange(ledger_key(KEY_PREFIX, bucket))

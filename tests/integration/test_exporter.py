@@ -19,7 +19,7 @@ import redis
 from celery import Celery
 from click.testing import CliRunner
 
-from celery_interval.defaults import KEY_PREFIX
+from celery_interval.config.table import KEY_PREFIX
 from celery_interval.demo.embedded import RedisProc, _free_port
 from celery_interval.ledger import LedgerReader
 from celery_interval.monitor.events import StoreCallEvents

@@ -62,7 +62,9 @@ def test_inline_starts_keep_their_share_beside_a_task_backlog(make_pool: Any) ->
     late and asks again is not the store's wait). Every task runs once, and the ledger has
     every start an interval or more after the one before."""
     queue = f"q{uuid.uuid4().hex[:10]}"
-    pool = make_pool(INTERVAL_S, queue=queue, conf={"interval_interactive_share": {queue: SHARE}})
+    pool = make_pool(
+        INTERVAL_S, queue=queue, conf={"interval_queues": {queue: {"interactive_share": SHARE}}}
+    )
     plain = pool.app_factory(pool.broker, pool.store, pool.queue, INTERVAL_S)
     pool.start(2, concurrency=CONCURRENCY)
     ids = pool.send(TASKS)

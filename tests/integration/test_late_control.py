@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from celery_interval import control
-from celery_interval.defaults import KEY_PREFIX
+from celery_interval.config.table import KEY_PREFIX
 from celery_interval.stores.keys import ledger_key
 from tests.helpers.pool import Pool
 from tests.integration.test_pool import assert_exactly_once, assert_spacing, claim_times_us

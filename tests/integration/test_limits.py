@@ -27,7 +27,9 @@ def test_an_interval_and_a_tighter_rate_hold_at_once_and_the_rate_is_saturated(
     starts come in ticket order (FIFO), every claim in the ledger names the limit, and
     interval_stats shows it."""
     queue = f"q{uuid.uuid4().hex[:10]}"
-    pool = make_pool(INTERVAL_S, queue=queue, conf={"interval_limits": {queue: [f"{PER_S}/s"]}})
+    pool = make_pool(
+        INTERVAL_S, queue=queue, conf={"interval_queues": {queue: {"limits": [f"{PER_S}/s"]}}}
+    )
     pool.start(2, concurrency=3)
     store = RedisStore.from_url(pool.store)
     ids = pool.send(TASKS)

@@ -33,7 +33,7 @@ def _nested_pool(make_pool: Any) -> Pool:
         OUTER_S,
         queue=queue,
         env_extra={"CI_TEST_TENANT_INTERVAL": str(TENANT_S)},
-        conf={"interval_outer": {f"{queue}:*": queue}},
+        conf={"interval_queues": {f"{queue}:*": {"outer": queue}}},
     )
     return pool
 

@@ -113,7 +113,7 @@ def claim_times_us(pool: Pool, task_id: str | None = None, *, readmits: bool = T
     ``readmits=False`` leaves out a holder's new start after its admitted one passed unused (a
     pool process that came too late): for counting runs, not for spacing.
     """
-    from celery_interval.defaults import KEY_PREFIX
+    from celery_interval.config.table import KEY_PREFIX
     from celery_interval.stores.keys import ledger_key
 
     entries = pool.recorder.xrange(ledger_key(KEY_PREFIX, pool.queue))
@@ -214,7 +214,7 @@ def test_unset_interval_reaches_every_worker(make_pool: Any) -> None:
     finds it, the others find none), the epoch stays, and starts go back to the configured
     spacing."""
     import celery_interval
-    from celery_interval.defaults import KEY_PREFIX
+    from celery_interval.config.table import KEY_PREFIX
     from celery_interval.stores.keys import ledger_key
 
     pool = make_pool(INTERVAL_S)
@@ -357,7 +357,7 @@ def test_a_busy_pool_claims_its_own_tickets_in_order(make_pool: Any) -> None:
     ids = pool.send(40, sleep_s=0.02)
     records = pool.wait_records(40)
     assert_exactly_once(records, ids)
-    from celery_interval.defaults import KEY_PREFIX
+    from celery_interval.config.table import KEY_PREFIX
     from celery_interval.stores.keys import ledger_key
 
     ops = [f[b"op"] for _id, f in pool.recorder.xrange(ledger_key(KEY_PREFIX, pool.queue))]

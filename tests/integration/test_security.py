@@ -16,7 +16,7 @@ import redis
 from celery import Celery
 
 from celery_interval import control
-from celery_interval.defaults import KEY_PREFIX
+from celery_interval.config.table import KEY_PREFIX
 from celery_interval.demo.embedded import RedisProc, find_redis_server
 from celery_interval.errors import ConfigurationError, StoreError, StoreUnavailable
 from celery_interval.ledger import LedgerReader

@@ -12,7 +12,7 @@ import pytest
 import redis
 
 from celery_interval.buckets import overflow_queue_name
-from celery_interval.defaults import KEY_PREFIX
+from celery_interval.config.table import KEY_PREFIX
 from celery_interval.demo.embedded import RedisProc
 from tests.faults.test_faults import admitted_as_it_died, redis_visibility
 from tests.helpers.pool import Pool, celery_cli

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from celery_interval.defaults import KEY_PREFIX
+from celery_interval.config.table import KEY_PREFIX
 from celery_interval.schedule.state import MAX_LEAD_US
 from celery_interval.stores.keys import ledger_key
 from tests.helpers.limiting import limiting_server
@@ -168,11 +168,14 @@ def test_workers_killed_with_a_throttle_outstanding_lose_nothing(make_pool: Any,
 
 @pytest.mark.slow
 def test_an_adaptive_bucket_slows_to_the_server_and_says_so(make_pool: Any, api: Any) -> None:
-    """``interval_adaptive``: the 429s lengthen the interval for the whole pool (the status and
+    """An adaptive bucket: the 429s lengthen the interval for the whole pool (the status and
     the ledger say it is adapted); the calls the server accepted stay spaced by it."""
     queue = f"q{uuid.uuid4().hex[:10]}"
     pool = make_pool(
-        INTERVAL_S, broker="redis", queue=queue, conf={"interval_adaptive": {queue: True}}
+        INTERVAL_S,
+        broker="redis",
+        queue=queue,
+        conf={"interval_queues": {queue: {"adaptive": True}}},
     )
     pool.start(2, concurrency=2)
     ids = send(pool, "workerapp.call_api", api.url + "/call")

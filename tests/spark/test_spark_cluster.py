@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import redis
 
-from celery_interval.defaults import KEY_PREFIX
+from celery_interval.config.table import KEY_PREFIX
 from celery_interval.spark import EnqueueCounts, enqueue, task_id_for
 from celery_interval.stores.keys import ledger_key
 from tests.helpers.brokers import skip_or_fail

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 import redis
 
-from celery_interval.defaults import KEY_PREFIX
+from celery_interval.config.table import KEY_PREFIX
 from celery_interval.errors import ConfigurationError
 from celery_interval.spark import EnqueueCounts, enqueue, task_id_for
 from celery_interval.spark.enqueue import _app_for, _AppSpec

@@ -10,7 +10,7 @@ import pytest
 from click.testing import CliRunner
 
 from celery_interval.cli import main as cli_main
-from celery_interval.intervals import describe_rate, parse_interval_us
+from celery_interval.config.intervals import describe_rate, parse_interval_us
 from tests.helpers.spark_fixtures import require_spark, spark  # noqa: F401
 from tests.spark.test_spark_audit import Ledger, S, by_bucket, write_jsonl
 
@@ -125,7 +125,9 @@ def test_audit_of_a_real_run_with_limits(
 
     require_spark()
     queue = "limited"
-    pool = make_pool(0.05, broker="redis", queue=queue, conf={"interval_limits": {queue: ["8/s"]}})
+    pool = make_pool(
+        0.05, broker="redis", queue=queue, conf={"interval_queues": {queue: {"limits": ["8/s"]}}}
+    )
     pool.start(2, concurrency=2)
     ids = pool.send(30)
     assert sorted(r["id"] for r in pool.wait_records(30, timeout_s=60)) == sorted(ids)

@@ -28,23 +28,18 @@ def _app(**conf: Any) -> Celery:
 
 
 def test_a_tenant_bucket_takes_its_queues_burst() -> None:
-    burst = settings_of(_app(interval_burst={"api": 5, "api:big": 9})).burst_of
+    app = _app()
+    app.conf.interval_queues = {"api": {"interval": 0.1, "burst": 5}, "api:big": {"burst": 9}}
+    burst = settings_of(app).burst_of
     assert (burst("api"), burst("api:acme"), burst("api:big"), burst("mail")) == (5, 5, 9, 1)
 
 
-@pytest.mark.parametrize(
-    ("value", "named"),
-    [
-        ([("api", 2)], "interval_burst="),
-        ({"api": 0}, "interval_burst['api']=0"),
-        ({"api": True}, "interval_burst['api']=True"),
-        ({"api": 2.5}, "interval_burst['api']=2.5"),
-        ({"": 1}, "interval_burst key ''"),
-    ],
-)
-def test_a_bad_burst_names_the_key_and_value(value: Any, named: str) -> None:
-    with pytest.raises(ConfigurationError, match=named.replace("[", r"\[")):
-        settings_of(_app(interval_burst=value))
+@pytest.mark.parametrize("value", [0, True, 2.5, "3"])
+def test_a_bad_burst_names_the_key_and_value(value: Any) -> None:
+    app = _app()
+    app.conf.interval_queues = {"api": {"interval": 0.1, "burst": value}}
+    with pytest.raises(ConfigurationError, match=rf"interval_queues\['api'\]\['burst'\]={value!r}"):
+        settings_of(app)
 
 
 def _sent_headers(app: Celery) -> list[dict[str, Any]]:
@@ -59,7 +54,8 @@ def _sent_headers(app: Celery) -> list[dict[str, Any]]:
 
 
 def test_the_cost_is_stamped_at_send_and_a_cost_past_the_burst_is_an_error() -> None:
-    app = _app(interval_burst={"api": 5}, task_default_queue="api")
+    app = _app(task_default_queue="api")
+    app.conf.interval_queues = {"api": {"interval": 0.1, "burst": 5}}
 
     @app.task(base=IntervalTask, name="costconf.tokens", interval_cost=lambda a, k: k["n"] / 100)
     def tokens(n: int) -> None: ...

@@ -79,8 +79,8 @@ def sphinx_build(source: Path, out: Path) -> subprocess.CompletedProcess[str]:
 
 def test_the_docs_build_without_a_warning(tmp_path: Path) -> None:
     """The site builds with warnings as errors, and its settings reference lists every setting
-    of ``celery_interval.defaults.SETTINGS`` (it is generated from them)."""
-    from celery_interval.defaults import SETTINGS
+    of ``celery_interval.config.table.SETTINGS`` (it is generated from them)."""
+    from celery_interval.config.table import SETTINGS
 
     proc = sphinx_build(DOCS, tmp_path)
     problems = [line for line in proc.stderr.splitlines() if "WARNING" in line or "ERROR" in line]

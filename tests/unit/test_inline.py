@@ -14,7 +14,7 @@ from celery import Celery
 
 from celery_interval import ConfigurationError, SlotTimeout, slot
 from celery_interval.app_store import store_of
-from celery_interval.defaults import KEY_PREFIX
+from celery_interval.config.table import KEY_PREFIX
 from celery_interval.demo.embedded import RedisProc
 from celery_interval.schedule import PLACE_SETTLE_US, Pace
 from celery_interval.stores.base import TaskCopy
@@ -23,9 +23,11 @@ from celery_interval.stores.keys import ledger_key
 INTERVAL_S = 0.1
 
 
-def make_app(server: RedisProc, **conf: Any) -> Celery:
+def make_app(server: RedisProc, **api: Any) -> Celery:
+    """An app with bucket api at INTERVAL_S and the declaration's fields ``api``."""
     app = Celery("inline", set_as_current=False)
-    app.conf.update(interval_store_url=server.url, interval_queues={"api": INTERVAL_S}, **conf)
+    declared = {"api": {"interval": INTERVAL_S, **api}}
+    app.conf.update(interval_store_url=server.url, interval_queues=declared)
     return app
 
 
@@ -88,7 +90,7 @@ def test_a_capped_bucket_counts_inline_bodies(
 ) -> None:
     """Cap 1: while one inline block runs, another cannot start; it times out naming the cap,
     and starts once the first block has ended (its place is freed at the block's end)."""
-    app = make_app(redis_server, interval_concurrency={"api": 1})
+    app = make_app(redis_server, concurrency=1)
     store_of(app).grant(TaskCopy("warm", "w", 0), Pace(1_000))  # the store's birth
     time.sleep(PLACE_SETTLE_US / 1e6)
     inside, leave = threading.Event(), threading.Event()
@@ -111,13 +113,11 @@ def test_a_capped_bucket_counts_inline_bodies(
 
 
 def test_bad_arguments_are_refused_with_their_values(app: Celery) -> None:
-    with pytest.raises(
-        ConfigurationError, match=r"slot\(cost=...\) must be an integer >= 1, got 0"
-    ):
+    with pytest.raises(ConfigurationError, match=r"slot\(cost=...\)=0: expected an integer >= 1"):
         slot(app, "api", cost=0)
     with pytest.raises(ConfigurationError, match=r"timeout_s=...\) must be seconds >= 0 or None"):
         slot(app, "api", timeout_s=-1)
-    with pytest.raises(ConfigurationError, match="exceeds the bucket's interval_burst of 1"):
+    with pytest.raises(ConfigurationError, match="exceeds the bucket's burst of 1"):
         slot(app, "api", cost=2)
     with pytest.raises(ConfigurationError, match="unknown interval bucket 'nope'"):
         slot(app, "nope")

@@ -1,4 +1,4 @@
-"""``interval_interactive_share``: validated naming key and value; ``slot()`` ahead of a task
+"""A bucket's ``interactive_share``: validated naming key and value; ``slot()`` ahead of a task
 backlog on a real Redis, within its share; the tickets it passes wait, in order."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from celery import Celery
 from celery_interval import ConfigurationError, SlotTimeout, slot
 from celery_interval.app_store import store_of
 from celery_interval.config import settings_of
-from celery_interval.defaults import KEY_PREFIX
+from celery_interval.config.table import KEY_PREFIX
 from celery_interval.demo.embedded import RedisProc
 from celery_interval.schedule import ClaimTerms, Outcome, Pace
 from celery_interval.stores.base import TaskCopy
@@ -27,7 +27,8 @@ INTERVAL_US = round(INTERVAL_S * 1e6)
 
 
 def test_a_share_per_bucket_and_tenants_take_their_queues() -> None:
-    share_of = settings_of(_app(interval_interactive_share={"api": 0.2, "api:vip": 0.5})).share_of
+    declared = {"api": {"interval": 0.05, "interactive_share": 0.2}}
+    share_of = settings_of(_app(**declared, **{"api:vip": {"interactive_share": 0.5}})).share_of
     found = {bucket: share_of(bucket) for bucket in ("api", "api:acme", "api:vip", "mail")}
     assert found == {"api": 0.2, "api:acme": 0.2, "api:vip": 0.5, "mail": None}
     assert settings_of(_app()).share_of("api") is None
@@ -36,21 +37,14 @@ def test_a_share_per_bucket_and_tenants_take_their_queues() -> None:
 @pytest.mark.parametrize(
     ("value", "shown"),
     [(0, "0"), (1, "1"), (1.5, "1.5"), (-0.1, "-0.1"), ("0.2", "'0.2'"), (True, "True"),
-     (math.nan, "nan"), (None, "None")],
+     (math.nan, "nan")],
 )  # fmt: skip
 def test_a_bad_share_is_refused_naming_the_key_and_value(value: Any, shown: str) -> None:
-    app = _app(interval_interactive_share={"api": value})
+    app = _app(api={"interval": 0.05, "interactive_share": value})
     with pytest.raises(ConfigurationError) as info:
         settings_of(app)
-    assert f"interval_interactive_share['api']={shown}" in str(info.value)
+    assert f"interval_queues['api']['interactive_share']={shown}" in str(info.value)
     assert "above 0 and below 1" in str(info.value)
-
-
-def test_a_share_setting_that_is_not_a_mapping_is_refused() -> None:
-    with pytest.raises(ConfigurationError, match=r"interval_interactive_share=0\.2: expected a"):
-        settings_of(_app(interval_interactive_share=0.2))
-    with pytest.raises(ConfigurationError, match=r"interval_interactive_share key '': expected"):
-        settings_of(_app(interval_interactive_share={"": 0.2}))
 
 
 def _backlog(app: Celery, n: int) -> None:
@@ -72,7 +66,7 @@ def test_slot_goes_ahead_of_a_backlog_within_its_share(
         slot(plain, "api", timeout_s=1.0),
     ):
         pytest.fail("the block ran")
-    app = make_app(redis_server, interval_interactive_share={"api": 0.25})
+    app = make_app(redis_server, interactive_share=0.25)
     before = store_of(app).status("api", INTERVAL_US).next_slot_in_us
     begun_s = time.monotonic()
     with slot(app, "api", timeout_s=1.0) as first:
@@ -104,7 +98,7 @@ def test_a_passed_ticket_waits_and_keeps_its_turn(
 ) -> None:
     """The ticket due when an inline start went ahead claims WAIT, an interval later; the one
     after it too: no RETICKET, order kept."""
-    app = make_app(redis_server, interval_interactive_share={"api": 0.5})
+    app = make_app(redis_server, interactive_share=0.5)
     store = store_of(app)
     first = store.grant(TaskCopy("api", "t0", 0), Pace(INTERVAL_US))
     time.sleep(first.delay_us / 1e6)

@@ -6,13 +6,13 @@ from pathlib import Path
 
 import pytest
 
-from celery_interval.errors import ConfigurationError
-from celery_interval.intervals import (
+from celery_interval.config.intervals import (
     FORMS,
     bare_seconds_note,
     describe_interval,
     parse_interval_us,
 )
+from celery_interval.errors import ConfigurationError
 from celery_interval.stores import mask_url, store_from_url
 from celery_interval.stores.file import FileStore
 from celery_interval.stores.memory import MemoryStore

@@ -14,7 +14,7 @@ import pytest
 import redis
 from click.testing import CliRunner
 
-from celery_interval.defaults import KEY_PREFIX
+from celery_interval.config.table import KEY_PREFIX
 from celery_interval.demo.embedded import RedisProc
 from celery_interval.errors import ConfigurationError
 from celery_interval.ledger import LedgerReader, entry_record, export, parse_since_us

@@ -11,24 +11,27 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from celery_interval.config import settings_of
+from celery_interval.config.values import describe_limits
 from celery_interval.costs import check_within_burst
 from celery_interval.errors import ConfigurationError
 from celery_interval.inline import slot
-from celery_interval.limits_config import describe_limits
 from celery_interval.monitor.tally import BucketTally
 from celery_interval.schedule import Limit
 from celery_interval.starts import Budget, limits_of
 
 
-def _app(**conf: Any) -> Celery:
+def _app(**queues: Any) -> Celery:
     app = Celery("limitsconf", broker="memory://", set_as_current=False)
-    app.conf.update(interval_store_url="memory://", interval_queues={"api": 0.05}, **conf)
+    app.conf.update(interval_store_url="memory://", interval_queues={"api": 0.05, **queues})
     return app
 
 
 def test_limits_are_rates_or_pairs_and_tenants_take_their_queues() -> None:
     limits = settings_of(
-        _app(interval_limits={"api": ["10/s", ("1000/h", 50)], "api:big": [["2/s", 3]]})
+        _app(
+            api={"interval": 0.05, "limits": ["10/s", ("1000/h", 50)]},
+            **{"api:big": {"limits": [["2/s", 3]]}},
+        )
     ).limits_of
     assert limits("api") == (Limit(100_000), Limit(3_600_000, 50))
     assert limits("api:acme") == limits("api")
@@ -40,27 +43,26 @@ def test_limits_are_rates_or_pairs_and_tenants_take_their_queues() -> None:
 @pytest.mark.parametrize(
     ("value", "named"),
     [
-        (["10/s"], "interval_limits=['10/s']: expected a mapping"),
-        ({"api": "10/s"}, "interval_limits['api']='10/s': expected a mapping"),
-        ({"api": ["10/x"]}, "interval_limits['api'][0]='10/x'"),
-        ({"api": ["10/s", ("1/h", 0)]}, "interval_limits['api'][1] burst=0"),
-        ({"api": [("1/h", 2, 3)]}, "interval_limits['api'][0]=('1/h', 2, 3)"),
-        ({"": ["1/s"]}, "interval_limits key ''"),
+        ("10/s", "['limits']='10/s': expected a list of limits"),
+        (["10/x"], "['limits'][0]='10/x'"),
+        (["10/s", ("1/h", 0)], "['limits'][1] burst=0"),
+        ([("1/h", 2, 3)], "['limits'][0]=('1/h', 2, 3)"),
     ],
 )
 def test_a_bad_limit_names_the_key_and_value(value: Any, named: str) -> None:
+    named = "interval_queues['api']" + named
     pattern = named.replace("[", r"\[").replace("(", r"\(").replace(")", r"\)")
     with pytest.raises(ConfigurationError, match=pattern):
-        settings_of(_app(interval_limits=value))
+        settings_of(_app(api={"interval": 0.05, "limits": value}))
 
 
 def test_a_cost_above_a_limits_burst_is_refused() -> None:
     limits = (Limit(100_000, 5), Limit(600_000, 2))
     check_within_burst("t", "api", 2, 5, limits)
-    with pytest.raises(ConfigurationError, match=r"interval_limits\['api'\]\[1\] a burst of"):
+    with pytest.raises(ConfigurationError, match=r"limit 1 \(2; give limit 1 .* a burst of"):
         check_within_burst("t", "api", 3, 5, limits)
-    app = _app(interval_burst={"api": 4}, interval_limits={"api": ["1/s"]})
-    with pytest.raises(ConfigurationError, match="interval_limits, so it could never start"):
+    app = _app(api={"interval": 0.05, "burst": 4, "limits": ["1/s"]})
+    with pytest.raises(ConfigurationError, match="bucket's limits, so it could never start"):
         slot(app, "api", cost=2)
 
 

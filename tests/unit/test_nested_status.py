@@ -15,7 +15,7 @@ from click.testing import CliRunner
 
 from celery_interval import control
 from celery_interval.app_store import store_of
-from celery_interval.defaults import KEY_PREFIX
+from celery_interval.config.table import KEY_PREFIX
 from celery_interval.schedule import Pace
 from celery_interval.stores import keys
 from celery_interval.stores.base import TaskCopy
@@ -37,8 +37,7 @@ def app(request: pytest.FixtureRequest) -> Iterator[Celery]:
     app = Celery("nestedstatus", broker="memory://", set_as_current=False)
     app.conf.update(
         interval_store_url=url,
-        interval_queues={"api": TENANT_S, "acct": OUTER_S},
-        interval_outer={"api:*": "acct"},
+        interval_queues={"api": TENANT_S, "api:*": {"outer": "acct"}, "acct": OUTER_S},
     )
     module = types.ModuleType("nested_status_app")
     module.app = app  # type: ignore[attr-defined]

@@ -1,4 +1,4 @@
-"""The outer setting: tenant buckets nested by pattern or by name, bad entries refused by name."""
+"""The outer field: tenant buckets nested by pattern or by name, bad entries refused by name."""
 
 from __future__ import annotations
 
@@ -17,20 +17,18 @@ from celery_interval.stores.base import TaskCopy
 from celery_interval.stores.memory import MemoryStore
 
 
-def _app(**conf: Any) -> Celery:
+def _app(**declared: Any) -> Celery:
     app = Celery("outerconf", broker="memory://", set_as_current=False)
-    app.conf.update(
-        interval_store_url="memory://", interval_queues={"api": "25/s", "acct": 0.01}, **conf
-    )
+    queues = {"api": "25/s", "acct": 0.01, **declared}
+    app.conf.update(interval_store_url="memory://", interval_queues=queues)
     return app
 
 
 def test_tenants_nest_in_their_outer_with_its_interval_burst_and_limits() -> None:
     settings = settings_of(
         _app(
-            interval_outer={"api:*": "api", "api:big": "acct"},
-            interval_burst={"api": 3},
-            interval_limits={"api": ["100/min"]},
+            api={"interval": "25/s", "burst": 3, "limits": ["100/min"]},
+            **{"api:*": {"outer": "api"}, "api:big": {"outer": "acct"}},
         )
     )
     assert settings.outer_of("api:acme") == Outer("api", 40_000, 3, (Limit(600_000),))
@@ -38,28 +36,44 @@ def test_tenants_nest_in_their_outer_with_its_interval_burst_and_limits() -> Non
     assert settings.outer_of("api") is None, "the queue bucket is not its own tenant"
     assert settings.outer_of("mail:acme") is None
     assert settings_of(_app()).outer_of("api:acme") is None
-    main = settings_of(_app(interval_outer={"api:*": "api:main"}))
+    main = settings_of(_app(**{"api:*": {"outer": "api:main"}}))
     assert main.outer_of("api:acme") == Outer("api:main", 40_000)
     assert main.outer_of("api:main") is None, "the outer tenant is not nested in itself"
 
 
+def test_outer_never_comes_from_the_queues_entry() -> None:
+    """A queue's own ``outer`` nests the queue bucket, not its tenants (no queue fallback)."""
+    settings = settings_of(_app(api={"interval": "25/s", "outer": "acct"}))
+    assert settings.outer_of("api") == Outer("acct", 10_000)
+    assert settings.outer_of("api:acme") is None
+
+
 @pytest.mark.parametrize(
-    ("outer", "match"),
+    ("declared", "match"),
     [
-        (["api"], r"interval_outer=\['api'\]: expected a mapping"),
-        ({"api:*": 3}, r"interval_outer\['api:\*'\]=3: expected a bucket name"),
-        ({"*": "api"}, r"interval_outer key '\*': expected a bucket name or 'queue:\*'"),
-        ({"a*:x": "api"}, r"interval_outer key 'a\*:x'"),
-        ({"api:*": "mail"}, r"'mail' is not in interval_queues"),
-        ({"api": "api"}, r"not nested in itself"),
-        ({"api:{x}": "api"}, r"has a brace"),
-        ({"api:*": "acct", "acct:*": "api", "acct": "api"}, r"one level of nesting only"),
-        ({"api:*": "api:main", "api:main": "acct"}, r"'api:main' is nested itself"),
+        ({"api:*": {"outer": 3}}, r"interval_queues\['api:\*'\]\['outer'\]=3: expected a bucket"),
+        ({"*": "1/s"}, r"interval_queues key '\*': expected a queue, 'queue:\*' or 'queue:key'"),
+        ({"a*:x": "1/s"}, r"interval_queues key 'a\*:x'"),
+        ({"api:*": {"outer": "mail"}}, r"\['outer'\]='mail': no queue 'mail' is declared"),
+        ({"api": {"interval": 1, "outer": "api"}}, r"not nested in itself"),
+        ({"api:{x}": {"outer": "api"}}, r"a brace"),
+        (
+            {
+                "api:*": {"outer": "acct"},
+                "acct:*": {"outer": "api"},
+                "acct": {"interval": 1, "outer": "api"},
+            },
+            r"one level of nesting only",
+        ),
+        (
+            {"api:*": {"outer": "api:main"}, "api:main": {"outer": "acct"}},
+            r"'api:main' is nested itself",
+        ),
     ],
 )
-def test_bad_outer_settings_are_refused_by_name(outer: Any, match: str) -> None:
+def test_bad_outer_declarations_are_refused_by_name(declared: Any, match: str) -> None:
     with pytest.raises(ConfigurationError, match=match):
-        settings_of(_app(interval_outer=outer))
+        settings_of(_app(**declared))
 
 
 def test_a_file_store_refuses_nesting(tmp_path: Any) -> None:
@@ -70,7 +84,7 @@ def test_a_file_store_refuses_nesting(tmp_path: Any) -> None:
 def test_the_memory_store_nests_by_the_settings() -> None:
     """Plain grants of nested buckets spend their outer's budget: two tenants' first slots
     are one outer interval apart, and the outer bucket's own task comes after them."""
-    settings = settings_of(_app(interval_outer={"api:*": "acct"}))
+    settings = settings_of(_app(**{"api:*": {"outer": "acct"}}))
     now = [10**15]
     store = MemoryStore(clock_us=lambda: now[0], nesting=settings.outer_of)
     store._born = now[0] - 10**9  # an old store: new buckets start at once
@@ -86,5 +100,5 @@ def test_a_cost_above_the_outer_burst_is_refused() -> None:
     start could never fit the outer budget."""
     outer = Outer("api", 40_000, 2, (Limit(1_000_000, 3),))
     check_within_burst("t", "api:acme", 2, 5, (), outer)
-    with pytest.raises(ConfigurationError, match=r"burst of bucket 'api' \(2; set interval_burst"):
+    with pytest.raises(ConfigurationError, match=r"burst of bucket 'api' \(2; declare its burst"):
         check_within_burst("t", "api:acme", 3, 5, (), outer)

@@ -10,7 +10,7 @@ import pytest
 import redis
 from redis.connection import Connection
 
-from celery_interval.defaults import KEY_PREFIX
+from celery_interval.config.table import KEY_PREFIX
 from celery_interval.demo.embedded import RedisProc
 from celery_interval.errors import ConfigurationError
 from celery_interval.schedule import Pace

@@ -21,8 +21,11 @@ def _paused_tasks() -> tuple[PausedTasks, MemoryStore, Timer, list[str]]:
     app = Celery("paused", set_as_current=False)
     app.conf.update(
         interval_store_url="memory://",
-        interval_queues={"api": TENANT_US / 1e6, "acct": OUTER_US / 1e6},
-        interval_outer={"api:*": "acct"},
+        interval_queues={
+            "api": TENANT_US / 1e6,
+            "api:*": {"outer": "acct"},
+            "acct": OUTER_US / 1e6,
+        },
     )
     settings = settings_of(app)
     store = MemoryStore(Clock(10_000_000_000), nesting=settings.outer_of)

@@ -25,7 +25,7 @@ from hypothesis.stateful import (
 )
 
 from celery_interval import schedule
-from celery_interval.defaults import KEY_PREFIX
+from celery_interval.config.table import KEY_PREFIX
 from celery_interval.demo.embedded import RedisProc
 from celery_interval.errors import ConfigurationError, StoreError, StoreUnavailable
 from celery_interval.schedule import (
