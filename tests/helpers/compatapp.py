@@ -108,7 +108,10 @@ def record(task: Any, **extra: Any) -> None:
         "us": int(seconds) * 1_000_000 + int(micros),
         "mono_ns": mono_ns,
         "pid": os.getpid(),
+        "host": task.request.hostname,
         "eager": bool(task.request.is_eager),
+        # the start deadline the worker handed this body (its monotonic ns), if it was paced
+        "dl": task.request.get("interval_start_ns"),
         **extra,
     }
     conn().rpush(f"compat:{_where['queue']}", json.dumps(entry))
