@@ -4,17 +4,23 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from typing import Any
 
 from celery.bootsteps import RUN
 
-__all__ = ["BrokerWatch", "install_restore_fix", "restore_bug_present"]
+__all__ = ["BrokerWatch", "ack_through", "install_restore_fix", "restore_bug_present"]
 
 logger = logging.getLogger("celery_interval.worker")
 
 #: Delivery tags whose restore at a channel close could not reach the broker, with when that
 #: was noted (time.time(), the clock kombu scores its ``unacked_index`` with).
 _stranded: dict[str, float] = {}
+#: Of those, the tags this worker had acknowledged (its ack never reached the broker): the
+#: message ran, so at the reconnect its ack is completed instead of the message put back.
+_acked_stranded: set[str] = set()
+#: Delivery tags whose ack was sent and did not complete: the connection went meanwhile.
+_unfinished_acks: set[str] = set()
 #: kombu's own ``Channel._connparams`` once the workaround replaced it.
 _original_connparams: Any = None
 
@@ -75,6 +81,19 @@ def install_restore_fix() -> bool:
     return True
 
 
+def ack_through(message: Any, ack: Callable[[], None]) -> None:
+    """Run ``ack`` (Celery's, which logs a failure instead of raising) for ``message``; if it
+    did not complete, the tag is remembered, so that a broker outage does not put back a
+    message that already ran."""
+    tag = str(getattr(message, "delivery_tag", ""))
+    _unfinished_acks.add(tag)
+    try:
+        ack()
+    finally:
+        if getattr(message, "acknowledged", False):
+            _unfinished_acks.discard(tag)
+
+
 def _note_unrestored(c: Any) -> int:
     """Note the delivery tags the closed channel could not give back: kombu's Redis restore at
     close empties its QoS's ``_delivered`` only once every message went back, so what is left
@@ -85,30 +104,42 @@ def _note_unrestored(c: Any) -> int:
     if not delivered or not hasattr(qos, "restore_by_tag"):
         return 0
     noted_at_s = time.time()
-    _stranded.update(dict.fromkeys(map(str, delivered), noted_at_s))
-    return len(delivered)
+    tags = set(map(str, delivered))
+    _stranded.update(dict.fromkeys(tags, noted_at_s))
+    _acked_stranded.update(tags & _unfinished_acks)
+    _unfinished_acks.clear()  # what the closed channel did not hold, no reconnect can complete
+    return len(tags)
 
 
-def _restore_stranded(c: Any) -> int:
+def _restore_stranded(c: Any) -> tuple[int, int]:
     """Put the messages this worker held at the outage back at the head of their queues, now
-    that the broker answers, each unless it changed hands since (its ``unacked_index`` score is
-    newer: another worker's ``restore_visible`` restored it and it was delivered again).
-    Returns how many went back; the tags that could not be handled stay for the next time."""
+    that the broker answers, and complete the acks that did not reach it (those messages ran:
+    put back, a copy would run again if the store lost its done mark meanwhile), each unless
+    it changed hands since (its ``unacked_index`` score is newer: another worker's
+    ``restore_visible`` restored it and it was delivered again). Returns how many went back
+    and how many acks were completed; tags that could not be handled stay for the next time."""
     if not _stranded:
-        return 0
+        return 0, 0
     channel = getattr(getattr(c, "task_consumer", None), "channel", None)
     qos: Any = getattr(channel, "qos", None)
     if channel is None or not hasattr(qos, "restore_by_tag"):
-        return 0
-    restored = 0
+        return 0, 0
+    restored = completed = 0
     with channel.conn_or_acquire() as client:
         for tag, noted_at_s in list(_stranded.items()):
             score = client.zscore(channel.unacked_index_key, tag)
             if score is not None and score <= noted_at_s:
-                qos.restore_by_tag(tag, client=client)
-                restored += 1
+                if tag in _acked_stranded:
+                    client.pipeline().zrem(channel.unacked_index_key, tag).hdel(
+                        channel.unacked_key, tag
+                    ).execute()
+                    completed += 1
+                else:
+                    qos.restore_by_tag(tag, client=client)
+                    restored += 1
             del _stranded[tag]
-    return restored
+            _acked_stranded.discard(tag)
+    return restored, completed
 
 
 class BrokerWatch:
@@ -136,16 +167,18 @@ class BrokerWatch:
     def started(self, c: Any) -> None:
         """The consumer is connected again: restore what the outage stranded, say so once."""
         try:
-            restored = _restore_stranded(c)
+            restored, completed = _restore_stranded(c)
         except Exception as exc:
             logger.warning("interval: could not put stranded messages back yet: %r", exc)
-            restored = 0
+            restored = completed = 0
         if self.lost_at_s is None:
             return
         down_s = time.monotonic() - self.lost_at_s
         self.lost_at_s = None
         logger.warning(
-            "interval: broker connection back after %.1fs; %d stranded message(s) put back",
+            "interval: broker connection back after %.1fs; %d stranded message(s) put back, "
+            "%d ack(s) of tasks that ran completed",
             down_s,
             restored,
+            completed,
         )

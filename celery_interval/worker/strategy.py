@@ -27,6 +27,7 @@ from celery_interval.headers import (
 from celery_interval.placement import Arrival, own_of, placement_of
 from celery_interval.stores.base import TaskCopy
 from celery_interval.throttled import Throttled
+from celery_interval.worker.brokerloss import ack_through
 from celery_interval.worker.consumer import service_for
 from celery_interval.worker.delivery import consumed_queue, taken_back
 from celery_interval.worker.held import Held
@@ -252,10 +253,10 @@ def _track_ack(req: Any, service: Any, copy: TaskCopy, acks_late: bool) -> None:
     on_ack, on_reject = req.on_ack, req.on_reject
     # Not req itself: closures stored on req that refer to it form a cycle, which only the
     # garbage collector frees (about 37 objects per message, and full collections).
-    request_dict = req.request_dict
+    request_dict, message = req.request_dict, req.message
 
     def ack_now(*args: Any, **kwargs: Any) -> None:
-        on_ack(*args, **kwargs)
+        ack_through(message, lambda: on_ack(*args, **kwargs))
         if MARK_HEADER in request_dict or request_dict.get(THROTTLED_KEY):
             return
         if acks_late or request_dict.get(ENDED_KEY):

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import contextlib
 import http.server
+import json
+import logging
 import re
 import threading
 import time
@@ -19,7 +21,7 @@ from kombu import Connection, Consumer, Queue
 
 from celery_interval.buckets import overflow_queue_name
 from celery_interval.demo.embedded import RedisProc
-from celery_interval.worker.brokerloss import BrokerWatch, restore_bug_present
+from celery_interval.worker.brokerloss import BrokerWatch, ack_through, restore_bug_present
 from tests.faults.test_faults import (
     ADMITTED_BEFORE_NS,
     assert_claims_spaced,
@@ -333,6 +335,49 @@ def test_restore_at_close_leaves_messages_in_the_broker_and_puts_them_back(
     with Connection(url, transport_options=redis_options(3600.0)) as again:
         watch.started(SimpleNamespace(task_consumer=SimpleNamespace(channel=again.default_channel)))
     assert admin.hlen("unacked") == 0 and admin.llen("held") == 5
+
+
+def test_acks_lost_with_the_broker_are_completed_not_put_back(redis_broker: RedisProc) -> None:
+    """Of 5 messages a consumer holds, 2 ran and were acknowledged just as the broker died: the
+    acks never reached it. At the reconnect the 3 that did not run go back to their queue and
+    the 2 that ran have their acks completed: no copy of a task that ran is made (a copy meets
+    the done mark, unless the store lost it meanwhile)."""
+    url = redis_broker.broker_url_for(0)
+    with Connection(url) as producer:
+        queue = producer.SimpleQueue("ran")
+        for i in range(5):
+            queue.put(i)
+        queue.close()
+    got: list[Any] = []
+    conn = Connection(url, transport_options=redis_options(3600.0))
+    channel = conn.default_channel
+    consumer = Consumer(channel, [Queue("ran")], callbacks=[lambda b, m: got.append(m)])
+    consumer.qos(prefetch_count=10)
+    consumer.consume()
+    with contextlib.suppress(TimeoutError):
+        while len(got) < 5:
+            conn.drain_events(timeout=2)
+    assert len(got) == 5
+    redis_broker.kill()
+    for message in got[:2]:
+        ack_through(message, lambda m=message: m.ack_log_error(logging.getLogger(), (Exception,)))
+        assert not message.acknowledged
+    conn.collect(socket_timeout=1)
+    conn.close()
+    watch = BrokerWatch()
+    watch.stopped(
+        SimpleNamespace(
+            blueprint=SimpleNamespace(state=RUN), task_consumer=SimpleNamespace(channel=channel)
+        )
+    )
+    redis_broker.restart()
+    admin = redis.Redis(port=redis_broker.port)
+    assert admin.hlen("unacked") == 5 and admin.llen("ran") == 0
+    with Connection(url, transport_options=redis_options(3600.0)) as again:
+        watch.started(SimpleNamespace(task_consumer=SimpleNamespace(channel=again.default_channel)))
+    assert admin.hlen("unacked") == 0 and admin.zcard("unacked_index") == 0
+    back = {json.loads(raw)["properties"]["delivery_tag"] for raw in admin.lrange("ran", 0, -1)}
+    assert back == {m.delivery_tag for m in got[2:]}, "the 3 that did not run, and only they"
 
 
 def test_throttled_tasks_through_a_redis_broker_restart(
