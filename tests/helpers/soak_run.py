@@ -273,16 +273,20 @@ class Soak:
         print(f"  note: {line}", flush=True)
 
     def _undo(self, event: Event) -> None:
-        """Unpause or unset now, or on a later tick if the store does not answer."""
+        """Unpause or unset now, or on a later tick if the store does not answer; not at all
+        once a newer control of the same kind is in force (its own undo ends it: a late undo
+        would end the newer one, which the check still counts in force)."""
         undo = celery_interval.unpause if event.kind == "pause" else celery_interval.unset_interval
         # A call that raised may have been written (its reply lost with a fault): the window
         # ends at the first try, so the check never counts a start after a real undo.
         to_ns = self._undo_from.setdefault(event, time.monotonic_ns())
-        try:
-            undo(self.app, self.layout.main, broadcast=not self.broker.is_down)
-        except Exception:
-            self.undos.append(event)
-            return
+        newer = any(e.kind == event.kind and e.at_s > event.at_s for e in self._in_force)
+        if not newer:
+            try:
+                undo(self.app, self.layout.main, broadcast=not self.broker.is_down)
+            except Exception:
+                self.undos.append(event)
+                return
         self.undos = [e for e in self.undos if e is not event]
         self._undo_from.pop(event, None)
         from_ns = self._in_force.pop(event, -1)
