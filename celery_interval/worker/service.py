@@ -150,6 +150,7 @@ class IntervalService:
             for held in list(items):
                 if held.entry is not None:
                     cancel(self.timer, held.entry)
+                    held.entry = None
                 dropped += 1
         self.paused.clear()
         self.slots.clear()

@@ -389,6 +389,8 @@ class SlotCycle:
         )
 
     def clear(self) -> None:
-        """The connection is gone: nothing waits for a ticket or a pool process any more."""
+        """The connection is gone: nothing waits for a ticket, a place or a pool process any
+        more (a place freed later must not start a task whose message went back)."""
         self.pool.clear()
         self.tickets.clear()
+        self._full.clear()

@@ -101,3 +101,30 @@ def test_a_body_ending_here_lets_the_task_waiting_for_its_place_claim_at_once() 
     service.body_ended(a.request)
     assert started == ["a", "b"]
     assert [p.holder for p in store.read_places("api")] == ["b:0"]
+
+
+def test_a_place_freed_after_the_channel_closed_starts_nothing_that_went_back() -> None:
+    """Cap 1: b waits for a's place (FULL), then the channel closes and b's message goes back
+    to the broker. a's body ends after that: b must not start here (its message is another
+    worker's now, and it would run twice once the store forgot its done mark)."""
+    clock = Clock(1_000_000_000)
+    store = MemoryStore(clock)
+    store.grant(TaskCopy("warm", "w", 0), Pace(1_000))  # the store's birth, settled
+    clock.now_us += PLACE_SETTLE_US
+    service = make_service(store, [])
+    started: list[str] = []
+    a, b = held_copy(service, "a", started), held_copy(service, "b", started)
+    a.cap = b.cap = 1
+    service.receive(a)
+    service.receive(b)
+    timer = service.timer
+    while not service.slots._full.get("api"):
+        entry = min(timer.entries, key=lambda e: e[0])
+        timer.entries.remove(entry)
+        clock.now_us += round(entry[0] * 1e6)
+        entry[1](*entry[2])
+    service.slots.pool.accepted("a")  # a runs in a pool process through the reconnect
+    service.connection_lost()
+    service.body_ended(a.request)
+    assert started == ["a"]
+    assert not store.read_places("api")
