@@ -22,19 +22,18 @@ from kombu import Connection, Consumer, Queue
 from celery_interval.buckets import overflow_queue_name
 from celery_interval.demo.embedded import RedisProc
 from celery_interval.worker.brokerloss import BrokerWatch, ack_through, restore_bug_present
-from tests.faults.test_faults import (
-    ADMITTED_BEFORE_NS,
+from tests.helpers.assertions import (
     assert_claims_spaced,
+    assert_exactly_once,
     assert_one_ok_claim_each,
-    ledger,
-    publish,
-    released_as_the_channel_closed,
+    assert_quiet,
 )
 from tests.helpers.brokerproc import RabbitNode, SentinelBroker, sentinel_broker
+from tests.helpers.faults import ADMITTED_BEFORE_NS, publish, released_as_the_channel_closed
+from tests.helpers.ledgers import admitted_starts, ledger, throttle_entries
 from tests.helpers.limiting import limiting_server
 from tests.helpers.pool import Pool
-from tests.integration.test_pool import assert_exactly_once
-from tests.integration.test_throttled import admitted_starts, assert_quiet, kinds, throttle_entries
+from tests.helpers.pool_tasks import kinds
 
 pytestmark = pytest.mark.slow
 

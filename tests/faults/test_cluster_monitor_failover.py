@@ -11,10 +11,9 @@ import redis
 from celery_interval.errors import StoreUnavailable
 from celery_interval.ledger import LedgerReader
 from celery_interval.monitor.tail import LedgerTail
-from tests.faults.test_failover import _wait_cluster_promoted
 from tests.helpers.clusters import ledger_buckets_per_master
-from tests.helpers.failover import replicated_cluster, slot_owner
-from tests.unit.test_monitor import I_US, T0, claim_ok
+from tests.helpers.failover import replicated_cluster, slot_owner, wait_cluster_promoted
+from tests.helpers.hand_entries import I_US, T0, claim_ok
 
 
 def test_the_tail_reads_on_from_the_promoted_replica() -> None:
@@ -36,7 +35,7 @@ def test_the_tail_reads_on_from_the_promoted_replica() -> None:
         moved = ledger_buckets_per_master(masters)[victim]
         assert "b0" in moved and len(moved) < len(buckets)
         masters[victim].kill()
-        _wait_cluster_promoted(replicas[victim])
+        wait_cluster_promoted(replicas[victim])
         failed = 0
         deadline = time.monotonic() + 30
         while True:

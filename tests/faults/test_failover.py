@@ -18,15 +18,16 @@ from celery_interval.schedule.state import MAX_LEAD_US
 from celery_interval.stores import store_from_url
 from celery_interval.stores.keys import ledger_key, state_key
 from celery_interval.stores.redis import RedisStore
+from tests.helpers.assertions import assert_exactly_once, body_floor_us
 from tests.helpers.failover import (
     cluster_url,
     replica_behind,
     replicated_cluster,
     sentinel_group,
     slot_owner,
+    wait_cluster_promoted,
 )
 from tests.helpers.pool import Pool
-from tests.integration.test_pool import assert_exactly_once, body_floor_us
 
 pytestmark = pytest.mark.slow
 
@@ -186,7 +187,7 @@ def test_cluster_master_of_the_bucket_killed_mid_run(
             with _lagging(masters[owner], replicas[owner], junk, lag, pool):
                 masters[owner].kill()
                 yield
-            _wait_cluster_promoted(replicas[owner])
+            wait_cluster_promoted(replicas[owner])
 
         run_through_a_failover(
             pool, url, fail, f"test_cluster_master_of_the_bucket_killed_mid_run[{_id(lag)}]"
@@ -204,20 +205,3 @@ def _assert_some_starts_were_lost(url: str, pool: Pool) -> None:
     claimed = _claimed(_ledger(url, pool.queue))
     started = {r["id"] for r in pool.records()}
     assert started - claimed, "no admitted start was lost: the replica was not behind"
-
-
-def _wait_cluster_promoted(replica: RedisProc, timeout_s: float = 30.0) -> None:
-    client = redis.Redis(port=replica.port, decode_responses=True)
-    deadline = time.monotonic() + timeout_s
-    try:
-        while time.monotonic() < deadline:
-            with contextlib.suppress(redis.RedisError):
-                if (
-                    client.info("replication")["role"] == "master"
-                    and client.execute_command("CLUSTER INFO")["cluster_state"] == "ok"
-                ):
-                    return
-            time.sleep(0.05)
-        raise AssertionError(f"the replica on port {replica.port} was not promoted")
-    finally:
-        client.close()

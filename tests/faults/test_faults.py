@@ -14,94 +14,41 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+import redis
 
 from celery_interval.config.table import KEY_PREFIX
 from celery_interval.demo.embedded import RedisProc
-from celery_interval.schedule.state import MAX_LEAD_US
-from celery_interval.stores.keys import ledger_key, mark_key
-from tests.helpers.brokers import skip_or_fail
-from tests.helpers.latency import LatencyProxy
-from tests.helpers.pool import Pool, Worker
-from tests.helpers.popped import received_list
-from tests.integration.test_pool import (
+from celery_interval.stores.keys import mark_key
+from tests.helpers.assertions import (
     assert_body_gaps,
+    assert_claims_spaced,
     assert_exactly_once,
+    assert_one_ok_claim_each,
     body_floor_us,
-    claim_times_us,
     utilization,
 )
+from tests.helpers.brokers import skip_or_fail
+from tests.helpers.faults import (
+    ADMITTED_BEFORE_NS,
+    Kill,
+    admitted_as_it_died,
+    publish,
+    redis_visibility,
+    released_as_the_channel_closed,
+)
+from tests.helpers.latency import LatencyProxy
+from tests.helpers.ledgers import ledger, ledger_entries
+from tests.helpers.pool import Pool, Worker
+from tests.helpers.popped import received_list
 
 pytestmark = pytest.mark.slow
 
 INTERVAL_S = 0.02
 
 
-def redis_visibility(timeout_s: float) -> dict[str, Any]:
-    """A Redis broker redelivers a message unacked this long (kombu checks every second here)."""
-    return {
-        "broker_transport_options": {
-            "visibility_timeout": timeout_s,
-            "unacked_restore_interval": 1,
-            "unacked_restore_throttle": 1,
-        }
-    }
-
-
-def ledger(pool: Pool) -> list[dict[str, str]]:
-    """The bucket's ledger entries, oldest first, as str → str."""
-    return [
-        {k.decode(): v.decode() for k, v in fields.items()}
-        for _id, fields in pool.recorder.xrange(ledger_key(KEY_PREFIX, pool.queue))
-    ]
-
-
-def assert_claims_spaced(pool: Pool, interval_s: float) -> list[int]:
-    """Every OK claim's start, on the store's clock, at least one interval after the previous."""
-    claims = claim_times_us(pool)
-    gaps = [b - a for a, b in itertools.pairwise(claims)]
-    assert min(gaps) >= round(interval_s * 1e6), f"claim gap {min(gaps)}us"
-    return gaps
-
-
-def publish(name: str, records: list[dict[str, Any]], ids: list[str], gaps_us: list[int]) -> None:
-    """One line of figures for the README's Guarantees table (``pytest -s | grep FIGURES``)."""
-    ran = Counter(r["id"] for r in records)
-    lost = sum(1 for i in ids if i not in ran)
-    doubled = sum(n - 1 for n in ran.values() if n > 1)
-    print(
-        f"FIGURES {name}: tasks={len(ids)} started={len(records)} lost={lost} doubled={doubled} "
-        f"min_gap_ms={min(gaps_us) / 1000:.2f} gaps={len(gaps_us)}"
-    )
-
-
 def deadline_gaps_us(records: list[dict[str, Any]]) -> list[int]:
     deadlines = sorted(r["deadline_ns"] // 1000 for r in records)
     return [b - a for a, b in itertools.pairwise(deadlines)]
-
-
-def assert_one_ok_claim_each(
-    pool: Pool, ids: list[str], *, twice: str = "", in_flight: frozenset[str] = frozenset()
-) -> set[str]:
-    """The store admitted each task once (``twice``: a task whose first claimant died; any of
-    ``in_flight``: a task its worker released as its channel closed). Returns those admitted
-    twice. A ``readmit`` is the same holder's new start after its admitted one passed unused
-    (a lost reply, or a pool process that reached the task too late): not a second run."""
-    entries = ledger(pool)
-    oks = Counter(
-        e["task"]
-        for e in entries
-        if e["op"] == "claim:OK" and "again" not in e and "readmit" not in e
-    )
-    assert sorted(oks) == sorted(ids), f"missing {set(ids) - set(oks)}"
-    doubled = {t: n for t, n in oks.items() if n != 1}
-    allowed = {t: 2 for t in doubled if t in in_flight}
-    if twice:
-        allowed[twice] = 2
-    # On failure, the doubled tasks' own ledger entries say which path admitted them again.
-    history = [e for e in entries if e.get("task") in doubled and e.get("task") not in allowed]
-    assert set(doubled) <= set(allowed) and all(n == 2 for n in doubled.values()), history
-    assert not twice or twice in doubled, f"{twice}: its dead claimant's claim is not in the ledger"
-    return set(doubled)
 
 
 def broadcast_to_all(pool: Pool, command: str) -> None:
@@ -114,17 +61,6 @@ def broadcast_to_all(pool: Pool, command: str) -> None:
         timeout=10.0,
     )
     assert len(replies) == len(pool.workers), replies
-
-
-def released_as_the_channel_closed(pool: Pool) -> frozenset[str]:
-    """Task ids the workers logged as released to the pool but not accepted at a channel close."""
-    found: set[str] = set()
-    for worker in pool.workers:
-        for match in re.finditer(
-            r"released to the pool but not yet accepted \(([^)]*)\)", worker.log()
-        ):
-            found.update(match.group(1).split(", "))
-    return frozenset(found)
 
 
 def assert_one_line_per_outage(pool: Pool, records: list[dict[str, Any]], since_ns: int) -> None:
@@ -140,12 +76,6 @@ def assert_one_line_per_outage(pool: Pool, records: list[dict[str, Any]], since_
         expected = {1} if worker.name in held_through else {0, 1}
         assert outages in expected, f"{worker.name}: {outages} outage lines, one per outage"
         assert log.count("interval store reachable again") == outages
-
-
-#: A start the store admitted before it went down comes at most MAX_LEAD_US later (plus the
-#: mapping of its clock to this host's): a later deadline was admitted while it was down. A
-#: body may begin later than its deadline on a loaded machine, which is no start admitted.
-ADMITTED_BEFORE_NS = (MAX_LEAD_US + 2_000) * 1_000
 
 
 def test_store_outage_then_restart_with_every_key_lost(make_pool: Any, redis_server: Any) -> None:
@@ -171,30 +101,6 @@ def test_store_outage_then_restart_with_every_key_lost(make_pool: Any, redis_ser
     assert_body_gaps(pool, records, INTERVAL_S)
     assert_one_line_per_outage(pool, records, killed_at_ns)
     assert any(re.search(r"new epoch \d+ \(the store lost", w.log()) for w in pool.workers)
-
-
-#: A task admitted to a worker this close to its SIGKILL (store clock) may have begun its body
-#: and died before the body recorded its start. Its copy then meets the done mark the pool
-#: process posted just before the body (as its last 0.5 ms spin began) and is dropped: Celery
-#: runs an early-acked task at most once. The same holds for one whose start came due (the
-#: worker acks it then) while its pool process was too slow to begin it: Celery's early ack,
-#: which loses such a task too. A task killed before its last spin began (0.5 ms before its start)
-#: has no mark, and its copy runs. "Its SIGKILL" is the window ``Pool.kill`` returns: the
-#: worker's processes die one by one inside it.
-DYING_START_US = 50_000
-
-#: A killed worker and its kill window (store µs, as ``Pool.kill`` returns it).
-Kill = tuple[Worker, tuple[int, int]]
-
-
-def admitted_as_it_died(entry: dict[str, str], kills: list[Kill]) -> bool:
-    """``entry`` is a claim:OK by a killed worker with a start inside its kill window (widened
-    by ``DYING_START_US``)."""
-    return entry["op"] == "claim:OK" and any(
-        entry["holder"].startswith(f"{worker.name}/")
-        and first_us - DYING_START_US <= int(entry["start"]) <= dead_us + DYING_START_US
-        for worker, (first_us, dead_us) in kills
-    )
 
 
 def died_as_they_started(pool: Pool, kills: list[Kill]) -> set[str]:
@@ -465,7 +371,8 @@ def test_store_unreachable_for_seconds_keeps_its_state(make_pool: Any, redis_ser
         store.proc.send_signal(signal.SIGCONT)
         assert not during, f"{len(during)} tasks started while the store hung"
         records = pool.wait_records(150, timeout_s=120)
-        epochs = {e["epoch"] for e in _ledger_of(store.url, pool.queue) if "epoch" in e}
+        entries = ledger_entries(redis.Redis.from_url(store.url), pool.queue)
+        epochs = {e["epoch"] for e in entries if "epoch" in e}
     finally:
         store.stop()
     assert_exactly_once(records, ids)
@@ -476,16 +383,6 @@ def test_store_unreachable_for_seconds_keeps_its_state(make_pool: Any, redis_ser
     assert_one_line_per_outage(pool, records, stopped_at_ns)
     for worker in pool.workers:
         assert "new epoch" not in worker.log()
-
-
-def _ledger_of(url: str, queue: str) -> list[dict[str, str]]:
-    import redis
-
-    conn = redis.Redis.from_url(url)
-    return [
-        {k.decode(): v.decode() for k, v in fields.items()}
-        for _id, fields in conn.xrange(ledger_key(KEY_PREFIX, queue))
-    ]
 
 
 def test_a_worker_behind_a_slow_link_to_the_store(make_pool: Any, redis_server: Any) -> None:

@@ -14,9 +14,13 @@ import redis
 from celery_interval.config.table import KEY_PREFIX
 from celery_interval.demo.embedded import RedisProc
 from celery_interval.stores.keys import ledger_key
-from tests.faults.test_faults import assert_claims_spaced, assert_one_ok_claim_each, publish
+from tests.helpers.assertions import (
+    assert_claims_spaced,
+    assert_exactly_once,
+    assert_one_ok_claim_each,
+)
+from tests.helpers.faults import publish
 from tests.helpers.lookupapp import LOOKUP_DOWN
-from tests.integration.test_pool import assert_exactly_once
 
 pytestmark = pytest.mark.slow
 

@@ -8,12 +8,20 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+import pytest
 import redis
 
 from celery_interval.demo.embedded import RedisProc
 from tests.helpers.failover import assemble_cluster
 
-__all__ = ["cluster_client_of", "flush", "ledger_buckets_per_master", "three_masters"]
+__all__ = [
+    "buckets_on",
+    "cluster",
+    "cluster_client_of",
+    "flush",
+    "ledger_buckets_per_master",
+    "three_masters",
+]
 
 
 @contextlib.contextmanager
@@ -28,6 +36,13 @@ def three_masters(binary: str | None = None) -> Iterator[list[RedisProc]]:
     finally:
         for node in nodes:
             node.stop()
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[list[RedisProc]]:
+    """Three private redis-servers in cluster mode forming one cluster (no replicas)."""
+    with three_masters() as nodes:
+        yield nodes
 
 
 def cluster_client_of(nodes: list[RedisProc]) -> redis.RedisCluster[Any]:
@@ -50,3 +65,9 @@ def ledger_buckets_per_master(nodes: list[RedisProc], prefix: str = "ci:") -> li
             ledgers = client.scan_iter(match=f"{prefix}{{*}}:l", count=1000, _type="stream")
             found.append({key[len(prefix) + 1 : key.rindex("}")] for key in ledgers})
     return found
+
+
+def buckets_on(client: redis.Redis[str], kind: str) -> set[str]:
+    """Buckets with a key of ``kind`` (``s`` state, ``l`` ledger, ``m`` marks) on one node."""
+    pattern = "ci:{*}:m:*" if kind == "m" else f"ci:{{*}}:{kind}"
+    return {key[4 : key.index("}")] for key in client.scan_iter(match=pattern, count=1000)}

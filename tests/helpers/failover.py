@@ -263,3 +263,21 @@ def slot_owner(nodes: list[RedisProc], key: str) -> int:
                 if start <= slot <= end:
                     return next(j for j, n in enumerate(nodes) if n.port == int(primary[1]))
     raise RuntimeError(f"no live node serves {key!r}")
+
+
+def wait_cluster_promoted(replica: RedisProc, timeout_s: float = 30.0) -> None:
+    """Until ``replica`` is a master of a cluster whose state is ok (else AssertionError)."""
+    client = redis.Redis(port=replica.port, decode_responses=True)
+    deadline = time.monotonic() + timeout_s
+    try:
+        while time.monotonic() < deadline:
+            with contextlib.suppress(redis.RedisError):
+                if (
+                    client.info("replication")["role"] == "master"
+                    and client.execute_command("CLUSTER INFO")["cluster_state"] == "ok"
+                ):
+                    return
+            time.sleep(0.05)
+        raise AssertionError(f"the replica on port {replica.port} was not promoted")
+    finally:
+        client.close()

@@ -20,8 +20,8 @@ from celery_interval.demo.embedded import RedisProc
 from celery_interval.errors import ConfigurationError, UnknownBucket
 from celery_interval.stores.keys import state_key
 from celery_interval.task import IntervalTask
+from tests.helpers.assertions import assert_exactly_once, body_floor_us
 from tests.helpers.pool import Pool, celery_cli
-from tests.integration.test_pool import assert_exactly_once, body_floor_us
 
 INTERVAL_S = 0.02
 

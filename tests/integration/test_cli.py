@@ -18,25 +18,10 @@ from celery_interval.schedule import Pace
 from celery_interval.stores import keys
 from celery_interval.stores.base import TaskCopy
 from celery_interval.stores.redis import RedisStore
+from tests.helpers.cli import run  # noqa: F401  (the fixture)
 
 
-@pytest.fixture
-def run(monkeypatch: pytest.MonkeyPatch, redis_server: Any, redis_client: Any) -> Any:
-    monkeypatch.setenv("CLI_TEST_BROKER", redis_server.broker_url_for(4))
-    monkeypatch.setenv("CLI_TEST_STORE", redis_server.url_for(0))
-    sys.modules.pop("tests.helpers.cliapp", None)
-    from celery.bin.celery import celery
-
-    def invoke(*args: str, input: str | None = None) -> Any:
-        sys.modules.pop("tests.helpers.cliapp", None)
-        return CliRunner().invoke(
-            celery, ["-A", "tests.helpers.cliapp:app", "interval", *args], input=input
-        )
-
-    return invoke
-
-
-def status(run: Any, queue: str) -> dict[str, Any]:
+def status(run: Any, queue: str) -> dict[str, Any]:  # noqa: F811
     result = run("status", queue, "--json", "--timeout", "0.2")
     assert result.exit_code == 0, result.output
     rows: list[dict[str, Any]] = json.loads(result.output)["queues"]
@@ -44,7 +29,7 @@ def status(run: Any, queue: str) -> dict[str, Any]:
     return rows[0]
 
 
-def test_status_with_no_worker_running(run: Any, redis_client: Any) -> None:
+def test_status_with_no_worker_running(run: Any, redis_client: Any) -> None:  # noqa: F811
     redis_client.set(keys.born_key(KEY_PREFIX), 0)  # an old store: a new bucket's budgets full
     row = status(run, "api")
     assert (row["interval_s"], row["paused"], row["tickets"], row["exists"]) == (
@@ -75,7 +60,7 @@ def test_status_with_no_worker_running(run: Any, redis_client: Any) -> None:
     assert "3/3," in table.output and "50/50" in table.output  # the budgets left (cells wrap)
 
 
-def test_status_says_when_the_next_ticket_starts(run: Any, redis_client: Any) -> None:
+def test_status_says_when_the_next_ticket_starts(run: Any, redis_client: Any) -> None:  # noqa: F811
     """api (burst 3, "100/min"): after one ticket its next one waits for "100/min" (0.6 s),
     not for the burst's budget to be full again (3 s); the budgets show what is left."""
     redis_client.set(keys.born_key(KEY_PREFIX), 0)
@@ -97,7 +82,7 @@ def test_status_says_when_the_next_ticket_starts(run: Any, redis_client: Any) ->
     assert row["units_left"][:2] == [2, 0] and row["units_left"][2] in (49, 50)
 
 
-def test_pause_unpause_and_set(run: Any) -> None:
+def test_pause_unpause_and_set(run: Any) -> None:  # noqa: F811
     assert run("pause", "api").exit_code == 0
     assert status(run, "api")["paused"] is True
     assert status(run, "mail")["paused"] is False
@@ -109,7 +94,7 @@ def test_pause_unpause_and_set(run: Any) -> None:
     assert (row["interval_s"], row["overridden"]) == (0.1, True)
 
 
-def test_set_says_the_interval_both_ways(run: Any) -> None:
+def test_set_says_the_interval_both_ways(run: Any) -> None:  # noqa: F811
     result = run("set", "api", "10/s")
     assert result.stdout == "api: interval 0.1s (one start every 0.1 s = 10/s)\n"
     assert result.stderr == ""
@@ -123,7 +108,7 @@ def test_set_says_the_interval_both_ways(run: Any) -> None:
     assert run("set", "api", "500ms").stdout.startswith("api: interval 0.5s ")
 
 
-def test_unset_goes_back_to_the_configured_interval(run: Any, redis_client: Any) -> None:
+def test_unset_goes_back_to_the_configured_interval(run: Any, redis_client: Any) -> None:  # noqa: F811
     store = RedisStore(redis_client)
     for i in range(3):
         store.grant(TaskCopy("api", f"t{i}", 0), Pace(1_000_000))
@@ -174,7 +159,7 @@ def json_of(result: Any) -> dict[str, Any]:
     return obj
 
 
-def test_json_on_every_subcommand(run: Any, redis_client: Any, tmp_path: Any) -> None:
+def test_json_on_every_subcommand(run: Any, redis_client: Any, tmp_path: Any) -> None:  # noqa: F811
     paused = json_of(run("pause", "api", "--json"))
     assert set(paused) == STATUS_KEYS and (paused["queue"], paused["paused"]) == ("api", True)
     unpaused = json_of(run("unpause", "api", "--json"))
@@ -202,7 +187,7 @@ def test_json_on_every_subcommand(run: Any, redis_client: Any, tmp_path: Any) ->
     assert "--json needs --out FILE or DIR" in to_stdout.stderr
 
 
-def test_control_replies_read_the_budgets_as_status_does(run: Any, redis_client: Any) -> None:
+def test_control_replies_read_the_budgets_as_status_does(run: Any, redis_client: Any) -> None:  # noqa: F811
     """api (burst 3, "100/min", "1000/h burst 50"): after one ticket, pause --json says when
     the slot a ticket gets now comes ("100/min": 0.6 s) and each budget's units left, as
     status does (paused, the bucket's time stands still: the same figures); so do unpause, set
@@ -240,7 +225,10 @@ def test_control_replies_read_the_budgets_as_status_does(run: Any, redis_client:
     ],
 )
 def test_json_errors_are_one_line_on_stderr(
-    run: Any, redis_client: Any, args: tuple[str, ...], named: str
+    run: Any,  # noqa: F811
+    redis_client: Any,
+    args: tuple[str, ...],
+    named: str,
 ) -> None:
     result = run(*args)
     assert result.exit_code == 1 and result.stdout == ""
@@ -249,7 +237,7 @@ def test_json_errors_are_one_line_on_stderr(
     assert list(redis_client.scan_iter()) == [], "a refused command wrote to the store"
 
 
-def test_reset_asks_unless_yes(run: Any) -> None:
+def test_reset_asks_unless_yes(run: Any) -> None:  # noqa: F811
     run("pause", "api")
     declined = run("reset", "api", input="n\n")
     assert declined.exit_code != 0 and status(run, "api")["paused"] is True
@@ -271,7 +259,7 @@ def test_reset_asks_unless_yes(run: Any) -> None:
         (("reset", "nope", "--yes"), "'nope'"),
     ],
 )
-def test_bad_input_names_the_value(run: Any, args: tuple[str, ...], named: str) -> None:
+def test_bad_input_names_the_value(run: Any, args: tuple[str, ...], named: str) -> None:  # noqa: F811
     result = run(*args)
     assert result.exit_code != 0
     assert named in result.output

@@ -20,11 +20,14 @@ from celery_interval.stores import mask_url, store_from_url
 from celery_interval.stores.base import DoneBatch, TaskCopy
 from celery_interval.stores.redis import RedisStore
 from celery_interval.stores.scripts import script_source
-from tests.helpers.clusters import three_masters
+from tests.helpers.assertions import assert_exactly_once, assert_ticket_order
+from tests.helpers.clusters import (
+    buckets_on,
+    cluster,  # noqa: F401  (the fixture)
+)
 from tests.helpers.failover import cluster_url
 from tests.helpers.pool import Pool, run_once
-from tests.integration.test_pool import assert_exactly_once, assert_ticket_order
-from tests.integration.test_security import exercise
+from tests.helpers.store_exercise import exercise
 
 BUCKETS = 1000
 INTERVAL_US = 200_000
@@ -32,15 +35,8 @@ LEASE_US = 30_000_000
 DEDUPE_US = 3_600_000_000
 
 
-@pytest.fixture(scope="module")
-def cluster() -> Iterator[list[RedisProc]]:
-    """Three private redis-servers in cluster mode forming one cluster (no replicas)."""
-    with three_masters() as nodes:
-        yield nodes
-
-
 @pytest.fixture
-def node_clients(cluster: list[RedisProc]) -> Iterator[list[redis.Redis[str]]]:
+def node_clients(cluster: list[RedisProc]) -> Iterator[list[redis.Redis[str]]]:  # noqa: F811
     """A plain client of each node (sees only that node's keys); every node flushed first."""
     clients = [redis.Redis(port=n.port, decode_responses=True) for n in cluster]
     for client in clients:
@@ -50,14 +46,9 @@ def node_clients(cluster: list[RedisProc]) -> Iterator[list[redis.Redis[str]]]:
         client.close()
 
 
-def _buckets_on(client: redis.Redis[str], kind: str) -> set[str]:
-    """Buckets with a key of ``kind`` (``s`` state, ``l`` ledger, ``m`` marks) on one node."""
-    pattern = "ci:{*}:m:*" if kind == "m" else f"ci:{{*}}:{kind}"
-    return {key[4 : key.index("}")] for key in client.scan_iter(match=pattern, count=1000)}
-
-
 def test_a_thousand_buckets_spread_over_three_masters(
-    cluster: list[RedisProc], node_clients: list[redis.Redis[str]]
+    cluster: list[RedisProc],  # noqa: F811
+    node_clients: list[redis.Redis[str]],
 ) -> None:
     store = store_from_url(cluster_url(cluster))
     assert isinstance(store, RedisStore)
@@ -87,22 +78,23 @@ def test_a_thousand_buckets_spread_over_three_masters(
     again = {b: store.grant(TaskCopy(b, f"{b}/t1", 0), Pace(INTERVAL_US)).outcome for b in buckets}
     assert set(again.values()) == {Outcome.DUPLICATE}
 
-    states = [_buckets_on(c, "s") for c in node_clients]
+    states = [buckets_on(c, "s") for c in node_clients]
     per_node = [len(s) for s in states]
     print(f"buckets per master: {per_node}")
     assert sum(per_node) == BUCKETS and set().union(*states) == set(buckets)
     assert min(per_node) > 0, f"a master owns no bucket: {per_node}"
     for client, own in zip(node_clients, states, strict=True):
         # the ledger and the marks of a bucket live on the master that holds its state
-        assert _buckets_on(client, "l") == own
-        assert _buckets_on(client, "m") == own
+        assert buckets_on(client, "l") == own
+        assert buckets_on(client, "m") == own
         for bucket in list(own)[:5]:
             ops = [f["op"] for _, f in client.xrange(f"ci:{{{bucket}}}:l")]
             assert ops.count("grant:OK") == 3 and "claim:OK" in ops and "claim:WAIT" in ops
 
 
 def test_scripts_reload_on_every_master_from_one_seed(
-    cluster: list[RedisProc], node_clients: list[redis.Redis[str]]
+    cluster: list[RedisProc],  # noqa: F811
+    node_clients: list[redis.Redis[str]],
 ) -> None:
     store = store_from_url(f"redis+cluster://127.0.0.1:{cluster[1].port}")  # discovers the rest
     assert isinstance(store, RedisStore)
@@ -121,17 +113,18 @@ def test_scripts_reload_on_every_master_from_one_seed(
     }
     sha = hashlib.sha1(script_source("grant", fenced=True).encode()).hexdigest()  # Script.sha
     assert [c.script_exists(sha) for c in node_clients] == [[True]] * 3
-    assert all(_buckets_on(c, "s") for c in node_clients), "every master served some bucket"
+    assert all(buckets_on(c, "s") for c in node_clients), "every master served some bucket"
 
 
 def test_every_operation_on_every_master(
-    cluster: list[RedisProc], node_clients: list[redis.Redis[str]]
+    cluster: list[RedisProc],  # noqa: F811
+    node_clients: list[redis.Redis[str]],
 ) -> None:
     store = store_from_url(cluster_url(cluster))
     for i in range(12):
         exercise(store, f"ops-{i}")  # grant … reset: the ledger stays behind on its master
     store.close()
-    assert all(_buckets_on(c, "l") for c in node_clients), "a master ran no operation"
+    assert all(buckets_on(c, "l") for c in node_clients), "a master ran no operation"
 
 
 def test_a_cluster_unreachable_at_start_is_unavailable_not_fatal() -> None:
@@ -170,7 +163,7 @@ def test_malformed_cluster_urls_are_named(url: str, named: str) -> None:
 
 @pytest.mark.slow
 def test_a_worker_on_the_cluster_store(
-    cluster: list[RedisProc],
+    cluster: list[RedisProc],  # noqa: F811
     node_clients: list[redis.Redis[str]],
     redis_server: Any,
     tmp_path: Path,
@@ -193,7 +186,7 @@ def test_a_worker_on_the_cluster_store(
     assert min(b - a for a, b in itertools.pairwise(starts)) >= round(interval_s * 1e6)
 
 
-def test_a_take_carries_done_marks_of_other_buckets_on_a_cluster(cluster: list[RedisProc]) -> None:
+def test_a_take_carries_done_marks_of_other_buckets_on_a_cluster(cluster: list[RedisProc]) -> None:  # noqa: F811
     """On a Cluster the marks go one call per bucket (each to its own master), still ahead of
     the take: a copy whose mark rides with it is a duplicate, and every mark lands."""
     store = store_from_url(cluster_url(cluster))
@@ -217,7 +210,8 @@ def test_a_take_carries_done_marks_of_other_buckets_on_a_cluster(cluster: list[R
 
 
 def test_nested_buckets_on_three_masters(
-    cluster: list[RedisProc], node_clients: list[redis.Redis[str]]
+    cluster: list[RedisProc],  # noqa: F811
+    node_clients: list[redis.Redis[str]],
 ) -> None:
     """Ten accounts, each with three tenants nested in it, over three masters: every tenant's
     keys sit on its account's master (the account's tag first), and in each account the three

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -17,30 +16,26 @@ from celery_interval.demo.embedded import RedisProc
 from celery_interval.starts import is_readmit, is_start
 from celery_interval.stores import keys
 from tests.helpers.clusters import (
+    cluster,  # noqa: F401  (the fixture)
     cluster_client_of,
     flush,
     ledger_buckets_per_master,
-    three_masters,
 )
-from tests.helpers.failover import cluster_url, slot_owner
-from tests.helpers.pool import celery_cli
-from tests.integration.test_exporter import (
+from tests.helpers.exporter import (
     serving_exporter,
     top_shows_the_ledger_and_the_store,
     values,
     wait_for,
 )
-
-
-@pytest.fixture(scope="module")
-def cluster() -> Iterator[list[RedisProc]]:
-    with three_masters() as nodes:
-        yield nodes
+from tests.helpers.failover import cluster_url, slot_owner
+from tests.helpers.pool import celery_cli
 
 
 @pytest.fixture
 def cluster_run(
-    monkeypatch: pytest.MonkeyPatch, redis_server: Any, cluster: list[RedisProc]
+    monkeypatch: pytest.MonkeyPatch,
+    redis_server: Any,
+    cluster: list[RedisProc],  # noqa: F811
 ) -> Any:
     """``celery -A tests.helpers.cliapp:app interval …`` (queues api 1 s, mail 2 s) with the
     emptied cluster as its store."""
@@ -61,7 +56,10 @@ def ledger_master(nodes: list[RedisProc], bucket: str) -> int:
     return slot_owner(nodes, keys.ledger_key(KEY_PREFIX, bucket))
 
 
-def test_top_once_and_json_on_a_cluster_store(cluster_run: Any, cluster: list[RedisProc]) -> None:
+def test_top_once_and_json_on_a_cluster_store(
+    cluster_run: Any,
+    cluster: list[RedisProc],  # noqa: F811
+) -> None:
     assert ledger_master(cluster, "api") != ledger_master(cluster, "mail")
     client = cluster_client_of(cluster)
     try:
@@ -86,7 +84,10 @@ def tenants_on_the_other_masters(nodes: list[RedisProc], queue: str) -> list[str
 
 @pytest.mark.slow
 def test_exporter_top_and_export_count_what_real_workers_ran_on_a_cluster(
-    make_pool: Any, redis_server: Any, cluster: list[RedisProc], tmp_path: Path
+    make_pool: Any,
+    redis_server: Any,
+    cluster: list[RedisProc],  # noqa: F811
+    tmp_path: Path,
 ) -> None:
     flush(cluster)
     pool = make_pool(

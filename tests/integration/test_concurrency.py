@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 from celery_interval.demo.embedded import RedisProc
+from tests.helpers.assertions import assert_exactly_once
 from tests.helpers.pool import celery_cli
-from tests.integration.test_pool import assert_exactly_once
 
 pytestmark = pytest.mark.slow
 

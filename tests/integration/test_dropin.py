@@ -14,32 +14,15 @@ from celery import chain, group
 
 from celery_interval.demo.embedded import RedisProc
 from tests.helpers import compatapp
+from tests.helpers.assertions import assert_body_gaps, assert_exactly_once, utilization
+from tests.helpers.compat import compat_pool, starts
+from tests.helpers.ledgers import bucket_claims, claim_times_us
 from tests.helpers.pool import Pool, gaps_us
-from tests.integration.test_compat import compat_pool, starts
-from tests.integration.test_pool import (
-    assert_body_gaps,
-    assert_exactly_once,
-    claim_times_us,
-    utilization,
-)
 
 pytestmark = pytest.mark.slow
 
 INTERVAL_S = 0.05
 TIMEOUT_S = 60.0
-
-
-def bucket_claims(pool: Pool, bucket: str) -> list[tuple[int, str]]:
-    """(store-clock start, task id) of every first OK claim in ``bucket``'s ledger."""
-    from celery_interval.config.table import KEY_PREFIX
-    from celery_interval.stores.keys import ledger_key
-
-    entries = pool.recorder.xrange(ledger_key(KEY_PREFIX, bucket))
-    return sorted(
-        (int(fields[b"start"]), fields[b"task"].decode())
-        for _id, fields in entries
-        if fields.get(b"op") == b"claim:OK" and fields.get(b"again") != b"1"
-    )
 
 
 def assert_paced(claims: list[tuple[int, str]], interval_s: float, count: int) -> None:

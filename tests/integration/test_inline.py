@@ -9,7 +9,8 @@ from typing import Any
 import pytest
 
 from celery_interval import slot
-from tests.integration.test_pool import assert_exactly_once, claim_times_us
+from tests.helpers.assertions import assert_exactly_once
+from tests.helpers.ledgers import claim_times_us
 
 pytestmark = pytest.mark.slow
 

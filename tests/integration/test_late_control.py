@@ -10,8 +10,9 @@ from typing import Any
 from celery_interval import control
 from celery_interval.config.table import KEY_PREFIX
 from celery_interval.stores.keys import ledger_key
+from tests.helpers.assertions import assert_exactly_once, assert_spacing
+from tests.helpers.ledgers import claim_times_us
 from tests.helpers.pool import Pool
-from tests.integration.test_pool import assert_exactly_once, assert_spacing, claim_times_us
 
 INTERVAL_S = 0.05
 

@@ -17,9 +17,13 @@ from celery_interval.stores.redis import RedisStore
 from celery_interval.stores.scan import read_statuses, store_buckets
 from celery_interval.worker.control import interval_stats
 from celery_interval.worker.held import Held
-from tests.integration.test_cli import run  # noqa: F401  (the fixture)
-from tests.integration.test_cluster import _buckets_on, cluster, cluster_url  # noqa: F401  (cluster: the fixture)
-from tests.unit.test_service import INTERVAL_US, Request, make_service
+from tests.helpers.cli import run  # noqa: F401  (the fixture)
+from tests.helpers.clusters import (
+    buckets_on,
+    cluster,  # noqa: F401  (the fixture)
+)
+from tests.helpers.failover import cluster_url
+from tests.helpers.fakes import INTERVAL_US, Request, make_service
 
 API_INTERVAL_US = 1_000_000  # cliapp's "api": 1.0
 
@@ -217,7 +221,7 @@ def test_a_cluster_store_is_listed_on_every_primary(cluster: Any) -> None:  # no
     try:
         buckets = [f"api:c{i}" for i in range(600)]
         grant_each(store, buckets[:500])
-        on_nodes = [len(_buckets_on(redis.Redis(port=n.port, decode_responses=True), "s"))
+        on_nodes = [len(buckets_on(redis.Redis(port=n.port, decode_responses=True), "s"))
                     for n in cluster]  # fmt: skip
         assert all(on_nodes) and sum(on_nodes) >= 500
         assert store_buckets(store, "api:c*") == sorted(buckets[:500])

@@ -15,7 +15,7 @@ from celery_interval.schedule import MAX_LEAD_US as ML_US
 from celery_interval.starts import is_start
 from celery_interval.stores.redis import RedisStore
 from tests.helpers.pool import Pool
-from tests.integration.test_tenants import send_tenants
+from tests.helpers.pool_tasks import send_tenants
 
 pytestmark = pytest.mark.slow
 

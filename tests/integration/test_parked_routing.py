@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from tests.integration.test_pool import assert_exactly_once
+from tests.helpers.assertions import assert_exactly_once
 
 pytestmark = pytest.mark.slow
 

@@ -9,137 +9,19 @@ from typing import Any
 
 import pytest
 
-from tests.helpers.pool import Pool, celery_cli, gaps_us
+from tests.helpers.assertions import (
+    assert_exactly_once,
+    assert_spacing,
+    assert_ticket_order,
+    body_floor_us,
+    utilization,
+)
+from tests.helpers.ledgers import claim_times_us
+from tests.helpers.pool import Pool, celery_cli
 
 pytestmark = pytest.mark.slow
 
 INTERVAL_S = 0.02
-
-
-def body_floor_us(interval_s: float) -> int:
-    """Body starts may come this close: the interval less what OS scheduling can add."""
-    return round((interval_s - max(0.1 * interval_s, 0.003)) * 1e6)
-
-
-def late_us(interval_s: float) -> int:
-    """A wake later than this can put a body start below the floor."""
-    return round(interval_s * 1e6) - body_floor_us(interval_s)
-
-
-#: Share of body-start gaps that must clear the floor on a quiet machine. This VM wakes a
-#: sleeping process more than 3 ms late in ~1.6 % of sleeps even when idle (bench/wakeup.py),
-#: so a few bodies start late whatever the library does; the deadlines it hands out, and that
-#: no body starts before its deadline, are checked for every task.
-BODY_FLOOR_SHARE = 0.97
-#: A body's start waits on more wakes than the probe's one (the worker's timer, the hand-off to
-#: the pool process, the pool process): each late wake of the probe beside the workers allows
-#: this many more late starts, so a noisy machine (steal time) does not pass for a library fault.
-NOISE_FACTOR = 2
-
-
-def allowed_late_starts(
-    pool: Pool, records: list[dict[str, Any]], interval_s: float, *, one_host_clock: bool = True
-) -> tuple[float, str]:
-    """How many starts may come late (quiet-machine share plus the noise measured meanwhile),
-    and a line saying what the probe saw."""
-    if one_host_clock:
-        since_ns, until_ns = min(r["mono_ns"] for r in records), max(r["mono_ns"] for r in records)
-    else:  # a faked worker's monotonic clock is not the probe's: take the probe's whole run
-        since_ns, until_ns = 0, 2**63
-    late, waits = pool.wake_noise(since_ns, until_ns, late_us(interval_s))
-    share = late / waits if waits else 0.0
-    allowed = ((1 - BODY_FLOOR_SHARE) + NOISE_FACTOR * share) * len(records)
-    noise = f"the probe woke >{late_us(interval_s)}us late in {late} of {waits} waits"
-    return allowed, f"{allowed:.1f} allowed; {noise}"
-
-
-def assert_body_gaps(
-    pool: Pool, records: list[dict[str, Any]], interval_s: float, *, one_host_clock: bool = True
-) -> None:
-    """Deadlines and body starts on this host's monotonic clock, or (``one_host_clock=False``:
-    a worker's clocks are faked) body starts on the store's. What the library hands out is
-    exact; how late the OS runs a body is compared with the probe beside the workers."""
-    if one_host_clock:
-        deadlines = sorted(r["deadline_ns"] // 1000 for r in records)
-        deadline_gaps = [b - a for a, b in itertools.pairwise(deadlines)]
-        # Every start deadline handed to a pool process clears the floor (the store-clock to
-        # monotonic mapping is exact to within one round trip to the store).
-        assert min(deadline_gaps) >= body_floor_us(interval_s), f"{min(deadline_gaps)}"
-        early = [r for r in records if r["mono_ns"] < r["deadline_ns"]]
-        assert not early, f"bodies started before their deadlines: {early[:3]}"
-        body_gaps = gaps_us(records)
-        late = sorted((r["mono_ns"] - r["deadline_ns"]) // 1000 for r in records)
-        p50_us, p90_us = late[len(late) // 2], late[len(late) * 9 // 10]
-        print(f"BODY LATENESS p50 {p50_us}us p90 {p90_us}us max {late[-1]}us after the deadlines")
-    else:
-        times = sorted(r["us"] for r in records)
-        body_gaps = [b - a for a, b in itertools.pairwise(times)]
-    too_close = [g for g in body_gaps if g < body_floor_us(interval_s)]
-    allowed, noise = allowed_late_starts(pool, records, interval_s, one_host_clock=one_host_clock)
-    print(f"BODY GAPS {len(too_close)} of {len(body_gaps)} below the floor; {noise}")
-    assert len(too_close) <= allowed, (
-        f"{len(too_close)} of {len(body_gaps)} body gaps below the floor ({noise}): "
-        f"{sorted(too_close)[:5]}"
-    )
-
-
-def assert_spacing(
-    pool: Pool, records: list[dict[str, Any]], interval_s: float, *, one_host_clock: bool = True
-) -> None:
-    """Claims exact on the store clock; body starts as ``assert_body_gaps`` checks them."""
-    assert_body_gaps(pool, records, interval_s, one_host_clock=one_host_clock)
-    claims = claim_times_us(pool)
-    assert len(claims) >= len(records), f"{len(claims)} OK claims in the ledger"
-    claim_gaps = [b - a for a, b in itertools.pairwise(claims)]
-    assert min(claim_gaps) >= round(interval_s * 1e6), f"claim gap {min(claim_gaps)}us"
-
-
-def assert_ticket_order(pool: Pool, records: list[dict[str, Any]], interval_s: float) -> None:
-    """Start deadlines follow ticket order exactly; a body starts after a later ticket's only
-    when its own start came a whole gap late, and such starts are few (``allowed_late_starts``)."""
-    by_deadline = [r["ticket"] for r in sorted(records, key=lambda r: r["deadline_ns"])]
-    assert by_deadline == sorted(by_deadline), f"deadlines are not in ticket order: {by_deadline}"
-    by_start = [r["ticket"] for r in sorted(records, key=lambda r: r["mono_ns"])]
-    passed = [b for a, b in itertools.pairwise(by_start) if b < a]
-    allowed, noise = allowed_late_starts(pool, records, interval_s)
-    assert len(passed) <= allowed, (
-        f"tickets {passed} started after later ones ({noise}): {by_start}"
-    )
-
-
-def claim_times_us(pool: Pool, task_id: str | None = None, *, readmits: bool = True) -> list[int]:
-    """Store-clock start times of every OK claim (of one task), read from the bucket's ledger.
-
-    ``readmits=False`` leaves out a holder's new start after its admitted one passed unused (a
-    pool process that came too late): for counting runs, not for spacing.
-    """
-    from celery_interval.config.table import KEY_PREFIX
-    from celery_interval.stores.keys import ledger_key
-
-    entries = pool.recorder.xrange(ledger_key(KEY_PREFIX, pool.queue))
-    return sorted(
-        int(fields[b"start"])
-        for _id, fields in entries
-        if fields.get(b"op") == b"claim:OK"
-        and fields.get(b"again") != b"1"
-        and (readmits or fields.get(b"readmit") != b"1")
-        and (task_id is None or fields.get(b"task") == task_id.encode())
-    )
-
-
-def assert_exactly_once(records: list[dict[str, Any]], ids: list[str]) -> None:
-    seen = [r["id"] for r in records]
-    assert sorted(seen) == sorted(ids), (
-        f"missing={set(ids) - set(seen)} doubled={[i for i in set(seen) if seen.count(i) > 1]}"
-    )
-
-
-def utilization(records: list[dict[str, Any]], interval_s: float) -> float:
-    """How full the span of the starts the store admitted (the records' deadlines) was with
-    one per interval: a slot that went unused lowers it; a body the OS ran late does not (how
-    late bodies run is ``assert_body_gaps``'s)."""
-    times = sorted(r["deadline_ns"] for r in records)
-    return (len(times) - 1) * interval_s * 1e9 / (times[-1] - times[0])
 
 
 @pytest.mark.parametrize(

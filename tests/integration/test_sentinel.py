@@ -21,7 +21,7 @@ from celery_interval.stores import store_from_url
 from celery_interval.stores.base import TaskCopy
 from celery_interval.stores.redis import RedisStore
 from tests.helpers.failover import SentinelGroup, replica_behind, sentinel_group
-from tests.integration.test_security import exercise
+from tests.helpers.store_exercise import exercise
 
 LEASE_US = 30_000_000
 DEDUPE_US = 3_600_000_000

@@ -12,13 +12,13 @@ import pytest
 import redis
 
 from celery_interval.buckets import overflow_queue_name
-from celery_interval.config.table import KEY_PREFIX
 from celery_interval.demo.embedded import RedisProc
-from tests.faults.test_faults import admitted_as_it_died, redis_visibility
+from tests.helpers.assertions import utilization
+from tests.helpers.faults import admitted_as_it_died, redis_visibility
+from tests.helpers.ledgers import bucket_claims, ledger, ledger_entries
 from tests.helpers.pool import Pool, celery_cli
+from tests.helpers.pool_tasks import send_tenants
 from tests.helpers.popped import popped_as_killed
-from tests.integration.test_dropin import bucket_claims
-from tests.integration.test_pool import utilization
 
 pytestmark = pytest.mark.slow
 
@@ -39,18 +39,6 @@ def tenant_pool(
     )
     pool.recorder.flushdb()
     return pool
-
-
-def send_tenants(pool: Pool, calls: list[tuple[str, int]]) -> list[str]:
-    """Send ``workerapp.tenant(key, i)`` for each call, in order; returns the task ids."""
-    ids = []
-    with pool.app.producer_or_acquire() as producer:
-        for key, i in calls:
-            result = pool.app.send_task(
-                "workerapp.tenant", args=(key, i), queue=pool.queue, producer=producer
-            )
-            ids.append(result.id)
-    return ids
 
 
 def starts_by_key(pool: Pool) -> dict[str, list[dict[str, Any]]]:
@@ -134,21 +122,12 @@ def test_a_flood_never_blocks_other_tenants(make_pool: Any, broker: str, pool_ty
     assert used >= 0.9
 
 
-def tenant_ledger(pool: Pool, key: str) -> list[dict[str, str]]:
-    from celery_interval.stores.keys import ledger_key
-
-    return [
-        {k.decode(): v.decode() for k, v in fields.items()}
-        for _id, fields in pool.recorder.xrange(ledger_key(KEY_PREFIX, f"{pool.queue}:{key}"))
-    ]
-
-
 def assert_ticket_order(pool: Pool, keys: set[str]) -> None:
     """Within a key, the store admits starts in ticket order (per epoch)."""
     for key in keys:
         admitted = sorted(
             (int(e["start"]), int(e["epoch"]), int(e["ticket"]))
-            for e in tenant_ledger(pool, key)
+            for e in ledger(pool, f"{pool.queue}:{key}")
             if e["op"] == "claim:OK" and "again" not in e and "readmit" not in e
         )
         order = [(epoch, ticket) for _, epoch, ticket in admitted]
@@ -177,7 +156,7 @@ def test_a_worker_killed_mid_flood(make_pool: Any, broker: str) -> None:
     seen = [r["id"] for records in by_key.values() for r in records]
     doubled = {i for i in seen if seen.count(i) > 1}
     assert not doubled, [r for v in by_key.values() for r in v if r["id"] in doubled]
-    entries = [e for key in {k for k, _ in calls} for e in tenant_ledger(pool, key)]
+    entries = [e for key in {k for k, _ in calls} for e in ledger(pool, f"{pool.queue}:{key}")]
     dying = {e["task"] for e in entries if admitted_as_it_died(e, kills)}
     missing = set(ids) - set(seen)
     # On failure, the lost tasks' ledger entries and the kill window say where each one went.
@@ -297,8 +276,6 @@ def test_a_dead_workers_parked_tasks_are_found_after_the_store_forgot_them(
     began as the worker died: lost to Celery's early ack, or run again once its done mark was
     lost with the store; on a Redis broker, the one message it had popped and not yet
     recorded as unacknowledged: ``tests/helpers/popped.py``)."""
-    from celery_interval.stores.keys import ledger_key
-
     conf: dict[str, Any] = {"interval_lease_s": 3.0}
     if broker == "redis":
         conf.update(redis_visibility(4.0))
@@ -311,11 +288,7 @@ def test_a_dead_workers_parked_tasks_are_found_after_the_store_forgot_them(
         ids = send_tenants(pool, [("a", i) for i in range(300)])
         wait_for(pool, lambda got: len(got.get("a", [])) >= 30, timeout_s=30.0)
         kills = [(doomed, pool.kill(doomed))]
-        key = ledger_key(KEY_PREFIX, f"{pool.queue}:a")
-        entries = [
-            {k.decode(): v.decode() for k, v in fields.items()}
-            for _id, fields in redis.Redis.from_url(store.url).xrange(key)
-        ]
+        entries = ledger_entries(redis.Redis.from_url(store.url), f"{pool.queue}:a")
         store.restart()  # same port, empty: the index of parked buckets is gone
         pool.start(1, concurrency=2)
         # each kill may take a body per process and one popped message with it

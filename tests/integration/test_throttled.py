@@ -10,12 +10,12 @@ from typing import Any
 
 import pytest
 
-from celery_interval.config.table import KEY_PREFIX
 from celery_interval.schedule.state import MAX_LEAD_US
-from celery_interval.stores.keys import ledger_key
+from tests.helpers.assertions import assert_quiet, assert_spacing
+from tests.helpers.ledgers import admitted_starts, throttle_entries
 from tests.helpers.limiting import limiting_server
 from tests.helpers.pool import Pool, celery_cli
-from tests.integration.test_pool import assert_spacing
+from tests.helpers.pool_tasks import kinds
 
 INTERVAL_S = 0.1  # ten calls a second: twice what the server allows
 N = 8
@@ -30,46 +30,6 @@ def api() -> Iterator[Any]:
 
 def send(pool: Pool, task: str, url: str) -> list[str]:
     return [pool.app.send_task(task, args=(i, url), queue=pool.queue).id for i in range(N)]
-
-
-def kinds(pool: Pool, kind: str) -> list[dict[str, Any]]:
-    return sorted((r for r in pool.records() if r["kind"] == kind), key=lambda r: r["us"])
-
-
-def throttle_entries(pool: Pool, queue: str | None = None) -> list[dict[str, Any]]:
-    """The ledger's throttles: when the store deferred the bucket (``now``), for how long
-    (``retry_after``), for which task, at which interval."""
-    entries = pool.recorder.xrange(ledger_key(KEY_PREFIX, queue or pool.queue))
-    return [
-        {k.decode(): v.decode() for k, v in fields.items()}
-        for _id, fields in entries
-        if fields.get(b"op") == b"throttle"
-    ]
-
-
-def admitted_starts(pool: Pool) -> list[dict[str, Any]]:
-    """The starts the store admitted (each claim:OK in the ledger, a pool process's new claim
-    too): ``us`` the admitted start on the store's clock, ``id`` the task. A body begins at
-    its admitted start, or later on a loaded machine; these are what a throttle governs."""
-    entries = pool.recorder.xrange(ledger_key(KEY_PREFIX, pool.queue))
-    return sorted(
-        (
-            {"us": int(fields[b"start"]), "id": fields[b"task"].decode()}
-            for _id, fields in entries
-            if fields.get(b"op") == b"claim:OK"
-        ),
-        key=lambda r: r["us"],
-    )
-
-
-def assert_quiet(starts: list[dict[str, Any]], throttles: list[dict[str, Any]]) -> None:
-    """No admitted start from a throttle's store call (and a start admitted before it, at most
-    MAX_LEAD_US ahead) to its end."""
-    for throttle in throttles:
-        quiet_from = int(throttle["now"]) + MAX_LEAD_US
-        quiet_to = int(throttle["now"]) + int(throttle["retry_after"])
-        inside = [r for r in starts if quiet_from < r["us"] < quiet_to]
-        assert not inside, f"starts inside the throttle {throttle}: {inside}"
 
 
 def assert_kept_places(

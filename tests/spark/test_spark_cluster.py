@@ -14,13 +14,13 @@ from celery_interval.config.table import KEY_PREFIX
 from celery_interval.spark import EnqueueCounts, enqueue, task_id_for
 from celery_interval.stores.keys import ledger_key
 from tests.helpers.brokers import skip_or_fail
+from tests.helpers.spark_data import check_known_answers, ledgers  # noqa: F401
 from tests.helpers.spark_faults import fail_once_router
 from tests.helpers.spark_fixtures import (  # noqa: F401
     queued_task_ids,
     spark_standalone,
     standalone_cluster,
 )
-from tests.spark.test_spark_audit import check_known_answers, ledgers  # noqa: F401
 
 ROWS = 2_000
 #: The send of partition 0's first attempt that fails it (the sends before it are published).

@@ -10,8 +10,8 @@ from typing import Any
 
 from celery_interval.headers import SEND_HEADER, SEND_ONCE
 from celery_interval.spark import EnqueueCounts, enqueue, task_id_for
+from tests.helpers.spark_data import check_known_answers, ledgers  # noqa: F401
 from tests.helpers.spark_fixtures import queued_task_ids, spark_connect  # noqa: F401
-from tests.spark.test_spark_audit import check_known_answers, ledgers  # noqa: F401
 
 
 def test_the_session_is_a_connect_client(spark_connect: Any) -> None:  # noqa: F811

@@ -15,6 +15,7 @@ from celery_interval.spark import EnqueueCounts, enqueue, task_id_for
 from celery_interval.spark.enqueue import _app_for, _AppSpec
 from celery_interval.stores.keys import ledger_key
 from celery_interval.stores.redis import RedisStore
+from tests.helpers.ledgers import claim_times_us
 from tests.helpers.spark_fixtures import spark  # noqa: F401
 
 ROWS = 5_000
@@ -95,8 +96,6 @@ def test_every_row_runs_exactly_once_across_two_runs(
     """5,000 rows into 2 real workers, then the same job again: the re-sent ids are dropped by
     the grant's dedupe (grant:DUPLICATE), every row ran once, and the spacing held."""
     from pyspark.sql import functions as F
-
-    from tests.integration.test_pool import claim_times_us
 
     pool = make_pool(INTERVAL_S, broker="redis", conf={"interval_ledger_max": 1_000_000})
     # Two solo workers: on a shared 2-vCPU machine prefork's hand-offs to pool processes make

@@ -11,8 +11,8 @@ from click.testing import CliRunner
 
 from celery_interval.cli import main as cli_main
 from celery_interval.config.intervals import describe_rate, parse_interval_us
+from tests.helpers.spark_data import Ledger, S, by_bucket, write_jsonl
 from tests.helpers.spark_fixtures import require_spark, spark  # noqa: F401
-from tests.spark.test_spark_audit import Ledger, S, by_bucket, write_jsonl
 
 #: "2/s" and ("6/min", 3) as a claim records them (``starts.LIMITS``).
 LIMITS = "500000:1,10000000:3"

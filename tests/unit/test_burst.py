@@ -9,9 +9,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from celery_interval.schedule import Limit
-from tests.unit.test_schedule import (
+from tests.helpers.schedule_checks import assert_window_property, check_sequence
+from tests.helpers.schedule_model import (
     HOLDERS,
-    I_US,
     IDLE_US,
     ML,
     OLD_BORN_US,
@@ -20,7 +20,6 @@ from tests.unit.test_schedule import (
     Model,
     Step,
     at,
-    check_sequence,
     claim,
     grant,
     set_interval,
@@ -122,24 +121,6 @@ def test_a_burst_of_one_is_the_plain_slot_model() -> None:
     m.run([at(0), grant("a"), grant("b"), claim("a"), at(1_000), claim("b")])
     assert m.state is not None and m.state.start_extra_us == 0
     assert m.state.lost_start_us is None
-
-
-def assert_window_property(m: Model, burst: int, interval_us: int = I_US) -> None:
-    """For every window of starts (real time): Σ cost <= burst + span / interval."""
-    assert_windows(sorted(m.new_starts), burst, interval_us)
-
-
-def assert_windows(starts: list[tuple[int, int]], burst: int, interval_us: int) -> None:
-    """For every window of ``starts`` ((real µs, cost), sorted): Σ cost <= burst + span /
-    interval."""
-    for i, (first_us, _) in enumerate(starts):
-        total = 0
-        for last_us, cost in starts[i:]:
-            total += cost
-            assert total * interval_us <= burst * interval_us + (last_us - first_us), (
-                f"starts {starts[i:]}: {total} units in {last_us - first_us} µs, "
-                f"burst {burst} per {interval_us} µs"
-            )
 
 
 _grants = st.tuples(

@@ -12,7 +12,7 @@ from celery_interval.stores.base import TaskCopy
 from celery_interval.stores.keys import state_key
 from celery_interval.stores.redis import RedisStore
 from celery_interval.stores.scripts import script_source
-from tests.integration.test_security import exercise
+from tests.helpers.store_exercise import exercise
 
 I_US = 1_000_000
 T0 = 1_700_000_000_000_000

@@ -14,27 +14,11 @@ from celery import Celery
 
 from celery_interval import ConfigurationError, SlotTimeout, slot
 from celery_interval.app_store import store_of
-from celery_interval.config.table import KEY_PREFIX
 from celery_interval.demo.embedded import RedisProc
 from celery_interval.schedule import PLACE_SETTLE_US, Pace
 from celery_interval.stores.base import TaskCopy
-from celery_interval.stores.keys import ledger_key
-
-INTERVAL_S = 0.1
-
-
-def make_app(server: RedisProc, **api: Any) -> Celery:
-    """An app with bucket api at INTERVAL_S and the declaration's fields ``api``."""
-    app = Celery("inline", set_as_current=False)
-    declared = {"api": {"interval": INTERVAL_S, **api}}
-    app.conf.update(interval_store_url=server.url, interval_queues=declared)
-    return app
-
-
-def starts_us(client: redis.Redis[Any]) -> list[int]:
-    """The admitted starts of bucket api on the store's clock, from its ledger."""
-    entries = client.xrange(ledger_key(KEY_PREFIX, "api"))
-    return [int(f[b"start"]) for _id, f in entries if f[b"op"] == b"claim:OK"]
+from tests.helpers.apps import INTERVAL_S, make_app
+from tests.helpers.ledgers import starts_us
 
 
 @pytest.fixture

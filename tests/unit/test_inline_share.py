@@ -19,8 +19,8 @@ from celery_interval.demo.embedded import RedisProc
 from celery_interval.schedule import ClaimTerms, Outcome, Pace
 from celery_interval.stores.base import TaskCopy
 from celery_interval.stores.keys import ledger_key
-from tests.unit.test_inline import make_app, starts_us
-from tests.unit.test_limits_config import _app
+from tests.helpers.apps import make_app, memory_app
+from tests.helpers.ledgers import starts_us
 
 INTERVAL_S = 0.1
 INTERVAL_US = round(INTERVAL_S * 1e6)
@@ -28,10 +28,12 @@ INTERVAL_US = round(INTERVAL_S * 1e6)
 
 def test_a_share_per_bucket_and_tenants_take_their_queues() -> None:
     declared = {"api": {"interval": 0.05, "interactive_share": 0.2}}
-    share_of = settings_of(_app(**declared, **{"api:vip": {"interactive_share": 0.5}})).share_of
+    share_of = settings_of(
+        memory_app(**declared, **{"api:vip": {"interactive_share": 0.5}})
+    ).share_of
     found = {bucket: share_of(bucket) for bucket in ("api", "api:acme", "api:vip", "mail")}
     assert found == {"api": 0.2, "api:acme": 0.2, "api:vip": 0.5, "mail": None}
-    assert settings_of(_app()).share_of("api") is None
+    assert settings_of(memory_app()).share_of("api") is None
 
 
 @pytest.mark.parametrize(
@@ -40,7 +42,7 @@ def test_a_share_per_bucket_and_tenants_take_their_queues() -> None:
      (math.nan, "nan")],
 )  # fmt: skip
 def test_a_bad_share_is_refused_naming_the_key_and_value(value: Any, shown: str) -> None:
-    app = _app(api={"interval": 0.05, "interactive_share": value})
+    app = memory_app(api={"interval": 0.05, "interactive_share": value})
     with pytest.raises(ConfigurationError) as info:
         settings_of(app)
     assert f"interval_queues['api']['interactive_share']={shown}" in str(info.value)

@@ -9,8 +9,8 @@ import pytest
 from celery_interval import schedule
 from celery_interval.schedule import Limit, Limits
 from celery_interval.schedule import limits as limits_model
-from tests.unit.test_burst import assert_window_property
-from tests.unit.test_schedule import (
+from tests.helpers.schedule_checks import assert_window_property
+from tests.helpers.schedule_model import (
     ML,
     OLD_BORN_US,
     PAUSE,

@@ -6,7 +6,6 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from celery import Celery
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -18,17 +17,12 @@ from celery_interval.inline import slot
 from celery_interval.monitor.tally import BucketTally
 from celery_interval.schedule import Limit
 from celery_interval.starts import Budget, limits_of
-
-
-def _app(**queues: Any) -> Celery:
-    app = Celery("limitsconf", broker="memory://", set_as_current=False)
-    app.conf.update(interval_store_url="memory://", interval_queues={"api": 0.05, **queues})
-    return app
+from tests.helpers.apps import memory_app
 
 
 def test_limits_are_rates_or_pairs_and_tenants_take_their_queues() -> None:
     limits = settings_of(
-        _app(
+        memory_app(
             api={"interval": 0.05, "limits": ["10/s", ("1000/h", 50)]},
             **{"api:big": {"limits": [["2/s", 3]]}},
         )
@@ -53,7 +47,7 @@ def test_a_bad_limit_names_the_key_and_value(value: Any, named: str) -> None:
     named = "interval_queues['api']" + named
     pattern = named.replace("[", r"\[").replace("(", r"\(").replace(")", r"\)")
     with pytest.raises(ConfigurationError, match=pattern):
-        settings_of(_app(api={"interval": 0.05, "limits": value}))
+        settings_of(memory_app(api={"interval": 0.05, "limits": value}))
 
 
 def test_a_cost_above_a_limits_burst_is_refused() -> None:
@@ -61,7 +55,7 @@ def test_a_cost_above_a_limits_burst_is_refused() -> None:
     check_within_burst("t", "api", 2, 5, limits)
     with pytest.raises(ConfigurationError, match=r"limit 1 \(2; give limit 1 .* a burst of"):
         check_within_burst("t", "api", 3, 5, limits)
-    app = _app(api={"interval": 0.05, "burst": 4, "limits": ["1/s"]})
+    app = memory_app(api={"interval": 0.05, "burst": 4, "limits": ["1/s"]})
     with pytest.raises(ConfigurationError, match="bucket's limits, so it could never start"):
         slot(app, "api", cost=2)
 

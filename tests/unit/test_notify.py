@@ -14,7 +14,7 @@ from celery_interval.stores.memory import MemoryStore
 from celery_interval.worker.banner import banner_text
 from celery_interval.worker.notify import Notify
 from tests.helpers.fakeclock import Clock
-from tests.unit.test_service import INTERVAL_US, fire_due, held_copy, make_service
+from tests.helpers.fakes import INTERVAL_US, fire_due, held_copy, make_service
 
 
 @contextlib.contextmanager

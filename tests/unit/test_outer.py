@@ -13,7 +13,7 @@ from celery_interval.schedule import ClaimTerms, Limit, Limits, Outcome, Pace, S
 from celery_interval.schedule.outer import Outer
 from celery_interval.stores.base import TaskCopy
 from celery_interval.stores.memory import MemoryStore
-from tests.unit.test_burst import assert_windows
+from tests.helpers.schedule_checks import assert_windows
 
 ML = schedule.MAX_LEAD_US
 T0_US = 1_800_000_000_000_000

@@ -11,7 +11,7 @@ from celery_interval.worker.held import Held
 from celery_interval.worker.outage import StoreOutage
 from celery_interval.worker.pause import PausedTasks
 from tests.helpers.fakeclock import Clock
-from tests.unit.test_service import Timer
+from tests.helpers.fakes import Timer
 
 TENANT_US = 100_000
 OUTER_US = 1_000_000

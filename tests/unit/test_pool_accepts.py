@@ -9,7 +9,7 @@ from typing import Any
 from celery_interval.stores.memory import MemoryStore
 from celery_interval.worker.pool import Pool
 from tests.helpers.fakeclock import Clock
-from tests.unit.test_service import Timer, fire_due, held_copy, make_service
+from tests.helpers.fakes import Timer, fire_due, held_copy, make_service
 
 ROUNDS = 200
 TASKS = 50

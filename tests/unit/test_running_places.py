@@ -10,17 +10,10 @@ from celery_interval.stores.base import TaskCopy
 from celery_interval.stores.memory import MemoryStore
 from celery_interval.worker.outage import StoreOutage
 from celery_interval.worker.places import RunningPlaces
-from tests.unit.test_service import Timer
+from tests.helpers.fakeclock import Clock
+from tests.helpers.fakes import Timer, held_copy, make_service
 
 LEASE_S = 3.0
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now_us = 10**12
-
-    def __call__(self) -> int:
-        return self.now_us
 
 
 def setup() -> tuple[Clock, MemoryStore, Timer, RunningPlaces]:
@@ -28,7 +21,7 @@ def setup() -> tuple[Clock, MemoryStore, Timer, RunningPlaces]:
     app.conf.update(
         interval_store_url="memory://", interval_queues={"api": 0.001}, interval_lease_s=LEASE_S
     )
-    clock = Clock()
+    clock = Clock(10**12)
     store = MemoryStore(clock_us=clock)
     store.grant(TaskCopy("warm", "w", 0), Pace(1_000))  # the store's birth, settled
     clock.now_us += PLACE_SETTLE_US
@@ -77,10 +70,7 @@ def test_a_dropped_place_is_no_longer_renewed_and_comes_back_when_it_expires() -
 def test_a_body_ending_here_lets_the_task_waiting_for_its_place_claim_at_once() -> None:
     """Cap 1 on a worker with free processes: b waits (FULL); when a's body ends here its place
     is released and b claims in the same turn, not at its next look."""
-    from tests.unit.test_service import Clock as ServiceClock
-    from tests.unit.test_service import held_copy, make_service
-
-    clock = ServiceClock(1_000_000_000)
+    clock = Clock(1_000_000_000)
     store = MemoryStore(clock)
     store.grant(TaskCopy("warm", "w", 0), Pace(1_000))  # the store's birth, settled
     clock.now_us += PLACE_SETTLE_US

@@ -24,8 +24,8 @@ from celery_interval.stores.redis_client import store_errors
 from celery_interval.worker.held import HeldState
 from celery_interval.worker.service import IntervalService
 from tests.helpers.fakeclock import Clock
+from tests.helpers.fakes import Timer, fire_due, held_copy, make_service
 from tests.helpers.logs import worker_log
-from tests.unit.test_service import fire_due, held_copy, make_service
 
 DEDUPE_TTL_US = 7_200_000_000
 
@@ -372,7 +372,6 @@ def test_refusals_between_answers_log_one_refusal_and_one_end() -> None:
     refusals alternate. One line as it starts, one once nothing failed for QUIET_S."""
     from celery_interval.errors import StoreRefused
     from celery_interval.worker.outage import StoreOutage
-    from tests.unit.test_service import Timer
 
     timer = Timer()
     outage = StoreOutage(5.0, lambda: 3, timer)

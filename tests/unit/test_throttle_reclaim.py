@@ -14,26 +14,17 @@ from celery_interval.stores.base import Store, TaskCopy
 from celery_interval.stores.file import FileStore
 from celery_interval.stores.memory import MemoryStore
 from celery_interval.stores.redis import RedisStore
+from tests.helpers.fakeclock import Clock
 
 INTERVAL_US = 100_000
 RETRY_AFTER_US = 1_000_000
 LEASE_US = 30_000_000
 
 
-class Clock:
-    """The store's clock, injected: real µs, moved by the test."""
-
-    def __init__(self) -> None:
-        self.now_us = 1_790_000_000_000_000
-
-    def __call__(self) -> int:
-        return self.now_us
-
-
 @pytest.fixture(params=["memory", "file", "redis"])
 def clocked(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[Store, Clock]]:
     """A store of each kind on an injected clock (Redis: the private server's)."""
-    clock = Clock()
+    clock = Clock(1_790_000_000_000_000)  # real µs
     if request.param == "memory":
         yield MemoryStore(clock_us=clock), clock
     elif request.param == "file":

@@ -1,0 +1,97 @@
+"""Fakes of what an IntervalService touches (a Celery request, the worker's timer, QoS), and a
+service for bucket api on a MemoryStore built on them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from celery import Celery
+
+from celery_interval.config import settings_of
+from celery_interval.stores.memory import MemoryStore
+from celery_interval.worker.held import Held
+from celery_interval.worker.service import IntervalService
+from tests.helpers.fakeclock import Clock
+
+INTERVAL_US = 50_000
+POOL_PROCESSES = 2
+
+
+@dataclass
+class Request:
+    """The part of a Celery request the service touches."""
+
+    id: str
+    request_dict: dict[str, Any] = field(default_factory=dict)
+    acked: bool = False
+    task: Any = None
+
+    def revoked(self) -> bool:
+        return False
+
+    def acknowledge(self) -> None:
+        self.acked = True
+
+
+class Timer:
+    """Celery's timer surface; entries wait until the test fires them."""
+
+    def __init__(self) -> None:
+        self.entries: list[tuple[float, Any, tuple[Any, ...]]] = []
+
+    def call_after(self, delay_s: float, fn: Any, args: tuple[Any, ...] = (), **_: Any) -> Any:
+        entry = (delay_s, fn, args)
+        self.entries.append(entry)
+        return entry
+
+    def cancel(self, entry: Any) -> None:
+        self.entries.remove(entry)
+
+
+class Qos:
+    def increment_eventually(self) -> None:
+        return None
+
+    def decrement_eventually(self) -> None:
+        return None
+
+
+def make_service(store: MemoryStore, in_pool: list[str]) -> IntervalService:
+    app = Celery("svc", set_as_current=False)
+    app.conf.interval_store_url = "memory://"
+    app.conf.interval_queues = {"api": INTERVAL_US / 1e6}
+    return IntervalService(
+        settings_of(app),
+        store,
+        Timer(),
+        "w1@test",
+        pool_slots=lambda: POOL_PROCESSES - len(in_pool),
+        stop_queue=lambda queue: None,
+        resume_queue=lambda queue: None,
+        qos=Qos,
+    )
+
+
+def held_copy(service: IntervalService, task_id: str, started: list[str]) -> Held:
+    return Held(
+        request=Request(task_id),
+        bucket="api",
+        task_id=task_id,
+        retries=0,
+        queue="api",
+        interval_us=INTERVAL_US,
+        not_before_in_us=0,
+        holder=service.new_holder(),
+        acks_late=False,
+        release=lambda req: started.append(req.id),
+    )
+
+
+def fire_due(timer: Timer, clock: Clock, within_s: float) -> None:
+    """Fire timer entries due within ``within_s``, soonest first, moving the store clock."""
+    while due := [e for e in timer.entries if e[0] < within_s]:
+        entry = min(due, key=lambda e: e[0])
+        timer.entries.remove(entry)
+        clock.now_us += round(entry[0] * 1e6)
+        entry[1](*entry[2])

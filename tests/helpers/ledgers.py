@@ -1,0 +1,84 @@
+"""Readers of a bucket's ledger for tests: its entries, admitted starts, claims and throttles."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import redis
+
+from celery_interval.config.table import KEY_PREFIX
+from celery_interval.stores.keys import ledger_key
+from tests.helpers.pool import Pool
+
+
+def ledger_entries(client: redis.Redis[Any], bucket: str) -> list[dict[str, str]]:
+    """``bucket``'s ledger entries on ``client``'s server, oldest first, as str → str."""
+    return [
+        {k.decode(): v.decode() for k, v in fields.items()}
+        for _id, fields in client.xrange(ledger_key(KEY_PREFIX, bucket))
+    ]
+
+
+def ledger(pool: Pool, bucket: str | None = None) -> list[dict[str, str]]:
+    """The ledger entries of ``bucket`` (default: the pool's queue) on the pool's recorder,
+    oldest first, as str → str."""
+    return ledger_entries(pool.recorder, bucket or pool.queue)
+
+
+def claim_times_us(pool: Pool, task_id: str | None = None, *, readmits: bool = True) -> list[int]:
+    """Store-clock start times of every OK claim (of one task), read from the bucket's ledger.
+
+    ``readmits=False`` leaves out a holder's new start after its admitted one passed unused (a
+    pool process that came too late): for counting runs, not for spacing.
+    """
+    entries = pool.recorder.xrange(ledger_key(KEY_PREFIX, pool.queue))
+    return sorted(
+        int(fields[b"start"])
+        for _id, fields in entries
+        if fields.get(b"op") == b"claim:OK"
+        and fields.get(b"again") != b"1"
+        and (readmits or fields.get(b"readmit") != b"1")
+        and (task_id is None or fields.get(b"task") == task_id.encode())
+    )
+
+
+def bucket_claims(pool: Pool, bucket: str) -> list[tuple[int, str]]:
+    """(store-clock start, task id) of every first OK claim in ``bucket``'s ledger."""
+    entries = pool.recorder.xrange(ledger_key(KEY_PREFIX, bucket))
+    return sorted(
+        (int(fields[b"start"]), fields[b"task"].decode())
+        for _id, fields in entries
+        if fields.get(b"op") == b"claim:OK" and fields.get(b"again") != b"1"
+    )
+
+
+def admitted_starts(pool: Pool) -> list[dict[str, Any]]:
+    """The starts the store admitted (each claim:OK in the ledger, a pool process's new claim
+    too): ``us`` the admitted start on the store's clock, ``id`` the task. A body begins at
+    its admitted start, or later on a loaded machine; these are what a throttle governs."""
+    entries = pool.recorder.xrange(ledger_key(KEY_PREFIX, pool.queue))
+    return sorted(
+        (
+            {"us": int(fields[b"start"]), "id": fields[b"task"].decode()}
+            for _id, fields in entries
+            if fields.get(b"op") == b"claim:OK"
+        ),
+        key=lambda r: r["us"],
+    )
+
+
+def throttle_entries(pool: Pool, queue: str | None = None) -> list[dict[str, Any]]:
+    """The ledger's throttles: when the store deferred the bucket (``now``), for how long
+    (``retry_after``), for which task, at which interval."""
+    entries = pool.recorder.xrange(ledger_key(KEY_PREFIX, queue or pool.queue))
+    return [
+        {k.decode(): v.decode() for k, v in fields.items()}
+        for _id, fields in entries
+        if fields.get(b"op") == b"throttle"
+    ]
+
+
+def starts_us(client: redis.Redis[Any]) -> list[int]:
+    """The admitted starts of bucket api on the store's clock, from its ledger."""
+    entries = client.xrange(ledger_key(KEY_PREFIX, "api"))
+    return [int(f[b"start"]) for _id, f in entries if f[b"op"] == b"claim:OK"]
