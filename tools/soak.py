@@ -56,7 +56,7 @@ def recheck(path: Path) -> int:
         ids=raw["ids"],
         excused_ids=set(raw["excused_ids"]),
         received=set(raw.get("received", ())),
-        pops=bool(raw.get("pops")),
+        pops=int(raw.get("pops") or 0),
         losses=raw["losses"],
         pauses=[tuple(p) for p in raw["pauses"]],
         overrides=[tuple(o) for o in raw["overrides"]],

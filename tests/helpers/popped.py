@@ -4,9 +4,10 @@ kombu's Redis transport takes a message off its queue with ``BRPOP`` and only th
 as unacknowledged (``ZADD unacked_index`` + ``HSET unacked``, celery/celery#7950). While a
 queue has messages a consuming worker nearly always has one such pop in flight, so a worker
 SIGKILLed then takes that one message with it: no worker ever receives it and no
-``restore_visible`` can give it back. The guarantees page lists this upstream limit. The tests
-excuse exactly that: a missing task no worker's log ever received, on a Redis broker, at most
-one per killed worker.
+``restore_visible`` can give it back; a broker that dies with the pop's reply on its way loses
+it the same way. The guarantees page lists this upstream limit. The tests excuse exactly that:
+a missing task no worker's log ever received, on a Redis broker, at most one per killed worker
+(and, in the soak, one per worker per broker death).
 """
 
 from __future__ import annotations

@@ -9,8 +9,9 @@ The rules, and which promise each checks:
   excused (Celery runs an early-acked task at most once); so is a task the store admitted to a
   worker as it died whose copy was dropped as a duplicate (``excused_ids``, from the ledger).
   On a Redis broker a first step that no worker's log ever received is counted apart
-  (``popped``): the one message a worker had popped as it was killed
-  (``tests/helpers/popped.py``); more of them than kills is a loss.
+  (``popped``): the one message a worker had popped as it was killed, or as the broker died
+  (``tests/helpers/popped.py``); more than one per kill, and one per worker per broker death,
+  is a loss.
 - **budget** (P5, bursts, costs, extra limits, the outer bucket): the start deadlines the
   workers handed out, fed in order to the store's GCRA rule with the interval configured, or
   with any extra limit; each start may come ``slack_us`` early (the mapping of the store's
@@ -66,8 +67,9 @@ class Events:
     excused_ids: set[str] = field(default_factory=set)
     #: task ids a worker's log says it received.
     received: set[str] = field(default_factory=set)
-    #: whether a killed worker may take the message it had popped with it (a Redis broker).
-    pops: bool = False
+    #: how many popped messages may be lost (a Redis broker): one per killed worker, and one
+    #: per worker at each broker death (the pop's reply dies with the broker); 0 elsewhere.
+    pops: int = 0
     #: monotonic ns of each store restart that lost its state.
     losses: list[int] = field(default_factory=list)
     #: (bucket, from ns, to ns) of each pause in force.
@@ -159,8 +161,8 @@ def check_once(records: list[Record], events: Events, verdict: Verdict) -> None:
                 verdict.popped.append(f"{job} {task} retries=0: never received")
             else:
                 verdict.lost.append(f"{job} {task} retries={retries}: never ran")
-    if len(verdict.popped) > len(events.kills):
-        verdict.lost += [f"{p} (more than one per killed worker)" for p in verdict.popped]
+    if len(verdict.popped) > events.pops:
+        verdict.lost += [f"{p} (more than {events.pops} popped)" for p in verdict.popped]
         verdict.popped = []
 
 

@@ -384,7 +384,8 @@ class Soak:
         self.events.received = received_ids(
             path.read_text(errors="replace") for path in self.tmp.glob("w*.log")
         )
-        self.events.pops = self.broker_kind == "redis"
+        if self.broker_kind == "redis":
+            self.events.pops = len(self.events.kills) + WORKERS * self.faults["broker_restart"]
 
     def _result(self) -> Result:
         self._from_ledger()
