@@ -138,8 +138,10 @@ def check_once(records: list[Record], events: Events, verdict: Verdict) -> None:
             ran[key] += 1
         elif r["k"] == "throttled":
             throttled[key] += 1
+    after_pops: list[str] = []
     for job, steps in sorted(events.expected.items()):
         died_at = _died_mid_body(job, records, events.kills)
+        popped = False  # the job's first step was popped: its later steps never existed
         for task, retries in steps:
             verdict.steps += 1
             key = (job, task, retries)
@@ -153,17 +155,23 @@ def check_once(records: list[Record], events: Events, verdict: Verdict) -> None:
                 verdict.ran += 1
             elif job in events.revoked or job in events.uncertain:
                 verdict.revoked += 1
+            elif popped:
+                after_pops.append(f"{job} {task} retries={retries}: never ran (popped before)")
             elif (died_at is not None and (task, retries) > died_at) or events.ids.get(
                 job
             ) in events.excused_ids:
                 verdict.excused += 1
             elif events.pops and retries == 0 and events.ids.get(job) not in events.received:
                 verdict.popped.append(f"{job} {task} retries=0: never received")
+                popped = True
             else:
                 verdict.lost.append(f"{job} {task} retries={retries}: never ran")
     if len(verdict.popped) > events.pops:
         verdict.lost += [f"{p} (more than {events.pops} popped)" for p in verdict.popped]
+        verdict.lost += after_pops
         verdict.popped = []
+    else:
+        verdict.excused += len(after_pops)
 
 
 def _across_loss(
