@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import http.server
 import json
 import logging
@@ -292,6 +293,54 @@ def test_rabbitmq_connections_closed(make_broker_pool: Any, live_rabbit: RabbitN
     assert_survived(pool, ids, "test_rabbitmq_connections_closed")
 
 
+def holding_five(url: str, name: str) -> tuple[Connection, Any, list[Any]]:
+    """A consumer of queue ``name`` holding 5 unacked messages: its connection, channel and
+    messages."""
+    with Connection(url) as producer:
+        queue = producer.SimpleQueue(name)
+        for i in range(5):
+            queue.put(i)
+        queue.close()
+    got: list[Any] = []
+    conn = Connection(url, transport_options=redis_options(3600.0))
+    channel = conn.default_channel
+    consumer = Consumer(channel, [Queue(name)], callbacks=[lambda b, m: got.append(m)])
+    consumer.qos(prefetch_count=10)
+    consumer.consume()
+    with contextlib.suppress(TimeoutError):
+        while len(got) < 5:
+            conn.drain_events(timeout=2)
+    assert len(got) == 5
+    return conn, channel, got
+
+
+def through_a_restart(
+    redis_broker: RedisProc, conn: Connection, channel: Any, dead: Callable[[], None] = lambda: None
+) -> redis.Redis:
+    """Kill the broker (then run ``dead``), collect and close the consumer's connection as
+    Celery's consumer does, stop the bootstep's watch on the closed channel, restart the
+    broker, start the watch on a new connection (the consumer back); returns a client of the
+    broker."""
+    watch = BrokerWatch()
+    redis_broker.kill()
+    dead()
+    conn.collect(socket_timeout=1)
+    conn.close()
+    watch.stopped(
+        SimpleNamespace(
+            blueprint=SimpleNamespace(state=RUN), task_consumer=SimpleNamespace(channel=channel)
+        )
+    )
+    redis_broker.restart()
+    admin = redis.Redis(port=redis_broker.port)
+    assert admin.hlen("unacked") == 5, "the unacked messages survived the restart"
+    with Connection(
+        redis_broker.broker_url_for(0), transport_options=redis_options(3600.0)
+    ) as again:
+        watch.started(SimpleNamespace(task_consumer=SimpleNamespace(channel=again.default_channel)))
+    return admin
+
+
 def test_restore_at_close_leaves_messages_in_the_broker_and_puts_them_back(
     redis_broker: RedisProc,
 ) -> None:
@@ -301,37 +350,8 @@ def test_restore_at_close_leaves_messages_in_the_broker_and_puts_them_back(
     (AOF); the bootstep's stop notes their tags, and they go back to their queue as soon as the
     consumer is connected again, not a visibility timeout (an hour here) later. (The
     AttributeError takes a worker's event loop to meet: the worker tests above meet it.)"""
-    url = redis_broker.broker_url_for(0)
-    with Connection(url) as producer:
-        queue = producer.SimpleQueue("held")
-        for i in range(5):
-            queue.put(i)
-        queue.close()
-    got: list[Any] = []
-    conn = Connection(url, transport_options=redis_options(3600.0))
-    channel = conn.default_channel
-    consumer = Consumer(channel, [Queue("held")], callbacks=[lambda b, m: got.append(m)])
-    consumer.qos(prefetch_count=10)
-    consumer.consume()
-    with contextlib.suppress(TimeoutError):
-        while len(got) < 5:
-            conn.drain_events(timeout=2)
-    assert len(got) == 5
-    redis_broker.kill()
-    conn.collect(socket_timeout=1)
-    conn.close()
-    # what Celery's consumer holds at its bootstep's stop: the closed channel
-    watch = BrokerWatch()
-    watch.stopped(
-        SimpleNamespace(
-            blueprint=SimpleNamespace(state=RUN), task_consumer=SimpleNamespace(channel=channel)
-        )
-    )
-    redis_broker.restart()
-    admin = redis.Redis(port=redis_broker.port)
-    assert admin.hlen("unacked") == 5 and admin.llen("held") == 0
-    with Connection(url, transport_options=redis_options(3600.0)) as again:
-        watch.started(SimpleNamespace(task_consumer=SimpleNamespace(channel=again.default_channel)))
+    conn, channel, _ = holding_five(redis_broker.broker_url_for(0), "held")
+    admin = through_a_restart(redis_broker, conn, channel)
     assert admin.hlen("unacked") == 0 and admin.llen("held") == 5
 
 
@@ -340,39 +360,16 @@ def test_acks_lost_with_the_broker_are_completed_not_put_back(redis_broker: Redi
     acks never reached it. At the reconnect the 3 that did not run go back to their queue and
     the 2 that ran have their acks completed: no copy of a task that ran is made (a copy meets
     the done mark, unless the store lost it meanwhile)."""
-    url = redis_broker.broker_url_for(0)
-    with Connection(url) as producer:
-        queue = producer.SimpleQueue("ran")
-        for i in range(5):
-            queue.put(i)
-        queue.close()
-    got: list[Any] = []
-    conn = Connection(url, transport_options=redis_options(3600.0))
-    channel = conn.default_channel
-    consumer = Consumer(channel, [Queue("ran")], callbacks=[lambda b, m: got.append(m)])
-    consumer.qos(prefetch_count=10)
-    consumer.consume()
-    with contextlib.suppress(TimeoutError):
-        while len(got) < 5:
-            conn.drain_events(timeout=2)
-    assert len(got) == 5
-    redis_broker.kill()
-    for message in got[:2]:
-        ack_through(message, lambda m=message: m.ack_log_error(logging.getLogger(), (Exception,)))
-        assert not message.acknowledged
-    conn.collect(socket_timeout=1)
-    conn.close()
-    watch = BrokerWatch()
-    watch.stopped(
-        SimpleNamespace(
-            blueprint=SimpleNamespace(state=RUN), task_consumer=SimpleNamespace(channel=channel)
-        )
-    )
-    redis_broker.restart()
-    admin = redis.Redis(port=redis_broker.port)
-    assert admin.hlen("unacked") == 5 and admin.llen("ran") == 0
-    with Connection(url, transport_options=redis_options(3600.0)) as again:
-        watch.started(SimpleNamespace(task_consumer=SimpleNamespace(channel=again.default_channel)))
+    conn, channel, got = holding_five(redis_broker.broker_url_for(0), "ran")
+
+    def ack_two() -> None:  # they ran: Celery acks them, which fails with the broker gone
+        for message in got[:2]:
+            ack_through(
+                message, functools.partial(message.ack_log_error, logging.getLogger(), (Exception,))
+            )
+            assert not message.acknowledged
+
+    admin = through_a_restart(redis_broker, conn, channel, ack_two)
     assert admin.hlen("unacked") == 0 and admin.zcard("unacked_index") == 0
     back = {json.loads(raw)["properties"]["delivery_tag"] for raw in admin.lrange("ran", 0, -1)}
     assert back == {m.delivery_tag for m in got[2:]}, "the 3 that did not run, and only they"

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from celery import Celery
 
 from celery_interval.config import settings_of
 from celery_interval.schedule import PLACE_SETTLE_US, ClaimTerms, Outcome, Pace
 from celery_interval.stores.base import TaskCopy
 from celery_interval.stores.memory import MemoryStore
+from celery_interval.worker.held import Held
 from celery_interval.worker.outage import StoreOutage
 from celery_interval.worker.places import RunningPlaces
 from tests.helpers.fakeclock import Clock
@@ -67,9 +70,9 @@ def test_a_dropped_place_is_no_longer_renewed_and_comes_back_when_it_expires() -
     assert start(store, clock, b) is Outcome.OK
 
 
-def test_a_body_ending_here_lets_the_task_waiting_for_its_place_claim_at_once() -> None:
-    """Cap 1 on a worker with free processes: b waits (FULL); when a's body ends here its place
-    is released and b claims in the same turn, not at its next look."""
+def b_waits_for_as_place() -> tuple[MemoryStore, Any, list[str], Held, Held]:
+    """Cap 1 on a worker with free processes: a starts, b waits for its place (FULL). Returns
+    the store, the service, the started task ids, a and b."""
     clock = Clock(1_000_000_000)
     store = MemoryStore(clock)
     store.grant(TaskCopy("warm", "w", 0), Pace(1_000))  # the store's birth, settled
@@ -87,6 +90,13 @@ def test_a_body_ending_here_lets_the_task_waiting_for_its_place_claim_at_once() 
         clock.now_us += round(entry[0] * 1e6)
         entry[1](*entry[2])
     assert started == ["a"]
+    return store, service, started, a, b
+
+
+def test_a_body_ending_here_lets_the_task_waiting_for_its_place_claim_at_once() -> None:
+    """Cap 1 on a worker with free processes: b waits (FULL); when a's body ends here its place
+    is released and b claims in the same turn, not at its next look."""
+    store, service, started, a, _b = b_waits_for_as_place()
     assert store.read_places("api")[0].holder == "a:0"
     service.body_ended(a.request)
     assert started == ["a", "b"]
@@ -97,22 +107,7 @@ def test_a_place_freed_after_the_channel_closed_starts_nothing_that_went_back() 
     """Cap 1: b waits for a's place (FULL), then the channel closes and b's message goes back
     to the broker. a's body ends after that: b must not start here (its message is another
     worker's now, and it would run twice once the store forgot its done mark)."""
-    clock = Clock(1_000_000_000)
-    store = MemoryStore(clock)
-    store.grant(TaskCopy("warm", "w", 0), Pace(1_000))  # the store's birth, settled
-    clock.now_us += PLACE_SETTLE_US
-    service = make_service(store, [])
-    started: list[str] = []
-    a, b = held_copy(service, "a", started), held_copy(service, "b", started)
-    a.cap = b.cap = 1
-    service.receive(a)
-    service.receive(b)
-    timer = service.timer
-    while not service.slots._full.get("api"):
-        entry = min(timer.entries, key=lambda e: e[0])
-        timer.entries.remove(entry)
-        clock.now_us += round(entry[0] * 1e6)
-        entry[1](*entry[2])
+    store, service, started, a, _b = b_waits_for_as_place()
     service.slots.pool.accepted("a")  # a runs in a pool process through the reconnect
     service.connection_lost()
     service.body_ended(a.request)
