@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from collections.abc import Callable
@@ -19,19 +20,21 @@ from celery.worker.strategy import hybrid_to_proto2, proto1_to_proto2
 from celery_interval.costs import check_within_burst, message_cost
 from celery_interval.errors import ConfigurationError, TransientError
 from celery_interval.headers import (
+    CLAIM_HEADER,
     MARK_HEADER,
     RESEND_HEADER,
     START_HEADER,
     drop_internal_headers,
 )
 from celery_interval.placement import Arrival, own_of, placement_of
-from celery_interval.stores.base import TaskCopy
+from celery_interval.stores.base import ClaimArgs, TaskCopy
 from celery_interval.throttled import Throttled
 from celery_interval.worker.brokerloss import ack_through
 from celery_interval.worker.consumer import service_for
 from celery_interval.worker.delivery import consumed_queue, taken_back
 from celery_interval.worker.held import Held
 from celery_interval.worker.outage import FIRST_BACKOFF_S
+from celery_interval.worker.started import missed_after_ns
 
 __all__ = ["interval_strategy"]
 
@@ -241,6 +244,8 @@ def _track_ack(req: Any, service: Any, copy: TaskCopy, acks_late: bool) -> None:
     Celery acks an ordinary task when a pool process accepts it, which here is up to ``lead``
     before its start: the ack waits for the start deadline, so a worker killed in between
     leaves the message to the broker (its lease expires and a copy runs) instead of losing it.
+    A process that takes it after the start claims a new one and may wait for it: that ack
+    waits for the body's end (``ACK_AT_END_KEY``), for the same reason.
     A task released with ``MARK_HEADER`` gets its mark from the pool process, posted as the
     body starts (``worker.started``). A mark here too would cost a script call per task and add
     nothing, except where a sent ack never reached the broker: there it would drop the copy of
@@ -266,9 +271,15 @@ def _track_ack(req: Any, service: Any, copy: TaskCopy, acks_late: bool) -> None:
 
     def ack_in_loop(args: Any, kwargs: Any) -> None:
         start_ns = request_dict.get(START_HEADER)
-        wait_s = (start_ns - time.monotonic_ns()) / 1e9 if isinstance(start_ns, int) else 0.0
-        if wait_s > 0:
-            service.timer.call_after(wait_s, ack_now, args, kwargs, priority=5)
+        late_ns = time.monotonic_ns() - start_ns if isinstance(start_ns, int) else 0
+        if late_ns < 0:
+            service.timer.call_after(-late_ns / 1e9, ack_now, args, kwargs, priority=5)
+        elif not acks_late and _reached_late(request_dict, late_ns):
+            # Its pool process claims a new start and may wait for it (a pause, a throttle,
+            # the store down): the message stays unacknowledged until the body ends, so a
+            # worker killed meanwhile leaves it to the broker (the done mark, posted as the
+            # body begins, drops the copy of a body that began).
+            request_dict[ACK_AT_END_KEY] = functools.partial(ack_now, *args, **kwargs)
         else:
             ack_now(*args, **kwargs)
 
@@ -294,20 +305,33 @@ def _track_ack(req: Any, service: Any, copy: TaskCopy, acks_late: bool) -> None:
 THROTTLED_KEY = "interval_throttled"
 #: The copy of an acknowledged request whose done mark waits for the body's end.
 PENDING_MARK_KEY = "interval_mark_at_end"
+#: The ack of a task whose pool process reached it late, run when its body ends.
+ACK_AT_END_KEY = "interval_ack_at_end"
 #: Set on a request whose body ended.
 ENDED_KEY = "interval_ended"
 
 
 def _body_ended(service: Any, request: Any) -> None:
-    """A pool process finished ``request`` (on the loop's thread): the done mark that waited
-    for it is written (not for a throttled run: its copy was sent again), then the service
-    frees its process and place."""
+    """A pool process finished ``request`` (on the loop's thread): the ack or done mark that
+    waited for it is written (no mark for a throttled run: its copy was sent again), then the
+    service frees its process and place."""
     request_dict = request.request_dict
     request_dict[ENDED_KEY] = True
+    deferred_ack = request_dict.pop(ACK_AT_END_KEY, None)
+    if deferred_ack is not None:
+        deferred_ack()
     pending = request_dict.pop(PENDING_MARK_KEY, None)
     if pending is not None and not request_dict.get(THROTTLED_KEY):
         service.mark_done(pending.bucket, pending.task_id, pending.retries)
     service.body_ended(request)
+
+
+def _reached_late(request_dict: Any, late_ns: int) -> bool:
+    """Whether a pool process took the task so long after its start that it claims a new one
+    (``started.before_body``; half its threshold here, as the process looks a moment later)."""
+    claimed = request_dict.get(CLAIM_HEADER)
+    missed_ns = missed_after_ns(claimed.interval_us) if isinstance(claimed, ClaimArgs) else None
+    return missed_ns is not None and late_ns > missed_ns // 2
 
 
 def _throttled(exc_info: Any) -> bool:
