@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import itertools
 import json
 import multiprocessing
@@ -46,9 +47,16 @@ def store(tmp_path: Path, clock: Clock) -> FileStore:
 
 
 def test_is_a_store(store: FileStore) -> None:
-    s: Store = store  # the Protocol, checked by mypy
-    s.ping()
-    s.close()
+    """Every operation of the Store protocol, with the protocol's parameters."""
+    operations = [n for n, v in vars(Store).items() if callable(v) and not n.startswith("_")]
+    assert len(operations) > 10
+    for name in operations:
+        ours = getattr(store, name, None)
+        assert callable(ours), f"FileStore has no {name}"
+        wanted = list(inspect.signature(getattr(Store, name)).parameters)[1:]
+        assert list(inspect.signature(ours).parameters) == wanted, name
+    store.ping()
+    store.close()
 
 
 def test_state_and_marks_persist_across_instances(tmp_path: Path, clock: Clock) -> None:
