@@ -107,9 +107,17 @@ def bucket_of(arrival: Arrival) -> str:
 
 def own_of(task: Any) -> Declaration | None:
     """The task's own declaration for its bucket: its ``interval`` option (an interval or a
-    declaration), whose fields win over the bucket's in ``interval_queues``; None: none."""
+    declaration), whose fields win over the bucket's in ``interval_queues``; None: none.
+    Parsed once per option value (every send and every message asks)."""
     own = getattr(task, "interval", None)
-    return None if own is None else parse_own(own, f"{task.name}.interval")
+    if own is None:
+        return None
+    parsed = getattr(task, "_interval_own", None)
+    if parsed is None or parsed[0] is not own:
+        parsed = (own, parse_own(own, f"{task.name}.interval"))
+        task._interval_own = parsed
+    declaration: Declaration = parsed[1]
+    return declaration
 
 
 def interval_of(task: Any, bucket: str, configured: Callable[[str], int]) -> int:

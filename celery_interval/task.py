@@ -14,7 +14,7 @@ from celery_interval.config.suggest import did_you_mean
 from celery_interval.costs import CostSpec, check_cost_option, send_cost
 from celery_interval.errors import ConfigurationError, UnknownBucket, short_repr
 from celery_interval.headers import BUCKET_HEADER, COST_HEADER, START_HEADER
-from celery_interval.placement import PACED_STRATEGY, Arrival, bucket_of
+from celery_interval.placement import PACED_STRATEGY, Arrival, bucket_of, own_of
 from celery_interval.throttled import Throttled
 from celery_interval.worker import started, throttling
 
@@ -105,7 +105,8 @@ def _check_declared(task: IntervalTask, sent: Arrival, queue: str | None) -> Non
     the bucket and the closest declared one; only when the bucket is known here: an
     ``interval_bucket`` given or a static option, else the queue the send goes to."""
     settings = settings_of(task.app)
-    if task.interval is not None and parse_own(task.interval, f"{task.name}.interval").interval_us:
+    own = own_of(task)
+    if own is not None and own.interval_us:
         return
     static = inspect.getattr_static(task, "interval_bucket", None)
     named = sent.headers.get(BUCKET_HEADER) is not None or isinstance(static, str)

@@ -239,3 +239,15 @@ def test_a_producer_sends_without_a_store_url_and_a_store_asks_for_one() -> None
     assert settings.store_url == ""
     with pytest.raises(ConfigurationError, match="interval_store_url is not set"):
         store_for_settings(settings)
+
+
+def test_a_tasks_own_declaration_is_parsed_once_and_follows_its_option() -> None:
+    from types import SimpleNamespace
+
+    task = SimpleNamespace(name="declared.own", interval={"interval": 1, "burst": 2})
+    first = own_of(task)
+    assert first is not None and first.interval_us == 1_000_000
+    assert own_of(task) is first
+    task.interval = "2s"
+    again = own_of(task)
+    assert again is not None and again.interval_us == 2_000_000
