@@ -42,6 +42,17 @@ def claim_times_us(pool: Pool, task_id: str | None = None, *, readmits: bool = T
     )
 
 
+def claim_admissions_us(pool: Pool) -> list[tuple[int, int]]:
+    """(when the store admitted it, the start it admitted), store-clock µs, of every OK claim of
+    the pool's queue. A claim may come up to its lead before its start."""
+    entries = pool.recorder.xrange(ledger_key(KEY_PREFIX, pool.queue))
+    return sorted(
+        (int(fields[b"now"]), int(fields[b"start"]))
+        for _id, fields in entries
+        if fields.get(b"op") == b"claim:OK"
+    )
+
+
 def bucket_claims(pool: Pool, bucket: str) -> list[tuple[int, str]]:
     """(store-clock start, task id) of every first OK claim in ``bucket``'s ledger."""
     entries = pool.recorder.xrange(ledger_key(KEY_PREFIX, bucket))
