@@ -152,7 +152,11 @@ class Overflow:
         self._busy = True
         try:
             self._unsettled.append(batch)
-            self.index.park(members)  # listed before published: no copy escapes the index
+            # Listed before published, in the store's index and in the broker's directory: a
+            # worker killed after its originals' acks leaves no copy that neither lists (the
+            # store may lose its index too).
+            self.index.park(members)
+            self.directory.register(self.broker, members)
             self.broker.publish(
                 [
                     (overflow_queue_name(h.queue, h.bucket), h.request.message, h.queue)
@@ -186,8 +190,6 @@ class Overflow:
             self._qos().decrement_eventually()
         self.parked += len(batch)
         self._on_ok()
-        if self.broker is not None:
-            self.directory.register(self.broker, members)
         for queue, bucket in members:
             self.want_refill(queue, bucket)
 

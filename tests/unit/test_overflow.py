@@ -493,6 +493,20 @@ def test_originals_are_acked_when_the_broker_confirms_their_copies(rig: Rig) -> 
     assert rig.qos.value == 0 and rig.overflow.parked == 2
 
 
+def test_a_bucket_is_in_the_directory_before_any_copy_is_published(rig: Rig) -> None:
+    """A worker killed once its originals are acked leaves copies only the directory and the
+    store's index know of: both list the bucket before the copies go out (a store that then
+    loses its index, as a restart does, leaves the directory)."""
+    rig.broker.confirm_later = True
+    for i in range(CAP + 2):
+        rig.arrive(f"t{i}")
+    rig.timer.run()
+    assert ("publish", "t5") in rig.broker.log and ("ack", "t5") not in rig.broker.log
+    assert len(rig.broker.directory) == 1, "listed in the directory before its confirm"
+    rig.broker.settle()
+    assert ("ack", "t5") in rig.broker.log and len(rig.broker.directory) == 1
+
+
 def test_a_batch_the_broker_refuses_is_held_here(rig: Rig) -> None:
     """A nack: the broker took no copy, so the batch is held here (not acked, not lost)."""
     rig.broker.confirm_later = True
