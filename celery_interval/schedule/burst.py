@@ -45,6 +45,20 @@ def after_start(
     )
 
 
+def moved(state: BucketState, start_us: int, spacing_us: int, burst: int, cost: int) -> BucketState:
+    """``state`` after its last admitted start, which never happened, moved to the later
+    ``start_us``. A GCRA's last event moved later leaves ``tat`` at ``max(tat, start + c·T)``:
+    later starts come after ``start_us`` as after that one, earlier ones are further from it."""
+    tat_us = max(start_tat(state, spacing_us, burst), start_us + max(1, cost) * spacing_us)
+    last_us = max(state.last_start_us, start_us)
+    return replace(
+        state,
+        last_start_us=last_us,
+        start_extra_us=tat_us - last_us - spacing_us,
+        lost_start_us=None,
+    )
+
+
 def emptied(state: BucketState, spacing_us: int, burst: int, cost: int) -> tuple[BucketState, int]:
     """``state`` with the burst all used at the last start (a throttle: no burst right after
     a Retry-After), and the earliest start of ``cost`` then; both GCRAs are emptied."""

@@ -11,7 +11,9 @@ from celery_interval.schedule.burst import (
     after_start,
     earliest_start,
     grant_tat,
+    moved,
     next_slot,
+    start_tat,
     units_left,
 )
 from celery_interval.schedule.pace import eased, effective_interval
@@ -123,15 +125,10 @@ def claim(
     if isinstance(mark, Done):
         return state, mark, Claim(Outcome.DUPLICATE, state.epoch, 0, now_us)
     spacing_us = effective_interval(state, interval_us)
-    earliest_us = limits.earliest_start(
-        state, terms.limits, terms.cost, earliest_start(state, spacing_us, terms.burst, terms.cost)
-    )
-    if terms.not_before_us is not None:
-        earliest_us = max(earliest_us, terms.not_before_us)
+    primary_us = earliest_start(state, spacing_us, terms.burst, terms.cost)
     slot_us = slot.slot_us
     front = isinstance(mark, Granted) and mark.front and mark.epoch == state.epoch
-    if state.reserved_us is not None and not front:
-        earliest_us = max(earliest_us, state.reserved_us + spacing_us)
+    missed: Lease | None = None
     if isinstance(mark, Lease):
         if mark.holder != terms.holder:
             held_us = mark.expires_real_us - now_us
@@ -141,11 +138,20 @@ def claim(
             return state, mark, Claim(Outcome.OK, state.epoch, mark.start_us - v, now_us)
         # The holder never heard of its admitted start (the reply was lost, or its pool process
         # came late) and that start has passed, or a throttle since moved it into its wait:
-        # admit a new one after the last, as if that one had happened.
+        # it never happened. While no start was admitted after it, it moves to now; else a
+        # new one is admitted after the last, as if that one had happened.
+        missed = mark
         slot_us = state.current_slot_us
+        if mark.epoch == state.epoch and mark.tat_us == start_tat(state, spacing_us, terms.burst):
+            primary_us = mark.start_us
     elif slot.epoch != state.epoch or (slot_us < state.current_slot_us and not front):
         return state, mark, Claim(Outcome.RETICKET, state.epoch, 0, now_us)
-    else:
+    earliest_us = limits.earliest_start(state, terms.limits, terms.cost, primary_us)
+    if terms.not_before_us is not None:
+        earliest_us = max(earliest_us, terms.not_before_us)
+    if state.reserved_us is not None and not front:
+        earliest_us = max(earliest_us, state.reserved_us + spacing_us)
+    if missed is None:
         earliest_us = max(slot_us + (0 if front else state.pushed_us), earliest_us)
     lead_us = clamp_lead(terms.lead_us)
     if v + lead_us < earliest_us:
@@ -154,14 +160,32 @@ def claim(
     # cannot start exactly anyway, and a longer wait only idles the process.
     start_us = max(v + min(max(0, terms.handoff_us), lead_us, spacing_us), earliest_us)
     state = limits.after_start(state, start_us, terms.limits, terms.cost)
+    moves = missed is not None and primary_us == missed.start_us
+    if moves:
+        state = moved(state, start_us, spacing_us, terms.burst, terms.cost)
+    else:
+        state = after_start(state, start_us, spacing_us, terms.burst, terms.cost)
     state = replace(
-        after_start(state, start_us, spacing_us, terms.burst, terms.cost),
+        state,
         current_slot_us=state.current_slot_us if front else slot_us,
         reserved_us=None if front and slot_us >= (state.reserved_us or 0) else state.reserved_us,
     )
+    if missed is not None:
+        state = _pushed(
+            state, start_us - missed.start_us if moves else max(1, terms.cost) * spacing_us
+        )
     state = eased(state, interval_us)
-    lease = Lease(terms.holder, start_us, now_us + terms.lease_us)
+    tat_us = start_tat(state, effective_interval(state, interval_us), terms.burst)
+    lease = Lease(terms.holder, start_us, now_us + terms.lease_us, state.epoch, tat_us)
     return state, lease, Claim(Outcome.OK, state.epoch, start_us - v, now_us)
+
+
+def _pushed(state: BucketState, by_us: int) -> BucketState:
+    """After a start the holder missed was admitted again: the tickets still waiting are
+    pushed back ``by_us`` (``schedule.front``), so none meets it at the same earliest start."""
+    if state.last_slot_us is None or state.current_slot_us >= state.last_slot_us:
+        return state
+    return replace(state, pushed_us=state.pushed_us + max(0, by_us))
 
 
 def take(

@@ -102,11 +102,18 @@ class BucketState:
 
 @dataclass(frozen=True)
 class Lease:
-    """A task copy's claim: ``holder`` may start it; others are HELD until ``expires_real_us``."""
+    """A task copy's claim: ``holder`` may start it; others are HELD until ``expires_real_us``.
+
+    ``epoch`` and ``tat_us`` (the starts' theoretical arrival time right after this start was
+    admitted) tell a claim again by its holder whether any start was admitted since: while the
+    bucket's are the same, a start the holder missed moves to now (``schedule.burst.moved``).
+    """
 
     holder: str
     start_us: int
     expires_real_us: int
+    epoch: int | None = None
+    tat_us: int | None = None
 
 
 @dataclass(frozen=True)

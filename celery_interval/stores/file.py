@@ -278,6 +278,8 @@ def _encode(bucket: str, record: _Record, now_us: int) -> bytes:
                 holder=mark.holder,
                 start_us=mark.start_us,
                 expires_real_us=mark.expires_real_us,
+                epoch=mark.epoch,
+                tat_us=mark.tat_us,
             )
         elif isinstance(mark, Granted):
             row.update(
@@ -368,7 +370,13 @@ def _decode(raw: bytes, path: Path, bucket: str) -> _Record:
             holder = row.get("holder")
             if not isinstance(holder, str):
                 raise corrupt(f"bad lease holder {holder!r}")
-            marks[key] = Lease(holder, integer(row, "start_us"), integer(row, "expires_real_us"))
+            marks[key] = Lease(
+                holder,
+                integer(row, "start_us"),
+                integer(row, "expires_real_us"),
+                integer(row, "epoch", True) if "epoch" in row else None,
+                integer(row, "tat_us", True) if "tat_us" in row else None,
+            )
         elif kind == "done":
             marks[key] = Done(integer(row, "expires_real_us"))
         elif kind == "granted":

@@ -42,6 +42,8 @@ def check_sequence(steps: list[Step], m: Model | None = None, *, spacing: bool =
     throttle's retry_after has passed."""
     m = Model() if m is None else m
     last_start_us: int | None = None  # the latest start, real µs
+    before_last_us: int | None = None  # the start before it, real µs
+    copy_starts: dict[tuple[str, int], int] = {}  # each copy's latest start, real µs
     quiet_until_us = 0  # the latest throttle's end, real µs
     for step in _expand(steps):
         before = m.state
@@ -64,21 +66,32 @@ def check_sequence(steps: list[Step], m: Model | None = None, *, spacing: bool =
             task, retries, holder = step[1], step[2], step[3]
             if (task, retries) not in m.granted:
                 continue
-            re_claim = _live_lease(m.marks.get((task, retries)), m.now_us, holder)
+            lease = m.marks.get((task, retries))
+            re_claim = _live_lease(lease, m.now_us, holder)
             n_starts = len(m.starts_real_us)
             m.run([step])
             if len(m.starts_real_us) > n_starts:  # a claim OK, also a lease's holder's again
                 start_us = m.starts_real_us[-1] + T0_US
                 assert start_us >= quiet_until_us, "a start inside a throttle's retry_after"
-            if len(m.starts_real_us) > n_starts and not re_claim:
+            after = m.marks.get((task, retries))
+            readmit = (
+                re_claim
+                and isinstance(lease, Lease)
+                and isinstance(after, Lease)
+                and after.start_us != lease.start_us
+            )
+            if len(m.starts_real_us) > n_starts and (readmit or not re_claim):
                 assert m.state is not None
+                if readmit and last_start_us == copy_starts.get((task, retries)):
+                    last_start_us = before_last_us  # the start its holder missed never happened
                 if last_start_us is not None and spacing:
                     assert start_us - last_start_us >= effective_us, (
                         f"two starts {start_us - last_start_us} µs apart "
                         f"< interval {effective_us} µs"
                     )
                     start_us = max(start_us, last_start_us)
-                last_start_us = start_us
+                before_last_us, last_start_us = last_start_us, start_us
+                copy_starts[(task, retries)] = start_us
         else:
             m.run([step])
             if step[0] == "throttle":

@@ -49,6 +49,8 @@ class Model:
     costs: dict[str, int] = field(default_factory=dict)  # a task's cost (units; absent: 1)
     handoffs_us: dict[str, int] = field(default_factory=dict)  # a holder's handoff (absent: 0)
     new_starts: list[tuple[int, int]] = field(default_factory=list)  # (real µs, cost), no repeats
+    #: Each copy's latest new start, as in ``new_starts``: a readmit takes it out.
+    lease_starts: dict[tuple[str, int], tuple[int, int]] = field(default_factory=dict)
 
     def run(self, steps: list[Step]) -> list[Any]:
         results = []
@@ -107,7 +109,12 @@ class Model:
                 and (before.holder, before.start_us) == (mark.holder, mark.start_us)
             )
             if not again:
-                self.new_starts.append((self.now_us + c.delay_us, self.costs.get(task, 1)))
+                if isinstance(before, Lease) and before.holder == holder:
+                    # A readmit: the start its holder missed never happened.
+                    self.new_starts.remove(self.lease_starts[(task, retries)])
+                start = (self.now_us + c.delay_us, self.costs.get(task, 1))
+                self.new_starts.append(start)
+                self.lease_starts[(task, retries)] = start
             return ("OK", c.delay_us)
         if c.outcome in (Outcome.WAIT, Outcome.HELD):
             return (c.outcome.value, c.delay_us)

@@ -239,3 +239,56 @@ def test_state_loss_right_after_a_burst_keeps_the_budget(
     m = Model(burst=burst, costs=costs, born_us=OLD_BORN_US)
     check_sequence(steps, m, spacing=False)
     assert_window_property(m, burst)
+
+
+#: Starts whose holders miss them: a claim as it comes due, time passing by up to a few
+#: intervals, and the same claim again by its holder (a pool process late, a lost reply),
+#: among other grants, claims, throttles and pauses.
+_missed = st.lists(
+    st.one_of(
+        st.tuples(_grants, _claims_due),
+        st.tuples(
+            _grants,
+            _claims_due,
+            st.tuples(st.just("advance"), st.integers(0, 2_500)),
+            st.tuples(st.just("claim_again"), st.sampled_from([0, 50, ML])),
+        ),
+        st.tuples(
+            st.tuples(st.just("advance"), st.integers(0, 1_500)),
+            st.tuples(st.just("claim_again"), st.sampled_from([0, ML])),
+        ),
+        st.tuples(_others),
+    ),
+    max_size=30,
+).map(lambda groups: [step for group in groups for step in group])
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    _missed,
+    st.sampled_from([1, 1, 2, 3]),
+    st.lists(st.integers(1, 3), min_size=len(TASKS), max_size=len(TASKS)),
+    st.lists(st.sampled_from([0, 0, 5, 300, ML]), min_size=len(HOLDERS), max_size=len(HOLDERS)),
+    st.lists(
+        st.builds(Limit, st.sampled_from([300, 1_500, 2_500]), st.sampled_from([1, 2])),
+        max_size=1,
+    ),
+)
+def test_random_missed_starts_keep_the_budget(
+    steps: list[Step], burst: int, costs: list[int], handoffs: list[int], limits: list[Limit]
+) -> None:
+    """A start its holder missed moves to now, or a new one comes after the last: it never
+    happened, and the starts that did keep every limit's budget in every window (and, with no
+    burst, the interval between each two)."""
+    most = min([burst, *(limit.burst for limit in limits)])
+    m = Model(
+        burst=burst,
+        costs={t: min(c, most) for t, c in zip(TASKS, costs, strict=True)},
+        handoffs_us=dict(zip(HOLDERS, handoffs, strict=True)),
+        born_us=OLD_BORN_US,
+        limits=tuple(limits),
+    )
+    check_sequence(steps, m, spacing=burst == 1 and most == 1 and not limits)
+    assert_window_property(m, burst)
+    for limit in limits:
+        assert_window_property(m, limit.burst, limit.interval_us)

@@ -554,6 +554,65 @@ class Differential(RuleBasedStateMachine):
             copy, interval, slot, terms = self.started
             self._claim(copy, interval, slot, replace(terms, lead_us=lead, handoff_us=handoff))
 
+    @rule(step=st.sampled_from([1, 999, 25_000, 600_000, 2_500_000]), handoff=handoffs_us)
+    def miss_then_claim_again(self, step: int, handoff: int) -> None:
+        """The latest claim that started, its start missed by its holder: time passes, then
+        the holder claims again (the start moves to now while no other was admitted since,
+        else a new one comes after the last; the tickets waiting go back)."""
+        if self.started is not None:
+            self.advance(step)
+            self.claim_again(0, handoff)
+
+    @rule(
+        bucket=buckets,
+        interval=st.sampled_from([1_000, 50_000]),
+        burst=bursts,
+        cost=costs,
+        limits=limit_sets,
+        miss=st.sampled_from([1, 999, 25_000, 600_000]),
+        handoff=handoffs_us,
+        later=st.booleans(),
+    )
+    def a_missed_start(
+        self,
+        bucket: str,
+        interval: int,
+        burst: int,
+        cost: int,
+        limits: Limits,
+        miss: int,
+        handoff: int,
+        later: bool,
+    ) -> None:
+        """Three tickets; the first claimed as it comes due and its start missed by ``miss``
+        (``later``: the second started meanwhile), then its holder claims again and the others
+        claim as they come due, each after its WAITs."""
+        pace = Pace(interval, 0, burst, cost, None, limits)
+        copies = [TaskCopy(bucket, f"missed{i}", 0) for i in range(3)]
+        slots = []
+        for copy in copies:
+            expected, got = self._compared(bucket, "grant", copy, pace)
+            assert got == expected
+            if expected.outcome is not Outcome.OK:
+                return
+            slots.append(expected.slot)
+
+        def due(i: int) -> None:
+            terms = ClaimTerms(
+                f"missed{i}", 30_000_000, 0, handoff, None, None, burst, cost, limits
+            )
+            for _ in range(4):
+                claimed = self._claim(copies[i], interval, slots[i], terms)
+                if claimed.outcome is not Outcome.WAIT:
+                    return
+                self.advance(claimed.delay_us)
+
+        due(0)
+        self.advance(miss)
+        order = [1, 0, 2] if later else [0, 1, 2]
+        for i in order:
+            due(i)
+
     @rule(
         task=tasks,
         retry=retries,
@@ -844,9 +903,11 @@ def test_microseconds_survive_exactly(any_redis_client: redis.Redis[Any]) -> Non
         TaskCopy("api", "t1", 0), 7, g.slot, ClaimTerms("w1", 1_000_003, lead_us=10)
     )
     assert (c.outcome, c.delay_us) == (Outcome.OK, 2)
-    assert redis_client.get("ci:{api}:m:t1:0") == b"L|w1|1799999999999994|1800000000999995"
+    epoch = raw["e"]
+    lease = f"L|w1|1799999999999994|1800000000999995|{epoch}|1800000000000001"  # start + 7
+    assert redis_client.get("ci:{api}:m:t1:0") == lease.encode()
     assert store.read_mark("api", "t1", 0) == Lease(
-        "w1", 1_799_999_999_999_994, 1_800_000_000_999_995
+        "w1", 1_799_999_999_999_994, 1_800_000_000_999_995, int(epoch), 1_800_000_000_000_001
     )
     status = store.status("api", 7)
     assert status == model.status("api", 7)

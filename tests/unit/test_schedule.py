@@ -204,13 +204,34 @@ LEASE_TABLE = [
     ),
     (
         "the same holder re-claiming before its start gets it again (idempotent); once that "
-        "start passed unheard (a lost reply), a new start one interval after it",
+        "start passed unheard (a lost reply, a pool process late) and no start was admitted "
+        "since, it moves to now, again each time",
         [at(-ML), grant("a"), at(990), claim("a", lead_us=20), RECORD, at(995),
          claim("a", lead_us=20), at(1_200), claim("a"), RECORD, at(2_000), claim("a"), RECORD,
          STARTS],
         [("OK", 1, 1_000, ML + 1_000), ("OK", 10), ("record", 2_000, 1, 1_000, 1_000),
-         ("OK", 5), ("WAIT", 800), ("record", 2_000, 1, 1_000, 1_000), ("OK", 0),
-         ("record", 2_000, 1, 1_000, 2_000), ("starts", 1_000, 1_000, 2_000)],
+         ("OK", 5), ("OK", 0), ("record", 2_000, 1, 1_000, 1_200), ("OK", 0),
+         ("record", 2_000, 1, 1_000, 2_000), ("starts", 1_000, 1_000, 1_200, 2_000)],
+    ),
+    (
+        "a missed start moved to now pushes the tickets still waiting back by as much: each "
+        "comes an interval after the one before, none at the same earliest start",
+        [at(-ML), grant("a"), grant("b"), grant("c"), at(1_000), claim("a"), at(1_500),
+         claim("a"), RECORD, at(2_000), claim("b", "w2"), at(2_500), claim("b", "w2"),
+         at(3_000), claim("c", "w3"), STARTS],
+        [("OK", 1, 1_000, ML + 1_000), ("OK", 2, 2_000, ML + 2_000), ("OK", 3, 3_000, ML + 3_000),
+         ("OK", 0), ("OK", 0), ("record", 4_000, 3, 1_000, 1_500), ("WAIT", 500), ("OK", 0),
+         ("WAIT", 500), ("starts", 1_000, 1_500, 2_500)],
+    ),
+    (
+        "a missed start after which another was admitted: a new start an interval after the "
+        "last, and the tickets still waiting pushed back one interval",
+        [at(-ML), grant("a"), grant("b"), grant("c"), at(1_000), claim("a"), at(2_000),
+         claim("b", "w2"), at(2_100), claim("a"), at(3_000), claim("a"), claim("c", "w3"),
+         at(4_000), claim("c", "w3"), STARTS],
+        [("OK", 1, 1_000, ML + 1_000), ("OK", 2, 2_000, ML + 2_000), ("OK", 3, 3_000, ML + 3_000),
+         ("OK", 0), ("OK", 0), ("WAIT", 900), ("OK", 0), ("WAIT", 1_000), ("OK", 0),
+         ("starts", 1_000, 2_000, 3_000, 4_000)],
     ),
     (
         "DUPLICATE after done: in grant and in claim, for every holder",

@@ -76,10 +76,10 @@ def test_a_task_without_a_mark_to_post_only_waits(monkeypatch: pytest.MonkeyPatc
     assert starts and starts[0] >= start_ns
 
 
-def test_a_task_that_reached_its_process_after_its_start_claims_a_new_one() -> None:
-    """A pool process that came too late (a process replaced, a full pool) must not run the
-    body late and close to the next start: it claims again and waits an interval after the
-    start it missed."""
+def _late_to_its_process(later_start: bool) -> tuple[list[int], int, int, Any]:
+    """A task whose pool process reaches it 30 ms after its start (a process replaced, a full
+    pool); ``later_start``: another task's start was admitted meanwhile. Returns the body's
+    start (monotonic ns), its admitted start (monotonic ns and store µs) and the store."""
     app = Celery("startwait", set_as_current=False)
     app.conf.update(interval_store_url="memory://", interval_queues={"b": 0.05})
     starts: list[int] = []
@@ -96,7 +96,19 @@ def test_a_task_that_reached_its_process_after_its_start_claims_a_new_one() -> N
     )
     assert claim is not None and claim.outcome.value == "OK"
     claimed_ns = time.monotonic_ns() + claim.delay_us * 1000
-    time.sleep(0.03)  # the pool process reaches the task 30 ms after its start
+    if later_start:
+        other = store.grant(TaskCopy("b", "t4", 0), Pace(50_000))
+        delay_us = other.delay_us
+        for _ in range(5):  # sleeps on this host's clock end a little early for the store's
+            time.sleep(delay_us / 1e6)
+            taken = store.claim(
+                TaskCopy("b", "t4", 0), 50_000, other.slot, ClaimTerms("w/4", 10**7)
+            )
+            if taken.outcome.value != "WAIT":
+                break
+            delay_us = taken.delay_us
+        assert taken.outcome.value == "OK"
+    time.sleep(0.03)  # the pool process reaches the task 30 ms (or more) after its start
     headers = {
         START_HEADER: claimed_ns,
         SPIN_HEADER: 0,
@@ -109,5 +121,22 @@ def test_a_task_that_reached_its_process_after_its_start_claims_a_new_one() -> N
         missed()
     finally:
         missed.pop_request()
-    assert starts[0] - claimed_ns >= 50_000_000, "the body ran late instead of claiming again"
-    assert store.status("b", 50_000).last_start_us - claim.now_us >= 50_000
+    return starts, claimed_ns, claim.now_us + claim.delay_us, store
+
+
+def test_a_task_that_reached_its_process_after_its_start_moves_it_when_none_came_since() -> None:
+    """The pool process must not run the body late on the missed start: it claims again, and
+    with no start admitted since, its start moves to now (no slot lost, the next one an
+    interval after the moved start)."""
+    starts, claimed_ns, admitted_us, store = _late_to_its_process(later_start=False)
+    moved_us = store.status("b", 50_000).last_start_us
+    assert moved_us - admitted_us >= 30_000, "the body ran late instead of claiming again"
+    assert starts[0] - claimed_ns >= 30_000_000
+
+
+def test_a_task_that_reached_its_process_after_a_later_start_waits_an_interval_after_it() -> None:
+    """Another task started after the missed start: the claim again waits an interval after
+    that one."""
+    starts, claimed_ns, admitted_us, store = _late_to_its_process(later_start=True)
+    assert starts[0] - claimed_ns >= 100_000_000, "the body ran before an interval after t4's"
+    assert store.status("b", 50_000).last_start_us - admitted_us >= 100_000

@@ -16,9 +16,10 @@ import redis
 
 from celery_interval.demo.embedded import RedisProc
 from celery_interval.errors import StoreError, StoreUnavailable
-from celery_interval.schedule import Outcome, Pace
+from celery_interval.schedule import Lease, Outcome, Pace
 from celery_interval.stores import keys
 from celery_interval.stores.base import TaskCopy
+from celery_interval.stores.codec import decode_mark
 from celery_interval.stores.redis import RedisStore
 from celery_interval.stores.redis_client import store_errors
 from celery_interval.worker.held import HeldState
@@ -238,10 +239,11 @@ def test_lease_and_place_renewals_and_pause_polls_go_on_through_a_refusal(
             entry[1](*entry[2])  # nothing failed since the store answered: the end is logged
     assert len(lines(records, "interval store refusing calls")) == 1, records
     assert len(lines(records, "interval store reachable again")) == 1, records
-    (mark,) = [client.get(k) for k in client.keys("*:m:long:0")]
-    assert mark.startswith(b"L|") and int(mark.split(b"|")[-1]) == clock.now_us + int(
-        lease_s * 1e6
-    ), f"the lease was renewed from now on: {mark!r}"
+    (raw,) = [client.get(k) for k in client.keys("*:m:long:0")]
+    mark = decode_mark(raw)
+    assert isinstance(mark, Lease) and mark.expires_real_us == clock.now_us + int(lease_s * 1e6), (
+        f"the lease was renewed from now on: {raw!r}"
+    )
     assert service.places.running, "the place was renewed"
 
 

@@ -215,6 +215,15 @@ local function after_start(s, start, spacing, burst, cost)
   s.z = nil
 end
 
+-- schedule.burst.moved: s after its last admitted start, which never happened, moved to the
+-- later start.
+local function moved(s, start, spacing, burst, cost)
+  local tat = math.max(start_tat(s, spacing, burst), start + math.max(1, cost) * spacing)
+  s.l = math.max(s.l, start)
+  s.q = tat - s.l - spacing
+  s.z = nil
+end
+
 -- schedule.burst.grant_tat
 local function grant_tat(s, spacing, burst)
   if s.z == nil then
@@ -456,7 +465,8 @@ local function save_fields(key, s, is_new, now, interval, ...)
   keep_until(key, s, now, interval)
 end
 
--- A mark's value as {kind='L', holder, start, exp}, {kind='D', exp} or
+-- A mark's value as {kind='L', holder, start, exp, e, tat} (e and tat: the bucket's epoch and
+-- starts' tat right after the start was admitted; nil in an older lease), {kind='D', exp} or
 -- {kind='G', e, ticket, slot, exp, front}.
 local function parse_mark(raw)
   local kind = string.sub(raw, 1, 1)
@@ -468,8 +478,13 @@ local function parse_mark(raw)
     return { kind = 'G', e = tonumber(e), ticket = tonumber(ticket), slot = tonumber(slot),
       exp = tonumber(exp), front = kind == 'F' }
   end
-  local holder, start, exp = string.match(raw, '^L|(.*)|(%-?%d+)|(%-?%d+)$')
-  return { kind = 'L', holder = holder, start = tonumber(start), exp = tonumber(exp) }
+  local holder, start, exp, e, tat = string.match(
+    raw, '^L|(.*)|(%-?%d+)|(%-?%d+)|(%-?%d+)|(%-?%d+)$')
+  if holder == nil then  -- a lease of an older version: no epoch, no tat
+    holder, start, exp = string.match(raw, '^L|(.*)|(%-?%d+)|(%-?%d+)$')
+  end
+  return { kind = 'L', holder = holder, start = tonumber(start), exp = tonumber(exp),
+    e = tonumber(e), tat = tonumber(tat) }
 end
 
 -- The marks this call read or wrote, by key: {raw = value or false, m = parsed or nil}; take
@@ -517,6 +532,9 @@ local function put_mark(key, m, now)
       .. '|' .. fmt(m.exp)
   else
     value = 'L|' .. m.holder .. '|' .. fmt(m.start) .. '|' .. fmt(m.exp)
+    if m.e ~= nil then
+      value = value .. '|' .. fmt(m.e) .. '|' .. fmt(m.tat)
+    end
   end
   local px = math.max(1, math.floor((m.exp - now) / 1000) + 60000)
   redis.call('SET', key, value, 'PX', fmt(px))

@@ -131,8 +131,9 @@ end
 -- same slot).
 -- Ledger: op=claim:<outcome> now task r ticket slot holder epoch interval (effective), plus
 -- for OK start (real µs) and late (virtual start - slot, a ticket's slot pushed by u, >= 0;
--- again=1 when the holder re-claims its own lease before its start; readmit=1 when its admitted start passed
--- unheard and a new start was admitted), for WAIT, FULL and HELD delay; burst and cost on
+-- again=1 when the holder re-claims its own lease before its start; readmit=1 when its admitted
+-- start passed unheard and a new start was admitted, moved=1 too when that start replaces the
+-- missed one, the bucket's last start), for WAIT, FULL and HELD delay; burst and cost on
 -- every claim of a bucket with a burst or a task with a cost (absent: 1); limits (as ARGV[18])
 -- on every claim of a bucket with extra limits.
 local function claim_op(keys, argv)
@@ -219,15 +220,9 @@ local function claim_op(keys, argv)
   end
   local v = virtual_now(s, now)
   local spacing = effective_interval(s, interval)
-  local earliest = lim_earliest_start(s, limits, cost, earliest_start(s, spacing, burst, cost))
-  if not_before ~= nil then
-    earliest = math.max(earliest, not_before)
-  end
+  local primary = earliest_start(s, spacing, burst, cost)
   local front = m ~= nil and m.kind == 'G' and m.front and m.e == s.e
-  if s.h ~= nil and not front then
-    earliest = math.max(earliest, s.h + spacing)
-  end
-  local readmit = nil
+  local missed = nil
   if m ~= nil and m.kind ~= 'G' then
     if m.kind == 'D' then
       return reply(s, 'DUPLICATE', 0)
@@ -246,13 +241,25 @@ local function claim_op(keys, argv)
         'late', math.max(0, m.start - slot - s.u), 'again', 1)
     end
     -- The holder never heard of its admitted start (a lost reply, its pool process came late)
-    -- and it has passed, or a throttle since moved it into its wait (w): admit a new one after
+    -- and it has passed, or a throttle since moved it into its wait (w): it never happened.
+    -- While no start was admitted after it, it moves to now; else a new one is admitted after
     -- the last, as if that one had happened.
+    missed = m
     slot = s.c
-    readmit = 1
+    if m.e == s.e and m.tat == start_tat(s, spacing, burst) then
+      primary = m.start
+    end
   elseif epoch ~= s.e or (slot < s.c and not front) then
     return reply(s, 'RETICKET', 0)
-  else
+  end
+  local earliest = lim_earliest_start(s, limits, cost, primary)
+  if not_before ~= nil then
+    earliest = math.max(earliest, not_before)
+  end
+  if s.h ~= nil and not front then
+    earliest = math.max(earliest, s.h + spacing)
+  end
+  if missed == nil then
     earliest = math.max(slot + (front and 0 or s.u), earliest)
   end
   lead = clamp_lead(lead)
@@ -266,7 +273,12 @@ local function claim_op(keys, argv)
   seat()
   local start = math.max(v + math.min(math.max(0, handoff), lead, spacing), earliest)
   lim_after_start(s, start, limits, cost)
-  after_start(s, start, spacing, burst, cost)
+  local moves = missed ~= nil and primary == missed.start
+  if moves then
+    moved(s, start, spacing, burst, cost)
+  else
+    after_start(s, start, spacing, burst, cost)
+  end
   if front then
     if s.h ~= nil and slot >= s.h then
       s.h = nil
@@ -274,15 +286,29 @@ local function claim_op(keys, argv)
   else
     s.c = slot
   end
+  local fields = { 'l', 'c', 'h', 'q', 'z', 'x' }
+  -- schedule.core._pushed: the tickets still waiting go back, so none meets the new start.
+  if missed ~= nil and s.g ~= nil and s.c < s.g then
+    if moves then
+      s.u = s.u + math.max(0, start - missed.start)
+    else
+      s.u = s.u + math.max(1, cost) * spacing
+    end
+    fields[#fields + 1] = 'u'
+  end
   if s.a ~= nil then
     eased(s, interval)
-    save_fields(keys[1], s, false, now, interval, 'l', 'c', 'h', 'q', 'z', 'x', 'a', 'k')
-  else
-    save_fields(keys[1], s, false, now, interval, 'l', 'c', 'h', 'q', 'z', 'x')
+    fields[#fields + 1] = 'a'
+    fields[#fields + 1] = 'k'
   end
-  put_mark(keys[2], { kind = 'L', holder = holder, start = start, exp = now + lease }, now)
+  save_fields(keys[1], s, false, now, interval, unpack(fields))
+  put_mark(keys[2], { kind = 'L', holder = holder, start = start, exp = now + lease, e = s.e,
+    tat = start_tat(s, effective_interval(s, interval), burst) }, now)
   local late = math.max(0, start - slot - (front and 0 or s.u))
-  if readmit then
+  if moves then
+    return reply(s, 'OK', start - v, 'start', now + start - v, 'late', late, 'readmit', 1,
+      'moved', 1)
+  elseif missed ~= nil then
     return reply(s, 'OK', start - v, 'start', now + start - v, 'late', late, 'readmit', 1)
   end
   return reply(s, 'OK', start - v, 'start', now + start - v, 'late', late)
