@@ -3,8 +3,9 @@ or a burst's budget (one rule for the Spark audit, the demo's figures and the ex
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import Any, TypeVar
 
 __all__ = [
     "AGAIN",
@@ -13,15 +14,19 @@ __all__ = [
     "COST",
     "GRANT_OP",
     "LIMITS",
+    "MOVED",
     "READMIT",
     "START_OP",
     "THROTTLE_OP",
     "Budget",
+    "happened",
     "is_grant",
+    "is_moved",
     "is_readmit",
     "is_start",
     "is_violation",
     "limits_of",
+    "replaces",
     "start_time_us",
     "units_of",
 ]
@@ -35,6 +40,10 @@ GRANT_OP = "grant:OK"
 AGAIN = "again"
 #: Set (1) on a start admitted anew because the holder's earlier admitted start passed unheard.
 READMIT = "readmit"
+#: Set (1) on a readmit whose start replaces the one its holder missed: no start was admitted
+#: after that one (it is the bucket's start just before, of the same task, retry and holder),
+#: so it moved to the new time and never happened where it first was.
+MOVED = "moved"
 #: The op of a throttled run (``Throttled``): the task's next start is its run again, not a
 #: duplicate of it.
 THROTTLE_OP = "throttle"
@@ -47,6 +56,9 @@ COST = "cost"
 LIMITS = "limits"
 #: The control entries that record the interval in force (``interval``) without a start.
 CONTROL_OPS = ("pause", "unpause", "set_interval", "unset_interval")
+
+
+_Entry = TypeVar("_Entry", bound=Mapping[str, Any])
 
 
 def _flag(fields: Mapping[str, object], name: str) -> bool:
@@ -67,6 +79,34 @@ def is_grant(fields: Mapping[str, object]) -> bool:
 def is_readmit(fields: Mapping[str, object]) -> bool:
     """Whether a start replaces an earlier admitted start of the same task that passed unheard."""
     return is_start(fields) and _flag(fields, READMIT)
+
+
+def is_moved(fields: Mapping[str, object]) -> bool:
+    """Whether a start replaces the bucket's start just before it, which its holder missed."""
+    return is_readmit(fields) and _flag(fields, MOVED)
+
+
+def replaces(fields: Mapping[str, object], before: Mapping[str, object] | None) -> bool:
+    """Whether a start moved the start ``before`` it (the bucket's previous start, in the
+    ledger's order): a moved readmit of the same task, retry and holder."""
+    return (
+        before is not None
+        and is_moved(fields)
+        and all(str(fields.get(k)) == str(before.get(k)) for k in ("task", "r", "holder"))
+    )
+
+
+def happened(entries: Iterable[_Entry]) -> list[_Entry]:
+    """The starts among one bucket's ``entries`` (in the ledger's order) that happened: every
+    start, less each one its holder missed that a moved readmit replaced."""
+    starts: list[_Entry] = []
+    for fields in entries:
+        if not is_start(fields):
+            continue
+        if starts and replaces(fields, starts[-1]):
+            starts.pop()
+        starts.append(fields)
+    return starts
 
 
 def start_time_us(fields: Mapping[str, object]) -> int:
@@ -149,6 +189,25 @@ class Budget:
                 broken.append(limit)
         self.broken_limits = tuple(broken)
         return broke or bool(broken)
+
+    def moved(
+        self,
+        start_us: int,
+        interval_us: int,
+        cost: int = 1,
+        limits: tuple[tuple[int, int], ...] = (),
+    ) -> None:
+        """The last start fed moved to the later ``start_us`` (``is_moved``): each budget's
+        theoretical arrival time as if that start had been there (it breaks nothing: every
+        earlier start is further from it)."""
+        cost = max(1, cost)
+        if self.tat_us is not None:
+            self.tat_us = max(self.tat_us, start_us + cost * interval_us)
+        for limit in limits:
+            tat_us = self.limit_tats_us.get(limit)
+            if tat_us is not None:
+                self.limit_tats_us[limit] = max(tat_us, start_us + cost * limit[0])
+        self.broken_limits = ()
 
 
 def _gcra(

@@ -9,7 +9,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from celery_interval.starts import is_start, is_violation
+from celery_interval.starts import happened, is_violation
 
 __all__ = ["RunFigures", "body_slack_us", "figures_from", "percentile"]
 
@@ -52,10 +52,7 @@ def percentile(values: Sequence[float], q: float) -> float:
     return ordered[rank - 1]
 
 
-def _field(fields: dict[Any, Any], name: str) -> str | None:
-    value = fields.get(name.encode(), fields.get(name))
-    if value is None:
-        return None
+def _text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
@@ -75,17 +72,10 @@ def figures_from(
     # One host's monotonic clock when every worker recorded it (the demo), else the store's.
     clock = "mono_ns" if starts and all("mono_ns" in s for s in starts) else "us"
     body_times = sorted(s[clock] // (1000 if clock == "mono_ns" else 1) for s in starts)
-    claims: list[tuple[int, int]] = []
-    pauses: list[tuple[str, int]] = []
-    for _entry_id, fields in ledger:
-        op, now = _field(fields, "op"), int(_field(fields, "now") or 0)
-        if now < since_us:
-            continue
-        if is_start({"op": op, "again": _field(fields, "again")}):
-            claims.append((int(_field(fields, "start") or 0), int(_field(fields, "late") or 0)))
-        elif op in ("pause", "unpause"):
-            pauses.append((op, now))
-    claims.sort()
+    entries = [{_text(k): _text(v) for k, v in fields.items()} for _entry_id, fields in ledger]
+    entries = [e for e in entries if int(e.get("now") or 0) >= since_us]
+    claims = sorted((int(e.get("start") or 0), int(e.get("late") or 0)) for e in happened(entries))
+    pauses = [(e["op"], int(e["now"])) for e in entries if e.get("op") in ("pause", "unpause")]
     claim_times = [t for t, _ in claims]
     interval_us = round(interval_s * 1e6)
     gaps = [b - a for a, b in itertools.pairwise(claim_times)]

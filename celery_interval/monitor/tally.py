@@ -15,6 +15,7 @@ from celery_interval.starts import (
     is_readmit,
     is_start,
     limits_of,
+    replaces,
     start_time_us,
     units_of,
 )
@@ -56,7 +57,8 @@ class BucketTally:
     previous start's than the interval in force at it (the ``interval`` its entry records,
     else the one the latest control entry recorded), or, in a bucket with a burst, a start
     that overdraws the budget, or one that overdraws an extra limit's its entry names
-    (``Budget``; counted by limit in ``limit_violations`` too)."""
+    (``Budget``; counted by limit in ``limit_violations`` too). A moved readmit puts the start
+    before it, which its holder missed, at its own time (``replaces``): no violation."""
 
     def __init__(self) -> None:
         self.starts = 0
@@ -76,6 +78,7 @@ class BucketTally:
         self.recent: deque[tuple[int, int]] = deque(maxlen=RECENT_MAX)
         self._control_interval_us: int | None = None
         self._budget = Budget()
+        self._last_start: Mapping[str, str] | None = None
 
     def feed(self, fields: Mapping[str, str]) -> None:
         """Count one ledger entry (its fields as text, as the stream holds them)."""
@@ -97,7 +100,14 @@ class BucketTally:
         start = start_time_us(fields)
         interval = recorded if recorded is not None else self._control_interval_us
         task = fields.get("task", "")
-        if interval is not None and self._budget.overdraws(
+        moved = replaces(fields, self._last_start)
+        self._last_start = fields
+        if moved:  # the start before, which its holder missed, is at this one's time instead
+            if interval is not None:
+                self._budget.moved(start, interval, units_of(fields)[1], limits_of(fields))
+            if self.recent:
+                self.recent.pop()
+        elif interval is not None and self._budget.overdraws(
             start, interval, *units_of(fields), limits_of(fields)
         ):
             gap = 0 if self.last_start_us is None else start - self.last_start_us

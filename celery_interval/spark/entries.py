@@ -9,7 +9,7 @@ from pyspark.sql import Column, DataFrame, Window, WindowSpec
 from pyspark.sql import functions as F
 from pyspark.sql.types import LongType, StringType, StructField, StructType
 
-from celery_interval.starts import AGAIN, CONTROL_OPS, GRANT_OP, START_OP, THROTTLE_OP
+from celery_interval.starts import AGAIN, CONTROL_OPS, GRANT_OP, MOVED, START_OP, THROTTLE_OP
 
 __all__ = [
     "AUDIT_FIELDS",
@@ -35,7 +35,7 @@ __all__ = [
 
 _TEXT = ("bucket", "id", "op", "task", "holder", "limits")
 _NUMBERS = ("now", "r", "ticket", "slot", "delay", "epoch", "paused", "start", "late", "again")
-_NUMBERS_TOO = ("changed", "interval", "readmit", "burst", "cost")
+_NUMBERS_TOO = ("changed", "interval", "readmit", "burst", "cost", "moved")
 #: Every field an exported entry may carry (``ledger.entry_record``), typed.
 LEDGER_SCHEMA = StructType(
     [StructField(n, StringType()) for n in _TEXT]
@@ -44,7 +44,7 @@ LEDGER_SCHEMA = StructType(
 #: The fields the audit reads.
 AUDIT_FIELDS = (
     "bucket", "id", "op", "now", "task", "r", "holder", "start", "late", "again",
-    "changed", "interval", "readmit", "burst", "cost", "limits",
+    "changed", "interval", "readmit", "burst", "cost", "limits", "moved",
 )  # fmt: skip
 #: Lateness over time is kept per second of store time, per bucket and worker.
 TBIN_US = 1_000_000
@@ -55,7 +55,7 @@ _CONTROLS = CONTROL_OPS
 #: Besides starts, the entries the running windows read: intervals set, pauses opened, closed.
 _TIMELINE_OPS = (*_CONTROLS, "reset")
 #: The fields only a start's later steps read.
-_START_FIELDS = ("task", "r", "holder", "late", "readmit", "burst", "cost", "limits")
+_START_FIELDS = ("task", "r", "holder", "late", "readmit", "burst", "cost", "limits", "moved")
 #: Where a start's interval came from; entries carry the index (numbers aggregate faster).
 SOURCES = ("--interval-of", "ledger", "control")
 
@@ -163,7 +163,8 @@ def annotate(ledger: DataFrame, intervals_us: Mapping[str, int] | None = None) -
     and the interval governs starts. The interval a gap must clear is the later start's: from
     ``intervals_us`` (``--interval-of``) when given, else the ``interval`` the claim entry
     records, else the one the latest control entry (pause, unpause, set_interval,
-    unset_interval) recorded before it."""
+    unset_interval) recorded before it. A start its holder missed, which the next start (a
+    moved readmit) replaced, is left out of the gaps and budgets."""
     w = _by_time()
     before = w.rowsBetween(Window.unboundedPreceding, -1)
     upto = w.rowsBetween(Window.unboundedPreceding, Window.currentRow)
@@ -172,14 +173,23 @@ def annotate(ledger: DataFrame, intervals_us: Mapping[str, int] | None = None) -
     is_open = (op == "pause") & flag("changed")
     is_close = ((op == "unpause") & flag("changed")) | (op == "reset")
     control = op.isin(*_CONTROLS) & F.col("interval").isNotNull()
-    # One window pass: a repeat (the copy of the row before it, see ``dedupe``) leaves every
-    # running value of the rows after it as it was, so it is dropped after the pass.
-    running = ledger.select(
+    # A repeat (the copy of the row before it, see ``dedupe``) leaves every running value of
+    # the rows after it as it was, so it is dropped after the passes.
+    marked = ledger.select("*", is_repeat().alias("_repeat"))
+    # A start its holder missed that the next start moved (celery_interval.starts.replaces)
+    # is no start for the gaps and budgets: that one is at its time instead.
+    copy = F.struct("task", "r", "holder")
+    following = F.first(
+        F.when(is_start & ~F.col("_repeat"), F.struct(flag(MOVED).alias("moved"), copy.alias("c"))),
+        ignorenulls=True,
+    ).over(w.rowsBetween(1, Window.unboundedFollowing))
+    missed = is_start & F.coalesce(following["moved"] & (following["c"] == copy), F.lit(False))
+    counted = F.col("_counted")
+    running = marked.select("*", (is_start & ~missed).alias("_counted")).select(
         "*",
-        is_repeat().alias("_repeat"),
         F.last(F.when(control, F.col("interval")), ignorenulls=True).over(upto).alias("c_iv"),
-        F.last(F.when(is_start, start), ignorenulls=True).over(before).alias("prev_start_us"),
-        F.last(F.when(is_start, F.col("task")), ignorenulls=True).over(before).alias("prev_task"),
+        F.last(F.when(counted, start), ignorenulls=True).over(before).alias("prev_start_us"),
+        F.last(F.when(counted, F.col("task")), ignorenulls=True).over(before).alias("prev_task"),
         F.first(F.when(is_start, start), ignorenulls=True).over(upto).alias("t0"),
         F.last(F.when(is_open | is_close, F.struct(is_open.alias("open"), F.col("now"))), True)
         .over(before)
@@ -199,6 +209,7 @@ def annotate(ledger: DataFrame, intervals_us: Mapping[str, int] | None = None) -
     last_event = F.col("last_event")
     shaped = running.where(~F.col("_repeat")).select(
         *ledger.columns,
+        "_counted",
         F.when(is_start, F.col("prev_start_us")).alias("prev_start_us"),
         F.when(is_start, F.col("prev_task")).alias("prev_task"),
         interval_us.alias("interval_us"),
@@ -225,14 +236,14 @@ def _budget_checked(shaped: DataFrame) -> DataFrame:
     starts, at each start's own interval: exact while a bucket's interval stays the same; the
     gap rule is its case burst = cost = 1). A second window pass over the same sort (no
     shuffle, no sort)."""
-    is_start = F.col("is_start")
+    counted = F.col("_counted")
     checked = with_overdrawn(
-        shaped, _by_time(), is_start, F.col("interval_us"), F.col("burst"), "_overdrawn"
+        shaped, _by_time(), counted, F.col("interval_us"), F.col("burst"), "_overdrawn"
     )
-    budget = is_start & F.col("burst").isNotNull()
+    budget = F.col("is_start") & F.col("burst").isNotNull()
     return checked.select(
         *[F.when(budget, F.col("_overdrawn")).otherwise(F.col(c)).alias(c)
-          if c == "violation" else c for c in shaped.columns]
+          if c == "violation" else c for c in shaped.columns if c != "_counted"]
     )  # fmt: skip
 
 

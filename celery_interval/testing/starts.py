@@ -10,6 +10,7 @@ from typing import Any
 
 from celery_interval.config.intervals import parse_interval_us
 from celery_interval.ledger import reader_for_app
+from celery_interval.starts import happened
 
 __all__ = ["Start", "assert_spaced", "ledger_starts", "wait_for_starts"]
 
@@ -36,7 +37,8 @@ class Start:
 
 def ledger_starts(app: Any, bucket: str) -> list[Start]:
     """Every admitted start of ``bucket`` in its ledger, in start order: each first OK claim
-    (a holder's repeated claim of the same start is left out). Needs a Redis store."""
+    (a holder's repeated claim of the same start is left out, and a start its holder missed
+    that a moved readmit replaced). Needs a Redis store."""
     reader = reader_for_app(app)
     try:
         entries = list(reader.entries(bucket))
@@ -52,8 +54,7 @@ def ledger_starts(app: Any, bucket: str) -> list[Start]:
             holder=str(entry.get("holder", "")),
             readmit=entry.get("readmit") == 1,
         )
-        for entry in entries
-        if entry.get("op") == "claim:OK" and entry.get("again") != 1
+        for entry in happened(entries)
     ]
     return sorted(starts, key=lambda s: s.at_us)
 

@@ -7,6 +7,7 @@ from typing import Any
 import redis
 
 from celery_interval.config.table import KEY_PREFIX
+from celery_interval.starts import happened
 from celery_interval.stores.keys import ledger_key
 from tests.helpers.pool import Pool
 
@@ -26,19 +27,17 @@ def ledger(pool: Pool, bucket: str | None = None) -> list[dict[str, str]]:
 
 
 def claim_times_us(pool: Pool, task_id: str | None = None, *, readmits: bool = True) -> list[int]:
-    """Store-clock start times of every OK claim (of one task), read from the bucket's ledger.
+    """Store-clock start times of every OK claim (of one task) that happened, read from the
+    bucket's ledger: a start its holder missed that a moved readmit replaced is left out.
 
     ``readmits=False`` leaves out a holder's new start after its admitted one passed unused (a
     pool process that came too late): for counting runs, not for spacing.
     """
-    entries = pool.recorder.xrange(ledger_key(KEY_PREFIX, pool.queue))
     return sorted(
-        int(fields[b"start"])
-        for _id, fields in entries
-        if fields.get(b"op") == b"claim:OK"
-        and fields.get(b"again") != b"1"
-        and (readmits or fields.get(b"readmit") != b"1")
-        and (task_id is None or fields.get(b"task") == task_id.encode())
+        int(fields["start"])
+        for fields in happened(ledger(pool))
+        if (readmits or fields.get("readmit") != "1")
+        and (task_id is None or fields.get("task") == task_id)
     )
 
 
@@ -54,13 +53,9 @@ def claim_admissions_us(pool: Pool) -> list[tuple[int, int]]:
 
 
 def bucket_claims(pool: Pool, bucket: str) -> list[tuple[int, str]]:
-    """(store-clock start, task id) of every first OK claim in ``bucket``'s ledger."""
-    entries = pool.recorder.xrange(ledger_key(KEY_PREFIX, bucket))
-    return sorted(
-        (int(fields[b"start"]), fields[b"task"].decode())
-        for _id, fields in entries
-        if fields.get(b"op") == b"claim:OK" and fields.get(b"again") != b"1"
-    )
+    """(store-clock start, task id) of every OK claim of ``bucket`` that happened (as
+    ``claim_times_us``)."""
+    return sorted((int(f["start"]), f["task"]) for f in happened(ledger(pool, bucket)))
 
 
 def admitted_starts(pool: Pool) -> list[dict[str, Any]]:

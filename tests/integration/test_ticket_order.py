@@ -60,4 +60,6 @@ def test_a_late_pool_thread_leaves_the_later_tickets_in_order(
     assert_spaced(starts, interval_s)
     readmitted = {s.task_id for s in starts if s.readmit}
     assert late <= readmitted, "each late task was admitted again"
-    assert [s.task_id for s in starts if not s.readmit] == sent
+    # A missed start moved to the readmit's time keeps its place in the order; one a later
+    # start passed stays in its place, its readmit comes after.
+    assert list(dict.fromkeys(s.task_id for s in starts)) == sent

@@ -72,6 +72,41 @@ def test_a_bucket_with_a_burst_is_judged_by_its_budget(
     assert [r["task"] for r in flagged.collect()] == ["b6"]
 
 
+def test_a_start_its_holder_missed_and_moved_is_at_its_new_time(
+    spark: Any,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    """A moved readmit puts its copy's missed start (the bucket's start just before) at its
+    own time: no gap from the missed start, and the next start is measured from the moved one
+    (with and without a burst). A moved readmit of another copy replaces nothing."""
+    from celery_interval.spark import audit
+
+    def audited(led: Ledger) -> tuple[int, int, list[str]]:
+        path = write_jsonl(tmp_path / f"{led.bucket}.jsonl", led.rows)
+        result = audit.audit(audit.read_ledgers(spark, [str(path)]))
+        got = by_bucket(result.summary.collect())[led.bucket]
+        flagged = [r["task"] for r in result.entries.where("violation").collect()]
+        return got["starts"], got["violations"], flagged
+
+    moved = {"readmit": 1, "moved": 1}
+    led = Ledger("moved")
+    led.start("m1", 0.0, "w1@a")
+    led.start("m2", 1.0, "w1@a", holder="w1@a/00000000002a")
+    led.start("m2", 1.4, "w1@a", holder="w1@a/00000000002a", **moved)  # 0.4 s after m2
+    led.start("m3", 2.4, "w1@a")  # 1 s after the moved start
+    led.start("m4", 3.4, "w1@a")
+    led.start("m5", 3.6, "w1@a", **moved)  # not m4's copy: 0.2 s after m4
+    assert audited(led) == (6, 1, ["m5"])
+    led = Ledger("burst")
+    led.start("b1", 0.0, "w1@a", burst=2)
+    led.start("b2", 0.0, "w1@a", holder="w1@a/00000000002b", burst=2)
+    led.start("b2", 0.5, "w1@a", holder="w1@a/00000000002b", burst=2, **moved)  # 3 in 0.5 s
+    led.start("b3", 1.5, "w1@a", burst=2)
+    led.start("b4", 2.5, "w1@a", burst=2)
+    led.start("b5", 2.6, "w1@a", burst=2, **moved)  # not b4's copy: 5 units in 2.6 s
+    assert audited(led) == (6, 1, ["b5"])
+
+
 def test_a_throttled_task_run_again_is_no_duplicate(
     spark: Any,  # noqa: F811
     tmp_path: Path,

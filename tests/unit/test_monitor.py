@@ -72,6 +72,28 @@ def test_starts_violations_and_lateness_of_a_hand_made_ledger() -> None:
     assert tally.last_late_us == 5_000 and tally.interval_us == I_US
 
 
+def test_a_moved_readmit_puts_the_missed_start_at_its_own_time() -> None:
+    """A moved readmit replaces its copy's missed start, the bucket's start just before it: no
+    violation from it, the next start measured from it; one of another copy replaces nothing."""
+    missed = {"holder": "w1/00000000000b"}
+    tally = fed(
+        [
+            claim_ok("a", T0),
+            claim_ok("b", T0 + I_US, **missed),
+            claim_ok("b", T0 + I_US + 40_000, readmit=1, moved=1, **missed),
+            claim_ok("c", T0 + 2 * I_US + 40_000),  # one interval after the moved start
+            claim_ok("d", T0 + 3 * I_US + 40_000),
+            claim_ok("e", T0 + 3 * I_US + 60_000, readmit=1, moved=1),  # not d's copy
+        ]
+    )
+    assert (tally.starts, tally.readmits, tally.violations) == (6, 2, 1)
+    assert tally.last_violation is not None and tally.last_violation.task == "e"
+    assert [start for start, _late in tally.window(T0 + 10 * I_US, 20 * I_US)] == [
+        T0, T0 + I_US + 40_000, T0 + 2 * I_US + 40_000, T0 + 3 * I_US + 40_000,
+        T0 + 3 * I_US + 60_000,
+    ]  # fmt: skip
+
+
 def test_the_interval_of_a_start_without_one_comes_from_the_last_control_entry() -> None:
     control = {"op": "set_interval", "now": str(T0), "changed": "1", "interval": str(2 * I_US)}
     tally = fed(
