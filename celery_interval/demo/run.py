@@ -36,6 +36,8 @@ class DemoOptions:
     store: str | None = None
     as_json: bool = False
     timeout_s: float = 120.0
+    #: More ``celery worker`` options for every worker (``--max-tasks-per-child=1``).
+    worker_args: tuple[str, ...] = ()
 
 
 @contextlib.contextmanager
@@ -89,6 +91,7 @@ def run_demo(options: DemoOptions, out: Any = None) -> tuple[int, RunFigures]:
                     "--without-gossip",
                     "--without-mingle",
                     "--without-heartbeat",
+                    *options.worker_args,
                 ),
                 env=env,
                 stdout=subprocess.DEVNULL,
