@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import heapq
 import time
 from collections import defaultdict
 from collections.abc import Callable
@@ -61,32 +62,52 @@ class Holding:
         self.stopped: set[str] = set()
         self.latest_due_ns: dict[str, int] = {}
         self.overflow = overflow
+        #: By queue: its buckets holding more than half ``max_held`` (they keep it stopped).
+        self._crowded: dict[str, set[str]] = defaultdict(set)
+        #: By queue: a max-heap of (-due_ns, bucket); entries whose bucket holds nothing or
+        #: has a later due are stale and dropped as they reach the top.
+        self._dues: dict[str, list[tuple[int, str]]] = defaultdict(list)
 
     def add(self, held: Held) -> None:
         """Hold ``held``: its message stays unacked, so the prefetch makes room for it."""
-        self.held[held.bucket].append(held)
+        items = self.held[held.bucket]
+        items.append(held)
         self.count += 1
         self._qos().increment_eventually()
+        if held.queue and len(items) > self.settings.max_held // 2:
+            self._crowded[held.queue].add(held.bucket)
 
     def remove(self, held: Held) -> bool:
         """Let go of ``held`` (if still held), and apply the caps to its queue. Returns whether
         its bucket holds nothing here now (its entries were dropped)."""
         emptied = False
         with contextlib.suppress(ValueError):  # already let go
-            self.held.get(held.bucket, []).remove(held)
+            items = self.held.get(held.bucket, [])
+            items.remove(held)
             self.count -= 1
             self._qos().decrement_eventually()
-            if not self.held[held.bucket]:
+            if held.queue and len(items) <= self.settings.max_held // 2:
+                self._crowded[held.queue].discard(held.bucket)
+            if not items:
                 self._prune(held.bucket)
                 emptied = True
             if self.overflow is not None:
                 self.overflow.left(held.queue, held.bucket)
-        self.apply_caps(held.queue)
+        self.apply_caps(held.queue, held.bucket)
         return emptied
 
     def due_at(self, bucket: str, due_ns: int) -> None:
         """A task of ``bucket`` starts at ``due_ns`` (monotonic): how far ahead the bucket holds."""
-        self.latest_due_ns[bucket] = max(due_ns, self.latest_due_ns.get(bucket, 0))
+        latest_ns = max(due_ns, self.latest_due_ns.get(bucket, 0))
+        self.latest_due_ns[bucket] = latest_ns
+        items = self.held.get(bucket)
+        if items and items[0].queue:
+            dues = self._dues[items[0].queue]
+            heapq.heappush(dues, (-latest_ns, bucket))
+            if len(dues) > 2 * len(self.latest_due_ns) + 64:  # stale entries: rebuild
+                dues[:] = [(-self.latest_due_ns[b], b) for b in {b for _, b in dues}
+                           if b in self.latest_due_ns]  # fmt: skip
+                heapq.heapify(dues)
 
     def _prune(self, bucket: str) -> None:
         """A bucket holds nothing here: drop its entries (many tenants come and go); keep its
@@ -96,11 +117,21 @@ class Holding:
         if len(self.stats) > MAX_STATS:
             self.stats.pop(bucket, None)
 
-    def apply_caps(self, queue: str | None) -> None:
-        """Stop fetching at ``max_held`` tasks or a slot ``max_ahead_s`` away; resume at half.
+    def _latest_due_ns(self, queue: str) -> int | None:
+        """The latest start any bucket of ``queue`` holds a task for (None: none known)."""
+        dues = self._dues.get(queue)
+        while dues:
+            due_ns, bucket = -dues[0][0], dues[0][1]
+            if self.latest_due_ns.get(bucket) == due_ns and self.held.get(bucket):
+                return due_ns
+            heapq.heappop(dues)
+        return None
 
-        Half leaves a buffer for the broker's resume latency (a Redis broker's BRPOP: up to 1 s).
-        """
+    def apply_caps(self, queue: str | None, bucket: str | None = None) -> None:
+        """Stop fetching at ``max_held`` tasks of a bucket or a slot ``max_ahead_s`` away;
+        resume at half of both. Half leaves a buffer for the broker's resume latency (a Redis
+        broker's BRPOP: up to 1 s). Only ``bucket``, the one that changed, can newly reach a
+        cap; resuming reads the queue's crowded buckets and its latest start."""
         if not queue:
             return
         if self.overflow is not None and self.overflow.active:
@@ -109,17 +140,14 @@ class Holding:
                 self._resume_queue(queue)
             return
         now_ns = time.monotonic_ns()
-        count, ahead_s = 0, 0.0
-        for bucket, items in self.held.items():
-            if items and items[0].queue == queue:
-                count = max(count, len(items))
-                due_ns = self.latest_due_ns.get(bucket, now_ns)
-                ahead_s = max(ahead_s, (due_ns - now_ns) / 1e9)
+        latest_ns = self._latest_due_ns(queue)
+        ahead_s = 0.0 if latest_ns is None else (latest_ns - now_ns) / 1e9
         if queue not in self.stopped:
+            count = len(self.held.get(bucket, ())) if bucket is not None else 0
             if count >= self.settings.max_held or ahead_s >= self.settings.max_ahead_s:
                 self.stopped.add(queue)
                 self._stop_queue(queue)
-        elif count <= self.settings.max_held // 2 and ahead_s <= self.settings.max_ahead_s / 2:
+        elif not self._crowded.get(queue) and ahead_s <= self.settings.max_ahead_s / 2:
             self.stopped.discard(queue)
             self._resume_queue(queue)
 
@@ -128,3 +156,5 @@ class Holding:
         self.held.clear()
         self.count = 0
         self.stopped.clear()
+        self._crowded.clear()
+        self._dues.clear()

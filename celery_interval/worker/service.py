@@ -106,7 +106,7 @@ class IntervalService:
         self.holding.add(held)
         self.slots.admit(held)
         self.notify.received(held)
-        self.holding.apply_caps(held.queue)
+        self.holding.apply_caps(held.queue, held.bucket)
 
     def from_pool(self, fn: Callable[..., Any], *args: Any) -> None:
         """Run ``fn`` on the event loop's thread: at once there, else on the loop's next turn (a

@@ -42,6 +42,23 @@ def test_three_workers_hold_one_interval(make_pool: Any, broker: str, pool_type:
 
 
 @pytest.mark.parametrize("broker", ["rabbitmq", "redis"])
+def test_without_parking_workers_stop_fetching_at_the_cap_and_resume(
+    make_pool: Any, broker: str
+) -> None:
+    """Parking off, 4 tasks held per bucket at most: each worker stops consuming the queue at
+    the cap and resumes at half, until every task ran once, spaced."""
+    conf = {"interval_overflow": False, "interval_max_held": 4}
+    pool = make_pool(INTERVAL_S, broker=broker, conf=conf, loglevel="INFO")
+    pool.start(2, concurrency=2)
+    ids = pool.send(80)
+    records = pool.wait_records(80)
+    assert_exactly_once(records, ids)
+    assert_spacing(pool, records, INTERVAL_S)
+    stops = [w.log().count("reached interval_max_held, pausing fetch") for w in pool.workers]
+    assert any(stops), "no worker stopped at the cap: the test proved nothing"
+
+
+@pytest.mark.parametrize("broker", ["rabbitmq", "redis"])
 def test_pause_and_unpause_through_the_cli(make_pool: Any, broker: str) -> None:
     # A small hold cap leaves tasks in the broker for the worker that starts while paused.
     pool = make_pool(INTERVAL_S, broker=broker, conf={"interval_max_held": 10})
