@@ -11,15 +11,14 @@ from typing import Any
 import pytest
 import redis
 
-from celery_interval.config.table import KEY_PREFIX
 from celery_interval.demo.embedded import RedisProc
-from celery_interval.stores.keys import ledger_key
 from tests.helpers.assertions import (
     assert_claims_spaced,
     assert_exactly_once,
     assert_one_ok_claim_each,
 )
 from tests.helpers.faults import publish
+from tests.helpers.ledgers import happened_us
 from tests.helpers.lookupapp import LOOKUP_DOWN
 
 pytestmark = pytest.mark.slow
@@ -120,8 +119,7 @@ def test_a_bucket_lookup_down_for_seconds_holds_its_tasks_then_each_runs_once(
         pool.recorder.delete(down)
     records = pool.wait_records(20, timeout_s=60)
     assert_exactly_once(records, ids)
-    entries = pool.recorder.xrange(ledger_key(KEY_PREFIX, f"{pool.queue}:t1"))
-    starts_us = sorted(int(f[b"start"]) for _id, f in entries if f[b"op"] == b"claim:OK")
+    starts_us = happened_us(pool.recorder, f"{pool.queue}:t1")
     assert len(starts_us) == len(ids), "one admitted start each, on the tenant's bucket"
     gaps_us = [b - a for a, b in itertools.pairwise(starts_us)]
     assert min(gaps_us) >= INTERVAL_S * 1e6, f"{min(gaps_us)} us between starts"

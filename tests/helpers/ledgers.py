@@ -41,6 +41,12 @@ def claim_times_us(pool: Pool, task_id: str | None = None, *, readmits: bool = T
     )
 
 
+def happened_us(client: redis.Redis[Any], bucket: str) -> list[int]:
+    """Store-clock times of ``bucket``'s starts that happened, from its ledger on ``client``'s
+    server (a start its holder missed that a moved readmit replaced is left out)."""
+    return sorted(int(f["start"]) for f in happened(ledger_entries(client, bucket)))
+
+
 def claim_admissions_us(pool: Pool) -> list[tuple[int, int]]:
     """(when the store admitted it, the start it admitted), store-clock µs, of every OK claim of
     the pool's queue. A claim may come up to its lead before its start."""

@@ -11,7 +11,7 @@ import pytest
 
 from celery_interval.headers import COST_HEADER
 from celery_interval.schedule import MAX_LEAD_US, Pace
-from celery_interval.starts import is_start
+from celery_interval.starts import happened
 from celery_interval.stores.base import TaskCopy
 from celery_interval.stores.redis import RedisStore
 
@@ -26,8 +26,7 @@ def ledger_starts(store: RedisStore, bucket: str) -> list[tuple[int, int, str]]:
     """(start on the store's clock, cost, task id) of every start the ledger admitted."""
     return sorted(
         (int(f["start"]), int(f.get("cost", 1)), f["task"])
-        for _, f in store.ledger(bucket, count=10_000)
-        if is_start(f)
+        for f in happened(f for _, f in store.ledger(bucket, count=10_000))
     )
 
 

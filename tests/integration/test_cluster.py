@@ -16,6 +16,7 @@ from celery_interval.demo.embedded import RedisProc
 from celery_interval.errors import ConfigurationError, StoreUnavailable
 from celery_interval.schedule import ClaimTerms, Outcome, Pace
 from celery_interval.schedule.outer import Outer
+from celery_interval.starts import happened
 from celery_interval.stores import mask_url, store_from_url
 from celery_interval.stores.base import DoneBatch, TaskCopy
 from celery_interval.stores.redis import RedisStore
@@ -181,7 +182,7 @@ def test_a_worker_on_the_cluster_store(
     assert_ticket_order(pool, records, interval_s)
     store = store_from_url(cluster_url(cluster))
     assert isinstance(store, RedisStore)
-    starts = sorted(int(f["start"]) for _, f in store.ledger(pool.queue) if f["op"] == "claim:OK")
+    starts = sorted(int(f["start"]) for f in happened(f for _, f in store.ledger(pool.queue)))
     assert len(starts) == 12
     assert min(b - a for a, b in itertools.pairwise(starts)) >= round(interval_s * 1e6)
 

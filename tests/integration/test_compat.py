@@ -20,6 +20,7 @@ from celery.exceptions import TimeLimitExceeded
 from celery_interval.demo.embedded import RedisProc
 from tests.helpers.compat import INTERVAL_S, compat_pool, starts
 from tests.helpers.events import receiving
+from tests.helpers.ledgers import happened_us
 from tests.helpers.pool import Pool
 
 pytestmark = pytest.mark.slow
@@ -273,15 +274,8 @@ def test_zz_every_interval_start_was_spaced(compat: Pool) -> None:
     """Last in the module: all of the above, on the store's clock, kept the interval, and no
     body began before the start its worker handed it (a body may begin late on a loaded
     machine; one close to the next is then not the limit's doing)."""
-    from celery_interval.config.table import KEY_PREFIX
-    from celery_interval.stores.keys import ledger_key
 
-    entries = compat.recorder.xrange(ledger_key(KEY_PREFIX, compat.queue))
-    claims = sorted(
-        int(fields[b"start"])
-        for _id, fields in entries
-        if fields.get(b"op") == b"claim:OK" and fields.get(b"again") != b"1"
-    )
+    claims = happened_us(compat.recorder, compat.queue)
     interval_us = round(INTERVAL_S * 1e6)
     assert len(claims) > 20
     assert min(b - a for a, b in itertools.pairwise(claims)) >= interval_us

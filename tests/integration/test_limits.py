@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from celery_interval.starts import is_readmit, is_start
+from celery_interval.starts import happened, is_readmit
 from celery_interval.stores.redis import RedisStore
 
 pytestmark = pytest.mark.slow
@@ -35,7 +35,7 @@ def test_an_interval_and_a_tighter_rate_hold_at_once_and_the_rate_is_saturated(
     ids = pool.send(TASKS)
     pool.wait_records(TASKS, timeout_s=90)
     entries = [f for _, f in store.ledger(queue, count=10_000)]
-    starts = [f for f in entries if is_start(f)]
+    starts = happened(entries)
     admitted = sorted(int(f["start"]) for f in starts)
     for i, first_us in enumerate(admitted):
         in_window = [s for s in admitted[i:] if s < first_us + 1_000_000]

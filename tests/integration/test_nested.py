@@ -12,7 +12,7 @@ import pytest
 from celery_interval import control
 from celery_interval.config import settings_of
 from celery_interval.schedule import MAX_LEAD_US as ML_US
-from celery_interval.starts import is_start
+from celery_interval.starts import happened
 from celery_interval.stores.redis import RedisStore
 from tests.helpers.pool import Pool
 from tests.helpers.pool_tasks import send_tenants
@@ -54,8 +54,8 @@ def test_three_tenants_inside_one_outer_bucket_keep_both_intervals_and_fill_the_
     starts: dict[str, dict[str, int]] = {}
     for tenant in TENANTS:
         entries = [f for _, f in store.ledger(f"{pool.queue}:{tenant}", count=10_000)]
-        starts[tenant] = {f["task"]: int(f["start"]) for f in entries if is_start(f)}
-        own = sorted(int(f["start"]) for f in entries if is_start(f))
+        starts[tenant] = {f["task"]: int(f["start"]) for f in happened(entries)}
+        own = sorted(int(f["start"]) for f in happened(entries))
         gaps_us = [b - a for a, b in itertools.pairwise(own)]
         assert min(gaps_us) >= TENANT_S * 1e6, (tenant, sorted(gaps_us)[:5])
     assert sorted(t for ran in starts.values() for t in ran) == sorted(ids), "every task started"
@@ -87,8 +87,8 @@ def test_pausing_the_outer_bucket_pauses_every_tenant(make_pool: Any) -> None:
     ran: set[str] = set()
     for tenant in TENANTS:
         entries = [f for _, f in store.ledger(f"{queue}:{tenant}", count=10_000)]
-        starts[tenant] = sorted(int(f["start"]) for f in entries if is_start(f))
-        ran |= {f["task"] for f in entries if is_start(f)}
+        starts[tenant] = sorted(int(f["start"]) for f in happened(entries))
+        ran |= {f["task"] for f in happened(entries)}
     assert ran == set(ids), "every task started"
     everything = sorted(s for own in starts.values() for s in own)
     during = [s for s in everything if paused_at_us + ML_US < s < unpaused_at_us]
