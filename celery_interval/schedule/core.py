@@ -129,6 +129,7 @@ def claim(
     slot_us = slot.slot_us
     front = isinstance(mark, Granted) and mark.front and mark.epoch == state.epoch
     missed: Lease | None = None
+    moves = False
     if isinstance(mark, Lease):
         if mark.holder != terms.holder:
             held_us = mark.expires_real_us - now_us
@@ -138,11 +139,17 @@ def claim(
             return state, mark, Claim(Outcome.OK, state.epoch, mark.start_us - v, now_us)
         # The holder never heard of its admitted start (the reply was lost, or its pool process
         # came late) and that start has passed, or a throttle since moved it into its wait:
-        # it never happened. While no start was admitted after it, it moves to now; else a
-        # new one is admitted after the last, as if that one had happened.
+        # it never happened. While no start was admitted after it (and the interval did not
+        # grow), it moves to now; else a new one is admitted after the last, as if that one
+        # had happened.
         missed = mark
         slot_us = state.current_slot_us
-        if mark.epoch == state.epoch and mark.tat_us == start_tat(state, spacing_us, terms.burst):
+        moves = (mark.epoch, mark.admitted, mark.tat_us) == (
+            state.epoch,
+            state.admitted,
+            start_tat(state, spacing_us, terms.burst),
+        )
+        if moves:
             primary_us = mark.start_us
     elif slot.epoch != state.epoch or (slot_us < state.current_slot_us and not front):
         return state, mark, Claim(Outcome.RETICKET, state.epoch, 0, now_us)
@@ -160,7 +167,6 @@ def claim(
     # cannot start exactly anyway, and a longer wait only idles the process.
     start_us = max(v + min(max(0, terms.handoff_us), lead_us, spacing_us), earliest_us)
     state = limits.after_start(state, start_us, terms.limits, terms.cost)
-    moves = missed is not None and primary_us == missed.start_us
     if moves:
         state = moved(state, start_us, spacing_us, terms.burst, terms.cost)
     else:
@@ -175,8 +181,11 @@ def claim(
             state, start_us - missed.start_us if moves else max(1, terms.cost) * spacing_us
         )
     state = eased(state, interval_us)
+    state = replace(state, admitted=state.admitted + 1)
     tat_us = start_tat(state, effective_interval(state, interval_us), terms.burst)
-    lease = Lease(terms.holder, start_us, now_us + terms.lease_us, state.epoch, tat_us)
+    lease = Lease(
+        terms.holder, start_us, now_us + terms.lease_us, state.epoch, tat_us, state.admitted
+    )
     return state, lease, Claim(Outcome.OK, state.epoch, start_us - v, now_us)
 
 

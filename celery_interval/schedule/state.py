@@ -98,15 +98,20 @@ class BucketState:
     #: The end of the latest throttle's wait (None: no throttle yet): a lease whose start comes
     #: before it was admitted before that throttle, whose shift moved the start into the wait.
     throttled_until_us: int | None = None
+    #: Starts claims admitted in this epoch: a lease keeps the count after its own, so its
+    #: holder's claim again knows whether any start came since.
+    admitted: int = 0
 
 
 @dataclass(frozen=True)
 class Lease:
     """A task copy's claim: ``holder`` may start it; others are HELD until ``expires_real_us``.
 
-    ``epoch`` and ``tat_us`` (the starts' theoretical arrival time right after this start was
-    admitted) tell a claim again by its holder whether any start was admitted since: while the
-    bucket's are the same, a start the holder missed moves to now (``schedule.burst.moved``).
+    ``epoch``, ``admitted`` and ``tat_us`` (the bucket's count of admitted starts and its
+    starts' theoretical arrival time right after this start was admitted) tell a claim again by
+    its holder whether anything moved the bucket since: while all three are the bucket's, no
+    start came since and the interval did not grow, so a start the holder missed moves to now
+    (``schedule.burst.moved``).
     """
 
     holder: str
@@ -114,6 +119,7 @@ class Lease:
     expires_real_us: int
     epoch: int | None = None
     tat_us: int | None = None
+    admitted: int | None = None
 
 
 @dataclass(frozen=True)

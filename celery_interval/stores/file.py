@@ -280,6 +280,7 @@ def _encode(bucket: str, record: _Record, now_us: int) -> bytes:
                 expires_real_us=mark.expires_real_us,
                 epoch=mark.epoch,
                 tat_us=mark.tat_us,
+                admitted=mark.admitted,
             )
         elif isinstance(mark, Granted):
             row.update(
@@ -376,6 +377,7 @@ def _decode(raw: bytes, path: Path, bucket: str) -> _Record:
                 integer(row, "expires_real_us"),
                 integer(row, "epoch", True) if "epoch" in row else None,
                 integer(row, "tat_us", True) if "tat_us" in row else None,
+                integer(row, "admitted", True) if "admitted" in row else None,
             )
         elif kind == "done":
             marks[key] = Done(integer(row, "expires_real_us"))

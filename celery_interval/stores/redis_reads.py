@@ -97,6 +97,7 @@ class RedisReads:
                 front_tat_us=f.get("f"),
                 pushed_us=f.get("u", 0),
                 throttled_until_us=f.get("w"),
+                admitted=f.get("s", 0),
             )
         except KeyError as exc:
             raise StoreError(f"interval state of bucket {bucket!r} lacks field {exc}") from None

@@ -8,7 +8,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from celery_interval.schedule import Limit
+from celery_interval.schedule import ClaimTerms, Limit, Outcome, Pace
+from celery_interval.stores.base import TaskCopy
+from celery_interval.stores.memory import MemoryStore
 from tests.helpers.schedule_checks import assert_window_property, check_sequence
 from tests.helpers.schedule_model import (
     HOLDERS,
@@ -292,3 +294,39 @@ def test_random_missed_starts_keep_the_budget(
     assert_window_property(m, burst)
     for limit in limits:
         assert_window_property(m, limit.burst, limit.interval_us)
+
+
+def test_a_missed_start_with_a_start_admitted_since_does_not_move() -> None:
+    """Burst 3: a's start is admitted at 0 and missed, b's at 0.2 T; the earliest start is then
+    a's own again, but b came since: a's claim again is a new start, and the budget holds."""
+    m = Model(burst=3, born_us=OLD_BORN_US)
+    m.run([at(-ML), grant("a"), grant("b"), grant("c"), grant("d")])
+    m.run([at(0), claim("a"), at(200), claim("b", "w2"), at(300), claim("a")])
+    m.run([claim("c", "w3"), at(1_000), claim("d", "w2")])
+    assert_window_property(m, 3)
+
+
+def test_a_missed_start_moves_only_while_the_bucket_is_as_its_start_left_it() -> None:
+    """A start admitted while the interval was 10 ms, missed; the interval then halved and an
+    interactive start (ahead of the tickets) taken 5 ms later brings the starts' budget back
+    where the missed start left it. That start came since: the claim again starts an interval
+    after it, not at once."""
+    now = [1_750_000_000_000_000]
+    store = MemoryStore(clock_us=lambda: now[0])
+    terms = ClaimTerms("h1", 10**9)
+    granted = store.grant(TaskCopy("b", "t1", 0), Pace(10_000))
+    now[0] += granted.delay_us
+    first = store.claim(TaskCopy("b", "t1", 0), 10_000, granted.slot, terms)
+    assert first.outcome is Outcome.OK
+    missed_us = first.now_us + first.delay_us
+    store.set_interval("b", 10_000, 5_000)
+    now[0] = missed_us + 5_000
+    front = store.grant(TaskCopy("b", "t2", 0), Pace(10_000, share=1.0))
+    now[0] += front.delay_us
+    other = store.claim(TaskCopy("b", "t2", 0), 10_000, front.slot, ClaimTerms("h2", 10**9))
+    assert other.outcome is Outcome.OK
+    other_us = other.now_us + other.delay_us
+    now[0] += 100
+    again = store.claim(TaskCopy("b", "t1", 0), 10_000, granted.slot, terms)
+    start_us = again.now_us + again.delay_us if again.outcome is Outcome.OK else None
+    assert again.outcome is Outcome.WAIT or (start_us is not None and start_us - other_us >= 5_000)

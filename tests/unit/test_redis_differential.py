@@ -904,10 +904,10 @@ def test_microseconds_survive_exactly(any_redis_client: redis.Redis[Any]) -> Non
     )
     assert (c.outcome, c.delay_us) == (Outcome.OK, 2)
     epoch = raw["e"]
-    lease = f"L|w1|1799999999999994|1800000000999995|{epoch}|1800000000000001"  # start + 7
+    lease = f"L|w1|1799999999999994|1800000000999995|{epoch}|1800000000000001|1"  # start + 7
     assert redis_client.get("ci:{api}:m:t1:0") == lease.encode()
     assert store.read_mark("api", "t1", 0) == Lease(
-        "w1", 1_799_999_999_999_994, 1_800_000_000_999_995, int(epoch), 1_800_000_000_000_001
+        "w1", 1_799_999_999_999_994, 1_800_000_000_999_995, int(epoch), 1_800_000_000_000_001, 1
     )
     status = store.status("api", 7)
     assert status == model.status("api", 7)

@@ -77,7 +77,7 @@ end
 
 -- The state hash's fields in the order load_state reads them (HMGET), and each one's place.
 local STATE_FIELDS = { 'e', 'o', 'p', 't', 'n', 'c', 'l', 'i', 'r', 'h', 'a', 'k', 'q', 'g', 'z',
-  'm', 'x', 'f', 'u', 'w' }
+  'm', 'x', 'f', 'u', 'w', 's' }
 local STATE_INDEX = {}
 for i, f in ipairs(STATE_FIELDS) do
   STATE_INDEX[f] = i
@@ -118,7 +118,7 @@ local function load_state(key)
     n = num(r[5]), c = num(r[6]), l = num(r[7]), i = num(r[8]), h = num(r[10]),
     a = num(r[11]), k = num(r[12]) or 0, q = num(r[13]) or 0, g = num(r[14]), z = num(r[15]),
     m = r[16] or nil, x = decode_tats(r[17]), f = num(r[18]), u = num(r[19]) or 0,
-    w = num(r[20]),
+    w = num(r[20]), s = num(r[21]) or 0,
   }
 end
 
@@ -141,7 +141,7 @@ local function new_state(now, interval, born)
   local last = math.max(now - interval, born + MAX_LEAD_US)
   return { e = now, o = 0, p = nil, t = last + interval, n = 0, c = 0, l = last, i = nil, h = nil,
     a = nil, k = 0, q = 0, g = nil, z = born + MAX_LEAD_US, x = {}, f = nil, u = 0,
-    w = nil }
+    w = nil, s = 0 }
 end
 
 -- schedule.new_state's born_us: the birth marker at born_key (set to now when missing, if
@@ -370,7 +370,7 @@ local function save_state(key, s, now, interval)
       args[#args + 1] = fmt(s[f])
     end
   end
-  for _, f in ipairs({ 'k', 'q', 'u' }) do
+  for _, f in ipairs({ 'k', 'q', 'u', 's' }) do
     if s[f] ~= 0 then
       args[#args + 1] = f
       args[#args + 1] = fmt(s[f])
@@ -448,7 +448,7 @@ local function save_fields(key, s, is_new, now, interval, ...)
         args[#args + 1] = f
         args[#args + 1] = encode_tats(s.x)
       end
-    elseif s[f] == nil or ((f == 'k' or f == 'q' or f == 'u') and s[f] == 0) then
+    elseif s[f] == nil or ((f == 'k' or f == 'q' or f == 'u' or f == 's') and s[f] == 0) then
       gone[#gone + 1] = f
     else
       args[#args + 1] = f
@@ -465,8 +465,9 @@ local function save_fields(key, s, is_new, now, interval, ...)
   keep_until(key, s, now, interval)
 end
 
--- A mark's value as {kind='L', holder, start, exp, e, tat} (e and tat: the bucket's epoch and
--- starts' tat right after the start was admitted; nil in an older lease), {kind='D', exp} or
+-- A mark's value as {kind='L', holder, start, exp, e, tat, admitted} (the bucket's epoch,
+-- starts' tat and admitted count right after the start was admitted; nil in an older lease),
+-- {kind='D', exp} or
 -- {kind='G', e, ticket, slot, exp, front}.
 local function parse_mark(raw)
   local kind = string.sub(raw, 1, 1)
@@ -478,13 +479,13 @@ local function parse_mark(raw)
     return { kind = 'G', e = tonumber(e), ticket = tonumber(ticket), slot = tonumber(slot),
       exp = tonumber(exp), front = kind == 'F' }
   end
-  local holder, start, exp, e, tat = string.match(
-    raw, '^L|(.*)|(%-?%d+)|(%-?%d+)|(%-?%d+)|(%-?%d+)$')
-  if holder == nil then  -- a lease of an older version: no epoch, no tat
+  local holder, start, exp, e, tat, admitted = string.match(
+    raw, '^L|(.*)|(%-?%d+)|(%-?%d+)|(%-?%d+)|(%-?%d+)|(%-?%d+)$')
+  if holder == nil then  -- a lease of an older version: no epoch, tat or count
     holder, start, exp = string.match(raw, '^L|(.*)|(%-?%d+)|(%-?%d+)$')
   end
   return { kind = 'L', holder = holder, start = tonumber(start), exp = tonumber(exp),
-    e = tonumber(e), tat = tonumber(tat) }
+    e = tonumber(e), tat = tonumber(tat), admitted = tonumber(admitted) }
 end
 
 -- The marks this call read or wrote, by key: {raw = value or false, m = parsed or nil}; take
@@ -533,7 +534,7 @@ local function put_mark(key, m, now)
   else
     value = 'L|' .. m.holder .. '|' .. fmt(m.start) .. '|' .. fmt(m.exp)
     if m.e ~= nil then
-      value = value .. '|' .. fmt(m.e) .. '|' .. fmt(m.tat)
+      value = value .. '|' .. fmt(m.e) .. '|' .. fmt(m.tat) .. '|' .. fmt(m.admitted)
     end
   end
   local px = math.max(1, math.floor((m.exp - now) / 1000) + 60000)

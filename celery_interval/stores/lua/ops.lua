@@ -222,7 +222,7 @@ local function claim_op(keys, argv)
   local spacing = effective_interval(s, interval)
   local primary = earliest_start(s, spacing, burst, cost)
   local front = m ~= nil and m.kind == 'G' and m.front and m.e == s.e
-  local missed = nil
+  local missed, moves = nil, false
   if m ~= nil and m.kind ~= 'G' then
     if m.kind == 'D' then
       return reply(s, 'DUPLICATE', 0)
@@ -246,7 +246,8 @@ local function claim_op(keys, argv)
     -- the last, as if that one had happened.
     missed = m
     slot = s.c
-    if m.e == s.e and m.tat == start_tat(s, spacing, burst) then
+    moves = m.e == s.e and m.admitted == s.s and m.tat == start_tat(s, spacing, burst)
+    if moves then
       primary = m.start
     end
   elseif epoch ~= s.e or (slot < s.c and not front) then
@@ -273,7 +274,6 @@ local function claim_op(keys, argv)
   seat()
   local start = math.max(v + math.min(math.max(0, handoff), lead, spacing), earliest)
   lim_after_start(s, start, limits, cost)
-  local moves = missed ~= nil and primary == missed.start
   if moves then
     moved(s, start, spacing, burst, cost)
   else
@@ -286,7 +286,8 @@ local function claim_op(keys, argv)
   else
     s.c = slot
   end
-  local fields = { 'l', 'c', 'h', 'q', 'z', 'x' }
+  local late = math.max(0, start - slot - (front and 0 or s.u))
+  local fields = { 'l', 'c', 'h', 'q', 'z', 'x', 's' }
   -- schedule.core._pushed: the tickets still waiting go back, so none meets the new start.
   if missed ~= nil and s.g ~= nil and s.c < s.g then
     if moves then
@@ -301,10 +302,10 @@ local function claim_op(keys, argv)
     fields[#fields + 1] = 'a'
     fields[#fields + 1] = 'k'
   end
+  s.s = s.s + 1
   save_fields(keys[1], s, false, now, interval, unpack(fields))
   put_mark(keys[2], { kind = 'L', holder = holder, start = start, exp = now + lease, e = s.e,
-    tat = start_tat(s, effective_interval(s, interval), burst) }, now)
-  local late = math.max(0, start - slot - (front and 0 or s.u))
+    tat = start_tat(s, effective_interval(s, interval), burst), admitted = s.s }, now)
   if moves then
     return reply(s, 'OK', start - v, 'start', now + start - v, 'late', late, 'readmit', 1,
       'moved', 1)
