@@ -176,14 +176,14 @@ def annotate(ledger: DataFrame, intervals_us: Mapping[str, int] | None = None) -
     # A repeat (the copy of the row before it, see ``dedupe``) leaves every running value of
     # the rows after it as it was, so it is dropped after the passes.
     marked = ledger.select("*", is_repeat().alias("_repeat"))
-    # A start its holder missed that the next start moved (celery_interval.starts.replaces)
-    # is no start for the gaps and budgets: that one is at its time instead.
-    copy = F.struct("task", "r", "holder")
-    following = F.first(
-        F.when(is_start & ~F.col("_repeat"), F.struct(flag(MOVED).alias("moved"), copy.alias("c"))),
-        ignorenulls=True,
-    ).over(w.rowsBetween(1, Window.unboundedFollowing))
-    missed = is_start & F.coalesce(following["moved"] & (following["c"] == copy), F.lit(False))
+    # A start its holder missed that its next start moved (celery_interval.starts.replaces) is
+    # no start for the gaps and budgets: that one is at its time instead. A holder's starts come
+    # one after another in time; the next is the first one later (a repeat shares its time).
+    copy = Window.partitionBy("bucket", "task", "r", "holder").orderBy("start_key")
+    following = F.first(F.when(is_start, flag(MOVED)), ignorenulls=True).over(
+        copy.rangeBetween(1, Window.unboundedFollowing)
+    )
+    missed = is_start & F.coalesce(following, F.lit(False))
     counted = F.col("_counted")
     running = marked.select("*", (is_start & ~missed).alias("_counted")).select(
         "*",
