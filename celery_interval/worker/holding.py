@@ -97,17 +97,19 @@ class Holding:
         return emptied
 
     def due_at(self, bucket: str, due_ns: int) -> None:
-        """A task of ``bucket`` starts at ``due_ns`` (monotonic): how far ahead the bucket holds."""
+        """A task of ``bucket`` starts at ``due_ns`` (monotonic): how far ahead the bucket holds
+        (a bucket that holds nothing here any more is not this worker's to count)."""
+        items = self.held.get(bucket)
+        if not items or not items[0].queue:
+            return
         latest_ns = max(due_ns, self.latest_due_ns.get(bucket, 0))
         self.latest_due_ns[bucket] = latest_ns
-        items = self.held.get(bucket)
-        if items and items[0].queue:
-            dues = self._dues[items[0].queue]
-            heapq.heappush(dues, (-latest_ns, bucket))
-            if len(dues) > 2 * len(self.latest_due_ns) + 64:  # stale entries: rebuild
-                dues[:] = [(-self.latest_due_ns[b], b) for b in {b for _, b in dues}
-                           if b in self.latest_due_ns]  # fmt: skip
-                heapq.heapify(dues)
+        dues = self._dues[items[0].queue]
+        heapq.heappush(dues, (-latest_ns, bucket))
+        if len(dues) > 2 * len(self.latest_due_ns) + 64:  # stale entries: rebuild
+            dues[:] = [(-self.latest_due_ns[b], b) for b in {b for _, b in dues}
+                       if b in self.latest_due_ns]  # fmt: skip
+            heapq.heapify(dues)
 
     def _prune(self, bucket: str) -> None:
         """A bucket holds nothing here: drop its entries (many tenants come and go); keep its
@@ -158,3 +160,4 @@ class Holding:
         self.stopped.clear()
         self._crowded.clear()
         self._dues.clear()
+        self.latest_due_ns.clear()

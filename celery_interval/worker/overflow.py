@@ -154,7 +154,8 @@ class Overflow:
             self._unsettled.append(batch)
             # Listed before published, in the store's index and in the broker's directory: a
             # worker killed after its originals' acks leaves no copy that neither lists (the
-            # store may lose its index too).
+            # store may lose its index too). A directory entry the broker refused is logged and
+            # written again at the next park.
             self.index.park(members)
             self.directory.register(self.broker, members)
             self.broker.publish(
