@@ -36,13 +36,7 @@ def after_start(
     """``state`` after a start of ``cost`` at virtual ``start_us`` (``last_start_us`` never goes
     back: a start admitted with a shorter handoff may come before the last one)."""
     tat_us = max(start_tat(state, spacing_us, burst), start_us) + max(1, cost) * spacing_us
-    last_us = max(state.last_start_us, start_us)
-    return replace(
-        state,
-        last_start_us=last_us,
-        start_extra_us=tat_us - last_us - spacing_us,
-        lost_start_us=None,
-    )
+    return _started(state, start_us, tat_us, spacing_us)
 
 
 def moved(state: BucketState, start_us: int, spacing_us: int, burst: int, cost: int) -> BucketState:
@@ -50,6 +44,11 @@ def moved(state: BucketState, start_us: int, spacing_us: int, burst: int, cost: 
     ``start_us``. A GCRA's last event moved later leaves ``tat`` at ``max(tat, start + c·T)``:
     later starts come after ``start_us`` as after that one, earlier ones are further from it."""
     tat_us = max(start_tat(state, spacing_us, burst), start_us + max(1, cost) * spacing_us)
+    return _started(state, start_us, tat_us, spacing_us)
+
+
+def _started(state: BucketState, start_us: int, tat_us: int, spacing_us: int) -> BucketState:
+    """``state`` with a start at ``start_us`` and the starts' ``tat_us``."""
     last_us = max(state.last_start_us, start_us)
     return replace(
         state,
