@@ -6,7 +6,8 @@ The rules, and which promise each checks:
 - **once**: each step of a job (a task name and its ``retries``) has exactly one start that
   was not throttled. A revoked job may have none; a job whose send raised may have none. A
   step missing after an earlier step began on a worker killed before that body ended is
-  excused (Celery runs an early-acked task at most once); so is a task the store admitted to a
+  excused, as is a throttled step whose worker was killed before it sent its copy again
+  (Celery runs an early-acked task at most once); so is a task the store admitted to a
   worker as it died whose copy was dropped as a duplicate (``excused_ids``, from the ledger).
   On a Redis broker a first step that no worker's log ever received is counted apart
   (``popped``): the one message a worker had popped as it was killed, or as the broker died
@@ -157,7 +158,7 @@ def check_once(records: list[Record], events: Events, verdict: Verdict) -> None:
                 verdict.revoked += 1
             elif popped:
                 after_pops.append(f"{job} {task} retries={retries}: never ran (popped before)")
-            elif (died_at is not None and (task, retries) > died_at) or events.ids.get(
+            elif (died_at is not None and (task, retries) >= died_at) or events.ids.get(
                 job
             ) in events.excused_ids:
                 verdict.excused += 1
@@ -191,8 +192,10 @@ def _across_loss(
 def _died_mid_body(
     job: str, records: list[Record], kills: list[tuple[str, int]]
 ) -> tuple[str, int] | None:
-    """The last step of ``job`` whose body began on a worker killed before it recorded its end."""
-    ends = {(r["task"], r["r"]) for r in records if r["job"] == job and r["k"] != "start"}
+    """The last step of ``job`` whose body began on a worker killed before it recorded its end
+    (a throttled run ends when its copy is sent again, after its ``throttled`` record: killed
+    before, the step is excused too, as an early-acked task's retry is)."""
+    ends = {(r["task"], r["r"]) for r in records if r["job"] == job and r["k"] == "end"}
     died = None
     for r in records:
         if r["job"] != job or r["k"] != "start" or (r["task"], r["r"]) in ends:

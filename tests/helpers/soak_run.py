@@ -138,7 +138,6 @@ class Soak:
         if worker is None or worker.proc.poll() is not None:
             return
         first_us = time.time_ns() // 1000
-        self.events.kills.append((worker.name, time.monotonic_ns()))
         children = subprocess.run(
             ["pgrep", "-P", str(worker.proc.pid)], capture_output=True, text=True
         ).stdout.split()
@@ -147,6 +146,7 @@ class Soak:
             with contextlib.suppress(ProcessLookupError, ValueError):
                 os.kill(int(pid), signal.SIGKILL)
         worker.proc.wait(timeout=30)
+        self.events.kills.append((worker.name, time.monotonic_ns()))  # its pool is gone too
         self.killed.add(worker.name)
         self.kill_windows_us.append((worker.name, first_us, time.time_ns() // 1000))
         self.workers[slot] = None

@@ -168,6 +168,21 @@ def test_a_retry_chain_cut_by_a_kill_mid_body_is_excused() -> None:
     assert check([first], events, LAYOUT.rule).lost == ["j soak.step retries=1: never ran"]
 
 
+def test_a_throttled_run_killed_before_its_copy_went_out_is_excused() -> None:
+    """Throttled, then its worker killed before it sent the copy that runs it again: Celery's
+    early-acked retry is lost the same way. Without the kill it is lost."""
+    first = start("h", LAYOUT.throttled, 0)
+    throttled = {**first, "k": "throttled", "mono": 5 * MS}
+    events = expecting([first])
+    events.kills = [("w1@x", 10 * MS)]
+    verdict = check([first, throttled], events, LAYOUT.rule)
+    assert verdict.ok and verdict.excused == 1
+    events.kills = []
+    assert check([first, throttled], events, LAYOUT.rule).lost == [
+        "h soak.step retries=0: never ran"
+    ]
+
+
 def test_a_throttled_start_is_not_a_run() -> None:
     first = start("h", LAYOUT.throttled, 0)
     again = start("h", LAYOUT.throttled, 1000)
