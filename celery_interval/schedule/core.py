@@ -141,7 +141,7 @@ def claim(
         # came late) and that start has passed, or a throttle since moved it into its wait:
         # it never happened. While no start was admitted after it (and the interval did not
         # grow), it moves to now; else a new one is admitted after the last, as if that one
-        # had happened.
+        # had happened. Extra limits and an outer bucket count both starts either way.
         missed = mark
         slot_us = state.current_slot_us
         moves = (mark.epoch, mark.admitted, mark.tat_us) == (
