@@ -201,6 +201,21 @@ def test_random_sequences_keep_the_budget(
     """Bursts, weighted costs, handoffs that differ per holder and extra limits: for every
     limit (the interval's and each extra one) and every window of starts Σ cost <= burst +
     span / interval, across throttles, pauses, expiry and state loss."""
+    _check_budgets(steps, burst, costs, handoffs, born_us, limits, spacing=False)
+
+
+def _check_budgets(
+    steps: list[Step],
+    burst: int,
+    costs: list[int],
+    handoffs: list[int],
+    born_us: int | None,
+    limits: list[Limit],
+    *,
+    spacing: bool,
+) -> None:
+    """Run ``steps`` (each task's cost at most the smallest burst) and check every limit's
+    budget over every window of the starts that happened (``spacing``: P5 too)."""
     most = min([burst, *(limit.burst for limit in limits)])
     m = Model(
         burst=burst,
@@ -209,7 +224,7 @@ def test_random_sequences_keep_the_budget(
         born_us=born_us,
         limits=tuple(limits),
     )
-    check_sequence(steps, m, spacing=False)
+    check_sequence(steps, m, spacing=spacing)
     assert_window_property(m, burst)
     for limit in limits:
         assert_window_property(m, limit.burst, limit.interval_us)
@@ -282,18 +297,8 @@ def test_random_missed_starts_keep_the_budget(
     """A start its holder missed moves to now, or a new one comes after the last: it never
     happened, and the starts that did keep every limit's budget in every window (and, with no
     burst, the interval between each two)."""
-    most = min([burst, *(limit.burst for limit in limits)])
-    m = Model(
-        burst=burst,
-        costs={t: min(c, most) for t, c in zip(TASKS, costs, strict=True)},
-        handoffs_us=dict(zip(HOLDERS, handoffs, strict=True)),
-        born_us=OLD_BORN_US,
-        limits=tuple(limits),
-    )
-    check_sequence(steps, m, spacing=burst == 1 and most == 1 and not limits)
-    assert_window_property(m, burst)
-    for limit in limits:
-        assert_window_property(m, limit.burst, limit.interval_us)
+    spacing = burst == 1 and not limits
+    _check_budgets(steps, burst, costs, handoffs, OLD_BORN_US, limits, spacing=spacing)
 
 
 def test_a_missed_start_with_a_start_admitted_since_does_not_move() -> None:
