@@ -74,7 +74,10 @@ def make_pool(redis_server: RedisProc, tmp_path: Any) -> Iterator[Any]:
         redis_server.restart()
 
     def make(interval_s: float, broker: str = "rabbitmq", **kwargs: Any) -> Pool:
-        url = rabbitmq_url() if broker == "rabbitmq" else redis_server.broker_url_for(1)
+        if "://" in broker:  # a broker of the test's own (a private RabbitMQ node)
+            url = broker
+        else:
+            url = rabbitmq_url() if broker == "rabbitmq" else redis_server.broker_url_for(1)
         kwargs.setdefault("store", redis_server.url_for(0))
         pool = Pool(broker=url, interval_s=interval_s, tmp=tmp_path, **kwargs)
         pools.append(pool)

@@ -5,9 +5,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import re
-import shutil
 import signal
-import subprocess
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -27,7 +25,7 @@ from tests.helpers.assertions import (
     body_floor_us,
     utilization,
 )
-from tests.helpers.brokers import skip_or_fail
+from tests.helpers.brokerproc import RabbitNode
 from tests.helpers.faults import (
     ADMITTED_BEFORE_NS,
     Kill,
@@ -277,26 +275,13 @@ def test_redis_visibility_timeout_shorter_than_the_hold(make_pool: Any) -> None:
 
 
 @contextlib.contextmanager
-def rabbitmq_consumer_timeout(timeout_ms: int) -> Iterator[None]:
-    """Lower the local RabbitMQ's consumer_timeout (checked every second) for new channels."""
-    if shutil.which("rabbitmqctl") is None:
-        skip_or_fail("rabbitmqctl is not on PATH: cannot lower RabbitMQ's consumer_timeout")
-
-    def set_env(key: str, value: int) -> None:
-        subprocess.run(
-            ["rabbitmqctl", "eval", f"application:set_env(rabbit, {key}, {value})."],
-            check=True,
-            capture_output=True,
-            timeout=60,
-        )
-
-    set_env("consumer_timeout", timeout_ms)
-    set_env("channel_tick_interval", 1000)
-    try:
-        yield
-    finally:
-        set_env("consumer_timeout", 1_800_000)
-        set_env("channel_tick_interval", 60_000)
+def rabbit_with_consumer_timeout(timeout_ms: int) -> Iterator[RabbitNode]:
+    """A private RabbitMQ node whose consumer_timeout (checked every second) is ``timeout_ms``:
+    the shared node, and every other test's channels on it, keep theirs."""
+    with RabbitNode() as node:
+        node.ctl("eval", f"application:set_env(rabbit, consumer_timeout, {timeout_ms}).")
+        node.ctl("eval", "application:set_env(rabbit, channel_tick_interval, 1000).")
+        yield node
 
 
 def test_rabbitmq_consumer_timeout_shorter_than_a_hold(make_pool: Any) -> None:
@@ -304,24 +289,29 @@ def test_rabbitmq_consumer_timeout_shorter_than_a_hold(make_pool: Any) -> None:
     library turned broker_channel_error_retry on, so the workers reconnect, the messages come
     back with their slots, and after the unpause each task runs once, spaced."""
     interval_s = 0.05
-    with rabbitmq_consumer_timeout(3000):
-        pool = make_pool(interval_s, conf={"interval_broker_timeout_s": 3.0})
-        workers = pool.start(3)
-        broadcast_to_all(pool, "pause_queue")
-        ids = pool.send(60)
-        time.sleep(8.0)  # at least two consumer timeouts while paused
-        assert not pool.records(), "a task started while paused"
-        broadcast_to_all(pool, "unpause_queue")
-        records = pool.wait_records(60, timeout_s=90)
-        assert all(w.proc.poll() is None for w in workers), "a worker exited"
-    logs = "".join(w.log() for w in workers)
-    assert "PRECONDITION_FAILED" in logs or "timed out" in logs, "no consumer timeout happened"
-    assert_exactly_once(records, ids)
-    # A channel closing while the pool has not yet accepted a released task: Celery drops the
-    # job; its copy waits out the lease and is admitted again. Once, and it runs once.
-    if assert_one_ok_claim_each(pool, ids, in_flight=released_as_the_channel_closed(pool)):
-        records = pool.wait_records(60, timeout_s=5)
-        assert_exactly_once(records, ids)
+    with rabbit_with_consumer_timeout(3000) as node:
+        pool = make_pool(interval_s, broker=node.url, conf={"interval_broker_timeout_s": 3.0})
+        try:
+            workers = pool.start(3)
+            broadcast_to_all(pool, "pause_queue")
+            ids = pool.send(60)
+            time.sleep(8.0)  # at least two consumer timeouts while paused
+            assert not pool.records(), "a task started while paused"
+            broadcast_to_all(pool, "unpause_queue")
+            records = pool.wait_records(60, timeout_s=90)
+            assert all(w.proc.poll() is None for w in workers), "a worker exited"
+            logs = "".join(w.log() for w in workers)
+            assert "PRECONDITION_FAILED" in logs or "timed out" in logs, "no consumer timeout"
+            assert_exactly_once(records, ids)
+            # A channel closing while the pool has not yet accepted a released task: Celery
+            # drops the job; its copy waits out the lease and is admitted again. Once, and it
+            # runs once.
+            in_flight = released_as_the_channel_closed(pool)
+            if assert_one_ok_claim_each(pool, ids, in_flight=in_flight):
+                records = pool.wait_records(60, timeout_s=5)
+                assert_exactly_once(records, ids)
+        finally:
+            pool.stop()  # while its broker is up
     claim_gaps = assert_claims_spaced(pool, interval_s)
     publish("test_rabbitmq_consumer_timeout_shorter_than_a_hold", records, ids, claim_gaps)
 

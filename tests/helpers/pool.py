@@ -48,6 +48,7 @@ class Pool:
     probe: subprocess.Popen[bytes] | None = None
     #: The app factory of ``app_module`` (the same settings as the workers' app).
     app_factory: Callable[..., Any] = make_app
+    stopped: bool = False
 
     def __post_init__(self) -> None:
         # The pool's own remote-control exchange: its broadcasts reach its workers only, and a
@@ -199,6 +200,10 @@ class Pool:
         return first_us, self.store_now_us()
 
     def stop(self) -> None:
+        """Stop the workers and delete the queues (once: a test may stop it before its broker)."""
+        if self.stopped:
+            return
+        self.stopped = True
         if self.probe is not None and self.probe.poll() is None:
             self.probe.terminate()
             self.probe.wait(timeout=10)
