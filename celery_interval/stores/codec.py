@@ -24,6 +24,7 @@ __all__ = [
     "as_text",
     "claim_of",
     "decode_mark",
+    "flag_of",
     "grant_of",
     "outcome_of",
     "status_from_reply",
@@ -60,6 +61,11 @@ def grant_of(r: Any) -> Grant:
         delay_us=int(r[4]),
         paused=bool(int(r[5])),
     )
+
+
+def flag_of(r: Any) -> bool:
+    """Decode a 0|1 reply (renew, release, renew_place: whether it held)."""
+    return bool(int(r))
 
 
 def claim_of(r: Any) -> Claim:
@@ -110,7 +116,7 @@ def status_pace_args(pace: Pace | None) -> list[int | str]:
 
 def unset_of(reply: Sequence[Any]) -> Unset:
     """Decode unset_interval.lua's reply: the status array, then dropped (0|1)."""
-    return Unset(status_from_reply(reply[:-1]), bool(int(reply[-1])))
+    return Unset(status_from_reply(reply[:-1]), flag_of(reply[-1]))
 
 
 def decode_mark(raw: str | bytes | None) -> Mark | None:

@@ -1,15 +1,14 @@
-"""RedisStore's plain reads beside its scripts: a bucket's ledger, and its raw records for
-tests, ``status`` and debugging (not atomic with each other)."""
+"""RedisReads: a RedisStore's plain reads beside its scripts (a ledger page, raw records)."""
 
 from __future__ import annotations
 
-from contextlib import AbstractContextManager
 from typing import Any
 
 from celery_interval.errors import StoreError
 from celery_interval.schedule import BucketState, Mark, Place, Places
-from celery_interval.stores import keys
 from celery_interval.stores.codec import as_text, decode_mark
+from celery_interval.stores.redis_calls import ScriptCalls
+from celery_interval.stores.redis_link import RedisLink
 from celery_interval.stores.tats import decode_tats
 
 __all__ = ["LEDGER_TTL_MS", "RedisReads"]
@@ -20,34 +19,15 @@ LEDGER_TTL_MS = 7 * 24 * 3600 * 1000
 
 
 class RedisReads:
-    """``ledger_key``, ``ledger`` and the ``read_*`` diagnostics of a RedisStore."""
+    """A RedisStore's ``ledger`` and ``read_*`` diagnostics, for tests, ``status`` and
+    debugging (not atomic with each other): the keys ``calls`` builds, read with the client of
+    ``link`` and its errors raised as the store's."""
 
-    _prefix: str
-
-    @property
-    def _client(self) -> Any:
-        raise NotImplementedError
-
-    def _errors(self, op: str) -> AbstractContextManager[None]:
-        raise NotImplementedError
-
-    def _outer(self, bucket: str) -> str | None:
-        raise NotImplementedError  # NestedScripts' (before this class in RedisStore's MRO)
-
-    def _state_key(self, bucket: str) -> str:
-        raise NotImplementedError
-
-    def _places_key(self, bucket: str) -> str:
-        raise NotImplementedError
-
-    def _mark_key(self, bucket: str, task_id: str, retries: int) -> str:
-        raise NotImplementedError
+    def __init__(self, calls: ScriptCalls, link: RedisLink) -> None:
+        self._calls = calls
+        self._link = link
 
     # -- the ledger ---------------------------------------------------------------------
-
-    def ledger_key(self, bucket: str) -> str:
-        """The key of ``bucket``'s ledger Stream (in the bucket's hash slot)."""
-        return keys.ledger_key(self._prefix, keys.validate_bucket(bucket), self._outer(bucket))
 
     def ledger(
         self, bucket: str, start_id: str = "-", count: int = 1000
@@ -58,8 +38,10 @@ class RedisReads:
         Fields: ``op`` and ``now`` (store real µs) always, the rest depend on ``op`` (see the
         headers of the Lua scripts). An empty list means no (more) entries.
         """
-        with self._errors("ledger"):
-            raw: Any = self._client.xrange(self.ledger_key(bucket), min=start_id, count=count)
+        with self._link.errors("ledger"):
+            raw: Any = self._link.client().xrange(
+                self._calls.ledger_key(bucket), min=start_id, count=count
+            )
         return [
             (as_text(entry_id), {as_text(k): as_text(v) for k, v in fields.items()})
             for entry_id, fields in raw
@@ -69,8 +51,8 @@ class RedisReads:
 
     def read_state(self, bucket: str) -> BucketState | None:
         """The bucket's raw state record, or None; for tests, ``status`` and debugging."""
-        with self._errors("read_state"):
-            raw: dict[Any, Any] = self._client.hgetall(self._state_key(bucket))
+        with self._link.errors("read_state"):
+            raw: dict[Any, Any] = self._link.client().hgetall(self._calls.state_key(bucket))
         # m: the replication id of the master that saved it (a fenced store), not a number
         f = {as_text(k): v for k, v in raw.items() if as_text(k) != "m"}
         if "e" not in f:  # no record, or only a reset's
@@ -104,12 +86,14 @@ class RedisReads:
 
     def read_places(self, bucket: str) -> Places:
         """The bucket's places as stored (expired ones until a script drops them)."""
-        with self._errors("read_places"):
-            raw: Any = self._client.zrange(self._places_key(bucket), 0, -1, withscores=True)
+        with self._link.errors("read_places"):
+            raw: Any = self._link.client().zrange(
+                self._calls.places_key(bucket), 0, -1, withscores=True
+            )
         return tuple(Place(int(score), as_text(name)) for name, score in raw)
 
     def read_mark(self, bucket: str, task_id: str, retries: int) -> Mark | None:
         """The stored mark of (task_id, retries), expired or not, or None."""
-        with self._errors("read_mark"):
-            raw: Any = self._client.get(self._mark_key(bucket, task_id, retries))
+        with self._link.errors("read_mark"):
+            raw: Any = self._link.client().get(self._calls.mark_key(bucket, task_id, retries))
         return decode_mark(raw)

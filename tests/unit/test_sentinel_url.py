@@ -70,7 +70,7 @@ def test_a_sentinel_store_is_a_standalone_redis_store_on_the_sentinels_master() 
         2,
     ]
     assert store.posts_done
-    assert store._born() == ["ci:{~born}"]
+    assert store.born_keys() == ["ci:{~born}"]
 
 
 @pytest.mark.parametrize(
