@@ -119,47 +119,21 @@ def claim(
     if state is None:
         state = new_state(now_us, interval_us, born_us)
     mark = live(mark, now_us)
-    if state.paused_at_real_us is not None:
-        return state, mark, Claim(Outcome.PAUSED, state.epoch, 0, now_us)
-    v = virtual_now(state, now_us)
-    if isinstance(mark, Done):
-        return state, mark, Claim(Outcome.DUPLICATE, state.epoch, 0, now_us)
+    settled = _settled(state, mark, now_us, terms.holder)
+    if settled is not None:
+        return state, mark, settled
     spacing_us = effective_interval(state, interval_us)
-    primary_us = earliest_start(state, spacing_us, terms.burst, terms.cost)
-    slot_us = slot.slot_us
     front = isinstance(mark, Granted) and mark.front and mark.epoch == state.epoch
-    missed: Lease | None = None
-    moves = False
-    if isinstance(mark, Lease):
-        if mark.holder != terms.holder:
-            held_us = mark.expires_real_us - now_us
-            return state, mark, Claim(Outcome.HELD, state.epoch, held_us, now_us)
-        until_us = state.throttled_until_us
-        if mark.start_us >= v and (until_us is None or mark.start_us >= until_us):
-            return state, mark, Claim(Outcome.OK, state.epoch, mark.start_us - v, now_us)
-        # The holder never heard of its admitted start (the reply was lost, or its pool process
-        # came late) and that start has passed, or a throttle since moved it into its wait:
-        # it never happened. While no start was admitted after it (and the interval did not
-        # grow), it moves to now; else a new one is admitted after the last, as if that one
-        # had happened. Extra limits and an outer bucket count both starts either way.
-        missed = mark
-        slot_us = state.current_slot_us
-        moves = (mark.epoch, mark.admitted, mark.tat_us) == (
-            state.epoch,
-            state.admitted,
-            start_tat(state, spacing_us, terms.burst),
-        )
-        if moves:
-            primary_us = mark.start_us
-    elif slot.epoch != state.epoch or (slot_us < state.current_slot_us and not front):
+    # A lease of this holder here has a start that never happened (see _settled).
+    missed = mark if isinstance(mark, Lease) else None
+    if missed is None and (
+        slot.epoch != state.epoch or (slot.slot_us < state.current_slot_us and not front)
+    ):
         return state, mark, Claim(Outcome.RETICKET, state.epoch, 0, now_us)
-    earliest_us = limits.earliest_start(state, terms.limits, terms.cost, primary_us)
-    if terms.not_before_us is not None:
-        earliest_us = max(earliest_us, terms.not_before_us)
-    if state.reserved_us is not None and not front:
-        earliest_us = max(earliest_us, state.reserved_us + spacing_us)
-    if missed is None:
-        earliest_us = max(slot_us + (0 if front else state.pushed_us), earliest_us)
+    moves = missed is not None and _as_its_start_left_it(state, missed, spacing_us, terms.burst)
+    slot_us = slot.slot_us if missed is None else state.current_slot_us
+    earliest_us = _earliest(state, terms, spacing_us, slot_us, front, missed, moves)
+    v = virtual_now(state, now_us)
     lead_us = clamp_lead(terms.lead_us)
     if v + lead_us < earliest_us:
         return state, mark, Claim(Outcome.WAIT, state.epoch, earliest_us - v, now_us)
@@ -187,6 +161,65 @@ def claim(
         terms.holder, start_us, now_us + terms.lease_us, state.epoch, tat_us, state.admitted
     )
     return state, lease, Claim(Outcome.OK, state.epoch, start_us - v, now_us)
+
+
+def _settled(state: BucketState, mark: Mark | None, now_us: int, holder: str) -> Claim | None:
+    """A claim's answer that needs no start decided: the bucket is paused, the copy is done
+    or leased by another holder, or this holder's admitted start is still ahead (and outside
+    a throttle's wait). None: a start is decided (for this holder's lease: its start passed
+    unheard, or a throttle moved it into its wait, so it never happened)."""
+    if state.paused_at_real_us is not None:
+        return Claim(Outcome.PAUSED, state.epoch, 0, now_us)
+    if isinstance(mark, Done):
+        return Claim(Outcome.DUPLICATE, state.epoch, 0, now_us)
+    if not isinstance(mark, Lease):
+        return None
+    if mark.holder != holder:
+        return Claim(Outcome.HELD, state.epoch, mark.expires_real_us - now_us, now_us)
+    v = virtual_now(state, now_us)
+    until_us = state.throttled_until_us
+    if mark.start_us >= v and (until_us is None or mark.start_us >= until_us):
+        return Claim(Outcome.OK, state.epoch, mark.start_us - v, now_us)
+    return None
+
+
+def _as_its_start_left_it(state: BucketState, missed: Lease, spacing_us: int, burst: int) -> bool:
+    """Whether the bucket is exactly as ``missed``'s admission left it (same epoch, no start
+    admitted since, the same starts' TAT: the interval did not grow): then the missed start
+    moves to now. Else a new start is admitted after the last, as if that one had happened.
+    Extra limits and an outer bucket count both starts either way."""
+    return (missed.epoch, missed.admitted, missed.tat_us) == (
+        state.epoch,
+        state.admitted,
+        start_tat(state, spacing_us, burst),
+    )
+
+
+def _earliest(
+    state: BucketState,
+    terms: ClaimTerms,
+    spacing_us: int,
+    slot_us: int,
+    front: bool,
+    missed: Lease | None,
+    moves: bool,
+) -> int:
+    """The earliest start (virtual µs) a claim may be admitted for: the bucket's budget (or
+    the missed start, if it moves), every extra limit, the outer bucket's ``not_before_us``, a
+    reserved slot, and (for a ticket) its slot, pushed by ``pushed_us`` unless a front grant."""
+    primary_us = (
+        missed.start_us
+        if moves and missed is not None
+        else earliest_start(state, spacing_us, terms.burst, terms.cost)
+    )
+    earliest_us = limits.earliest_start(state, terms.limits, terms.cost, primary_us)
+    if terms.not_before_us is not None:
+        earliest_us = max(earliest_us, terms.not_before_us)
+    if state.reserved_us is not None and not front:
+        earliest_us = max(earliest_us, state.reserved_us + spacing_us)
+    if missed is None:
+        earliest_us = max(slot_us + (0 if front else state.pushed_us), earliest_us)
+    return earliest_us
 
 
 def _pushed(state: BucketState, by_us: int) -> BucketState:
