@@ -60,7 +60,7 @@ if KILL_AFTER_CLAIM:
 if KILL_BEFORE_ACK:
     from celery_interval.worker import strategy
 
-    _original_track_ack = strategy._track_ack
+    _original_track_ack = strategy.track_ack
     _acks = 0
 
     def _track_ack_or_die(req: Any, service: Any, copy: Any, acks_late: bool) -> None:
@@ -77,4 +77,4 @@ if KILL_BEFORE_ACK:
 
         req._on_ack = ack_or_die
 
-    strategy._track_ack = _track_ack_or_die
+    strategy.track_ack = _track_ack_or_die
