@@ -11,6 +11,7 @@ import kombu
 
 from celery_interval.headers import PARKED_HEADER
 from celery_interval.worker.delivery import QUEUE_KEY, UNPARKED_KEY
+from celery_interval.worker.redis_take import is_redis_channel, take_back
 
 __all__ = ["ConsumerBroker", "OverflowBroker", "ack_each"]
 
@@ -236,6 +237,8 @@ class ConsumerBroker:
         if name not in self._declared_get:  # a get from a queue that is not there closes it
             queue.declare()
             self._declared_get.add(name)
+        if is_redis_channel(consumer.channel):
+            return take_back(consumer.channel, name, consumer.accept)
         return queue.get(no_ack=False, accept=consumer.accept)
 
     def register(self, entries: list[str]) -> None:
