@@ -73,64 +73,98 @@ def run_demo(options: DemoOptions, out: Any = None) -> tuple[int, RunFigures]:
         os.environ.update(env)
         app = demo_app.make_app(broker, store, demo_app.QUEUE, options.interval_s)
         conn = redis.Redis.from_url(store)
-        for key in (demo_app.RECORD_KEY, ledger_key(KEY_PREFIX, demo_app.QUEUE)):
-            conn.delete(key)
-        conn.delete(state_key(KEY_PREFIX, demo_app.QUEUE))
-        procs = [
-            subprocess.Popen(
-                _celery(
-                    "worker",
-                    "-Q",
-                    demo_app.QUEUE,
-                    "-c",
-                    "2",
-                    "-n",
-                    f"host{n + 1}@demo",
-                    "-l",
-                    "WARNING",
-                    "--without-gossip",
-                    "--without-mingle",
-                    "--without-heartbeat",
-                    *options.worker_args,
-                ),
-                env=env,
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL,
-            )
-            for n in range(options.workers)
-        ]
+        _clear_demo_keys(conn)
+        procs = _start_workers(options, env)
         try:
             _wait_ready(app, options.workers, procs)
             started_us = _store_now_us(conn)
             calls_before = _script_calls(conn)
-            with app.producer_or_acquire() as producer:
-                for i in range(options.tasks):
-                    app.send_task(demo_app.call_api.name, args=(i,), producer=producer)
-            view = _LiveView(options, conn, out, store)
-            _drive(options, env, conn, view)
-            figures = figures_from(
-                conn.lrange(demo_app.RECORD_KEY, 0, -1),
-                cast(Any, conn.xrange(ledger_key(KEY_PREFIX, demo_app.QUEUE))),
-                tasks=options.tasks,
-                interval_s=options.interval_s,
-                workers=options.workers,
-                since_us=started_us,
-                store_calls=_script_calls(conn) - calls_before,
-            )
+            _send_tasks(app, options.tasks)
+            _drive(options, env, conn, _LiveView(options, conn, out, store))
+            figures = _figures(options, conn, started_us, calls_before)
         finally:
-            for proc in procs:
-                proc.terminate()
-            for proc in procs:
-                try:
-                    proc.wait(timeout=15)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
+            _stop_workers(procs)
     ok = figures.completed == options.tasks and figures.duplicates == 0 and figures.violations == 0
     if options.as_json:
         print(json.dumps(figures.as_dict()), file=out)
     else:
         _final_table(figures, ok, out)
     return (0 if ok else 1), figures
+
+
+def _clear_demo_keys(conn: redis.Redis) -> None:
+    """Delete what an earlier demo left in the store: its records, ledger and bucket state."""
+    from celery_interval.demo import app as demo_app
+
+    for key in (demo_app.RECORD_KEY, ledger_key(KEY_PREFIX, demo_app.QUEUE)):
+        conn.delete(key)
+    conn.delete(state_key(KEY_PREFIX, demo_app.QUEUE))
+
+
+def _start_workers(options: DemoOptions, env: dict[str, str]) -> list[subprocess.Popen[bytes]]:
+    """Start ``options.workers`` real ``celery worker`` processes on the demo queue."""
+    from celery_interval.demo import app as demo_app
+
+    return [
+        subprocess.Popen(
+            _celery(
+                "worker",
+                "-Q",
+                demo_app.QUEUE,
+                "-c",
+                "2",
+                "-n",
+                f"host{n + 1}@demo",
+                "-l",
+                "WARNING",
+                "--without-gossip",
+                "--without-mingle",
+                "--without-heartbeat",
+                *options.worker_args,
+            ),
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        for n in range(options.workers)
+    ]
+
+
+def _stop_workers(procs: list[subprocess.Popen[bytes]], grace_s: float = 15) -> None:
+    """Terminate the workers, then kill any still running ``grace_s`` after."""
+    for proc in procs:
+        proc.terminate()
+    for proc in procs:
+        try:
+            proc.wait(timeout=grace_s)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+def _send_tasks(app: Any, tasks: int) -> None:
+    """Send ``tasks`` demo tasks (0, 1, …) through one producer."""
+    from celery_interval.demo import app as demo_app
+
+    with app.producer_or_acquire() as producer:
+        for i in range(tasks):
+            app.send_task(demo_app.call_api.name, args=(i,), producer=producer)
+
+
+def _figures(
+    options: DemoOptions, conn: redis.Redis, started_us: int, calls_before: int
+) -> RunFigures:
+    """The run's figures from the records and ledger the store holds since ``started_us``."""
+    from celery_interval.demo import app as demo_app
+
+    return figures_from(
+        conn.lrange(demo_app.RECORD_KEY, 0, -1),
+        cast(Any, conn.xrange(ledger_key(KEY_PREFIX, demo_app.QUEUE))),
+        tasks=options.tasks,
+        interval_s=options.interval_s,
+        workers=options.workers,
+        since_us=started_us,
+        store_calls=_script_calls(conn) - calls_before,
+    )
 
 
 def _wait_ready(app: Any, workers: int, procs: list[subprocess.Popen[bytes]]) -> None:

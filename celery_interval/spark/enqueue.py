@@ -140,23 +140,11 @@ def enqueue(
         raise ConfigurationError(
             "enqueue needs exactly one of app= (an import path as in `celery -A`) or broker_url="
         )
-    task_name = task if isinstance(task, str) else getattr(task, "name", None)
-    if not isinstance(task_name, str) or not task_name:
-        raise ConfigurationError(f"task={task!r}: expected a task name or a Celery task")
+    task_name = _task_name_of(task)
     named = tuple(kwargs.items()) if isinstance(kwargs, Mapping) else tuple((c, c) for c in kwargs)
-    columns = set(df.columns)
-    for column in (key, *args, *(c for _, c in named)):
-        if column not in columns:
-            raise ConfigurationError(
-                f"column {column!r} is not in the DataFrame (columns: {', '.join(df.columns)})"
-            )
+    _check_columns(df, (key, *args, *(c for _, c in named)))
     if app is not None:
-        from celery.app.utils import find_app
-
-        try:
-            find_app(app)  # the same lookup the executors make: fail early on a typo
-        except Exception as exc:
-            raise ConfigurationError(f"app={app!r}: cannot import it: {exc}") from exc
+        _check_app_imports(app)
     send = functools.partial(
         _send_partition,
         spec=_AppSpec(app, broker_url, tuple(sorted((conf or {}).items()))),
@@ -170,6 +158,39 @@ def enqueue(
     )
     if type(df).__module__.startswith("pyspark.sql.connect"):
         return _enqueue_remote(df, send)
+    return _enqueue_classic(df, send)
+
+
+def _task_name_of(task: str | Any) -> str:
+    """The name of ``task``: a task name, or a Celery task's ``name``."""
+    task_name = task if isinstance(task, str) else getattr(task, "name", None)
+    if not isinstance(task_name, str) or not task_name:
+        raise ConfigurationError(f"task={task!r}: expected a task name or a Celery task")
+    return task_name
+
+
+def _check_columns(df: DataFrame, columns: Iterable[str]) -> None:
+    """Raise ``ConfigurationError`` naming the first of ``columns`` that ``df`` lacks."""
+    present = set(df.columns)
+    for column in columns:
+        if column not in present:
+            raise ConfigurationError(
+                f"column {column!r} is not in the DataFrame (columns: {', '.join(df.columns)})"
+            )
+
+
+def _check_app_imports(app: str) -> None:
+    """Import ``app`` as the executors will, so that a typo fails here, before any send."""
+    from celery.app.utils import find_app
+
+    try:
+        find_app(app)
+    except Exception as exc:
+        raise ConfigurationError(f"app={app!r}: cannot import it: {exc}") from exc
+
+
+def _enqueue_classic(df: DataFrame, send: Any) -> EnqueueCounts:
+    """``enqueue`` on a classic session: the partition function, counted by accumulators."""
     sc = df.sparkSession.sparkContext
     sent, partitions = sc.accumulator(0), sc.accumulator(0)
     df.foreachPartition(functools.partial(send, sent=sent, partitions=partitions))

@@ -165,27 +165,51 @@ def annotate(ledger: DataFrame, intervals_us: Mapping[str, int] | None = None) -
     records, else the one the latest control entry (pause, unpause, set_interval,
     unset_interval) recorded before it. A start its holder missed, which the next start (a
     moved readmit) replaced, is left out of the gaps and budgets."""
-    w = _by_time()
-    before = w.rowsBetween(Window.unboundedPreceding, -1)
-    upto = w.rowsBetween(Window.unboundedPreceding, Window.currentRow)
-    start, is_start = F.col("start_key"), F.col("is_start")
+    running = _with_running_values(ledger)
+    return _budget_checked(_shaped(running, ledger.columns, _interval_override_us(intervals_us)))
+
+
+def _pause_opened() -> Column:
+    """Whether an entry opened a pause: a ``pause`` that changed something."""
+    return (F.col("op") == "pause") & flag("changed")
+
+
+def _pause_closed() -> Column:
+    """Whether an entry closed a pause: an ``unpause`` that changed something, or a reset."""
     op = F.col("op")
-    is_open = (op == "pause") & flag("changed")
-    is_close = ((op == "unpause") & flag("changed")) | (op == "reset")
-    control = op.isin(*_CONTROLS) & F.col("interval").isNotNull()
-    # A repeat (the copy of the row before it, see ``dedupe``) leaves every running value of
-    # the rows after it as it was, so it is dropped after the passes.
-    marked = ledger.select("*", is_repeat().alias("_repeat"))
-    # A start its holder missed that its next start moved (celery_interval.starts.replaces) is
-    # no start for the gaps and budgets: that one is at its time instead. A holder's starts come
-    # one after another in time; the next is the first one later (a repeat shares its time).
+    return ((op == "unpause") & flag("changed")) | (op == "reset")
+
+
+def _missed_start() -> Column:
+    """Whether an entry is a start its holder missed that its next start moved
+    (celery_interval.starts.replaces): no start for the gaps and budgets, that one is at its
+    time instead."""
+    is_start = F.col("is_start")
+    # A holder's starts come one after another in time; the next is the first one later (a
+    # repeat shares its time).
     copy = Window.partitionBy("bucket", "task", "r", "holder").orderBy("start_key")
     following = F.first(F.when(is_start, flag(MOVED)), ignorenulls=True).over(
         copy.rangeBetween(1, Window.unboundedFollowing)
     )
-    missed = is_start & F.coalesce(following, F.lit(False))
+    return is_start & F.coalesce(following, F.lit(False))
+
+
+def _with_running_values(ledger: DataFrame) -> DataFrame:
+    """``ledger`` with ``_repeat`` (``is_repeat``), ``_counted`` (a start for the gaps and
+    budgets) and its bucket's running values: c_iv (the latest control's interval),
+    prev_start_us and prev_task (of the counted start before), t0 (the first start) and
+    last_event (the latest pause or close before: open, now)."""
+    w = _by_time()
+    before = w.rowsBetween(Window.unboundedPreceding, -1)
+    upto = w.rowsBetween(Window.unboundedPreceding, Window.currentRow)
+    start, is_start = F.col("start_key"), F.col("is_start")
+    is_open, is_close = _pause_opened(), _pause_closed()
+    control = F.col("op").isin(*_CONTROLS) & F.col("interval").isNotNull()
+    # A repeat (the copy of the row before it, see ``dedupe``) leaves every running value of
+    # the rows after it as it was, so it is dropped after the passes.
+    marked = ledger.select("*", is_repeat().alias("_repeat"))
     counted = F.col("_counted")
-    running = marked.select("*", (is_start & ~missed).alias("_counted")).select(
+    return marked.select("*", (is_start & ~_missed_start()).alias("_counted")).select(
         "*",
         F.last(F.when(control, F.col("interval")), ignorenulls=True).over(upto).alias("c_iv"),
         F.last(F.when(counted, start), ignorenulls=True).over(before).alias("prev_start_us"),
@@ -195,39 +219,66 @@ def annotate(ledger: DataFrame, intervals_us: Mapping[str, int] | None = None) -
         .over(before)
         .alias("last_event"),
     )
-    if intervals_us:
-        pairs = [F.lit(x) for bucket, us in sorted(intervals_us.items()) for x in (bucket, us)]
-        override = F.create_map(*pairs)[F.col("bucket")].cast(LongType())
-    else:
-        override = F.lit(None).cast(LongType())
-    interval_us = F.when(is_start, F.coalesce(override, F.col("interval"), F.col("c_iv")))
+
+
+def _interval_override_us(intervals_us: Mapping[str, int] | None) -> Column:
+    """A bucket's interval from ``intervals_us`` (``--interval-of``; null: none given)."""
+    if not intervals_us:
+        return F.lit(None).cast(LongType())
+    pairs = [F.lit(x) for bucket, us in sorted(intervals_us.items()) for x in (bucket, us)]
+    return F.create_map(*pairs)[F.col("bucket")].cast(LongType())
+
+
+def _shaped(running: DataFrame, columns: Sequence[str], override_us: Column) -> DataFrame:
+    """The rows of ``_with_running_values`` but the repeats: ``columns``, ``_counted`` and the
+    annotations of ``annotate`` (each start judged by its gap; ``_budget_checked`` next)."""
+    start, is_start = F.col("start_key"), F.col("is_start")
+    interval_us = F.when(is_start, F.coalesce(override_us, F.col("interval"), F.col("c_iv")))
     gap_us = F.when(is_start, start - F.col("prev_start_us"))
-    hbin = F.when(  # (least() skips nulls: a first start would land in the last bin)
-        gap_us.isNotNull() & interval_us.isNotNull(),
-        F.least(F.floor(gap_us * HIST_PER_INTERVAL / interval_us), F.lit(HIST_BINS - 1)),
-    )
-    last_event = F.col("last_event")
-    shaped = running.where(~F.col("_repeat")).select(
-        *ledger.columns,
+    return running.where(~F.col("_repeat")).select(
+        *columns,
         "_counted",
         F.when(is_start, F.col("prev_start_us")).alias("prev_start_us"),
         F.when(is_start, F.col("prev_task")).alias("prev_task"),
         interval_us.alias("interval_us"),
-        F.when(is_start & override.isNotNull(), SOURCES.index("--interval-of"))
-        .when(is_start & F.col("interval").isNotNull(), SOURCES.index("ledger"))
-        .when(is_start & F.col("c_iv").isNotNull(), SOURCES.index("control"))
-        .alias("interval_source"),
+        _interval_source(override_us).alias("interval_source"),
         gap_us.alias("gap_us"),
         (gap_us < interval_us).alias("violation"),  # celery_interval.starts.is_violation
         F.when(is_start, worker_of(F.col("holder"))).alias("worker"),
         F.when(is_start, F.floor((start - F.col("t0")) / TBIN_US)).alias("tbin"),
-        hbin.cast("int").alias("hbin"),
+        _histogram_bin(gap_us, interval_us).cast("int").alias("hbin"),
+        *_pause_columns(),
+    )
+
+
+def _interval_source(override_us: Column) -> Column:
+    """For a start, the index in ``SOURCES`` of where its interval came from."""
+    is_start = F.col("is_start")
+    return (
+        F.when(is_start & override_us.isNotNull(), SOURCES.index("--interval-of"))
+        .when(is_start & F.col("interval").isNotNull(), SOURCES.index("ledger"))
+        .when(is_start & F.col("c_iv").isNotNull(), SOURCES.index("control"))
+    )
+
+
+def _histogram_bin(gap_us: Column, interval_us: Column) -> Column:
+    """The gap histogram's bin of a gap (a tenth of the interval each, the last one open)."""
+    return F.when(  # (least() skips nulls: a first start would land in the last bin)
+        gap_us.isNotNull() & interval_us.isNotNull(),
+        F.least(F.floor(gap_us * HIST_PER_INTERVAL / interval_us), F.lit(HIST_BINS - 1)),
+    )
+
+
+def _pause_columns() -> list[Column]:
+    """pause_from_us and pause_to_us of a pause's close, event_code of a pause or a close."""
+    is_open, is_close = _pause_opened(), _pause_closed()
+    last_event = F.col("last_event")
+    return [
         F.when(is_close & last_event["open"], last_event["now"]).alias("pause_from_us"),
         F.when(is_close & last_event["open"], F.col("now")).alias("pause_to_us"),
         # the last pause or close wins: now x 2 + 1 for a pause (max() of it is the latest)
         F.when(is_open | is_close, F.col("now") * 2 + is_open.cast("long")).alias("event_code"),
-    )
-    return _budget_checked(shaped)
+    ]
 
 
 def _budget_checked(shaped: DataFrame) -> DataFrame:

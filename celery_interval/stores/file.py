@@ -2,47 +2,25 @@
 
 from __future__ import annotations
 
-import dataclasses
 import fcntl
 import hashlib
-import json
 import os
 import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
 
 from celery_interval.config.table import KEY_PREFIX
 from celery_interval.errors import StoreError, StoreUnavailable
-from celery_interval.schedule import (
-    BucketState,
-    Done,
-    Granted,
-    Lease,
-    Mark,
-    Place,
-    Places,
-    live_places,
-)
+from celery_interval.schedule import Mark
 from celery_interval.stores._apply import BucketTxn, ModelStore
-from celery_interval.stores.tats import decode_tats, encode_tats
+from celery_interval.stores.file_format import FORMAT_VERSION, Record, decode_record, encode_record
 
 __all__ = ["FORMAT_VERSION", "FileStore", "wall_clock_us"]
 
-FORMAT_VERSION = 1
 _SAFE_CHARS = "abcdefghijklmnopqrstuvwxyz0123456789._-"
 _MAX_STEM_CHARS = 160  # leaves room for ".json.tmp" under the usual 255-byte name limit
-#: The integer fields; ``limit_tats`` is written as lib.lua's field ``x`` (absent: none).
-_STATE_FIELDS = tuple(f.name for f in dataclasses.fields(BucketState) if f.name != "limit_tats")
-_NULLABLE_FIELDS = frozenset(
-    f.name for f in dataclasses.fields(BucketState) if "None" in str(f.type)
-)
-#: Fields a file written before they existed lacks: they read as their defaults.
-_OPTIONAL_FIELDS = frozenset(
-    f.name for f in dataclasses.fields(BucketState) if f.default is not dataclasses.MISSING
-)
 
 
 # POSIX locks belong to the process: threads of one process do not exclude each other with
@@ -92,7 +70,7 @@ def file_stem(key_prefix: str, bucket: str) -> str:
 class _FileTxn:
     """One bucket's record loaded from its state file under the bucket's lock."""
 
-    def __init__(self, now_us: int, record: _Record, store_born_us: Callable[[int], int]) -> None:
+    def __init__(self, now_us: int, record: Record, store_born_us: Callable[[int], int]) -> None:
         self.now_us = now_us
         self.state, self.marks, self.expires_real_us, self.reset_us, self.places = record
         if self.expires_real_us is not None and self.expires_real_us <= now_us:
@@ -181,13 +159,15 @@ class FileStore(ModelStore):
                 raw = self._read(path)
                 now_us = self._clock_us()
                 record = (
-                    _decode(raw, path, bucket) if raw is not None else (None, {}, None, None, ())
+                    decode_record(raw, path, bucket)
+                    if raw is not None
+                    else (None, {}, None, None, ())
                 )
                 txn = _FileTxn(now_us, record, lambda now: self._store_born_us(now, write))
                 yield txn
                 if write:
                     kept = (txn.state, txn.marks, txn.expires_real_us, txn.reset_us, txn.places)
-                    new = _encode(bucket, kept, now_us)
+                    new = encode_record(bucket, kept, now_us)
                     empty = kept[:2] == (None, {}) and kept[3:] == (None, ())
                     if new != raw and not (raw is None and empty):
                         self._write(path, new)
@@ -258,141 +238,3 @@ def _fsync_directory(directory: Path) -> None:
         pass
     finally:
         os.close(fd)
-
-
-#: A bucket's record: state, marks, when the state expires, when the bucket was reset, places.
-_Record = tuple[BucketState | None, dict[tuple[str, int], Mark], int | None, int | None, Places]
-
-
-def _encode(bucket: str, record: _Record, now_us: int) -> bytes:
-    """The file's JSON; expired marks are dropped here, so files stay small."""
-    state, marks, expires_real_us, reset_us, places = record
-    rows: list[dict[str, Any]] = []
-    for (task_id, retries), mark in sorted(marks.items()):
-        if mark.expires_real_us <= now_us:
-            continue
-        row: dict[str, Any] = {"task_id": task_id, "retries": retries}
-        if isinstance(mark, Lease):
-            row.update(
-                kind="lease",
-                holder=mark.holder,
-                start_us=mark.start_us,
-                expires_real_us=mark.expires_real_us,
-                epoch=mark.epoch,
-                tat_us=mark.tat_us,
-                admitted=mark.admitted,
-            )
-        elif isinstance(mark, Granted):
-            row.update(
-                kind="granted",
-                epoch=mark.epoch,
-                ticket=mark.ticket,
-                slot_us=mark.slot_us,
-                expires_real_us=mark.expires_real_us,
-            )
-            if mark.front:
-                row["front"] = True
-        else:
-            row.update(kind="done", expires_real_us=mark.expires_real_us)
-        rows.append(row)
-    fields: dict[str, Any] | None = None
-    if state is not None:
-        fields = {name: getattr(state, name) for name in _STATE_FIELDS}
-        if state.limit_tats:
-            fields["limit_tats"] = encode_tats(state.limit_tats)
-    doc = {"version": FORMAT_VERSION, "bucket": bucket, "state": fields, "marks": rows}
-    if expires_real_us is not None:
-        doc["expires_real_us"] = expires_real_us
-    if reset_us is not None:
-        doc["reset_us"] = reset_us
-    if live_places(places, now_us):
-        doc["places"] = [[p.expires_real_us, p.holder] for p in live_places(places, now_us)]
-    return (json.dumps(doc, separators=(",", ":"), sort_keys=True) + "\n").encode()
-
-
-def _decode(raw: bytes, path: Path, bucket: str) -> _Record:
-    """Parse and validate a state file; anything unexpected raises StoreError naming the file."""
-
-    def corrupt(why: str) -> StoreError:
-        return StoreError(
-            f"corrupt interval state file {str(path)!r}: {why} "
-            "(inspect it; delete it to start the bucket over)"
-        )
-
-    try:
-        doc = json.loads(raw)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise corrupt(f"not JSON ({exc})") from None
-    if not isinstance(doc, dict):
-        raise corrupt("not a JSON object")
-    if doc.get("version") != FORMAT_VERSION:
-        raise corrupt(f"unknown format version {doc.get('version')!r}")
-    if doc.get("bucket") != bucket:
-        raise corrupt(f"holds bucket {doc.get('bucket')!r}, expected {bucket!r}")
-
-    def integer(obj: dict[str, Any], name: str, nullable: bool = False) -> Any:
-        value = obj.get(name)
-        if value is None and nullable and name in obj:
-            return None
-        if not isinstance(value, int) or isinstance(value, bool):
-            raise corrupt(f"{name}={value!r} is not an integer")
-        return value
-
-    raw_state = doc.get("state")
-    state: BucketState | None
-    if raw_state is None:
-        state = None
-    elif isinstance(raw_state, dict):
-        try:
-            limit_tats = decode_tats(raw_state.get("limit_tats", ""))
-        except (AttributeError, ValueError) as exc:
-            raise corrupt(f"limit_tats={raw_state.get('limit_tats')!r}: {exc}") from None
-        state = BucketState(
-            **{
-                name: integer(raw_state, name, name in _NULLABLE_FIELDS)
-                for name in _STATE_FIELDS
-                if name in raw_state or name not in _OPTIONAL_FIELDS
-            },
-            limit_tats=limit_tats,
-        )
-    else:
-        raise corrupt("state is not an object")
-
-    raw_marks = doc.get("marks")
-    if not isinstance(raw_marks, list):
-        raise corrupt("marks is not a list")
-    marks: dict[tuple[str, int], Mark] = {}
-    for row in raw_marks:
-        if not isinstance(row, dict) or not isinstance(row.get("task_id"), str):
-            raise corrupt(f"bad mark {row!r}")
-        key = (row["task_id"], integer(row, "retries"))
-        kind = row.get("kind")
-        if kind == "lease":
-            holder = row.get("holder")
-            if not isinstance(holder, str):
-                raise corrupt(f"bad lease holder {holder!r}")
-            marks[key] = Lease(
-                holder,
-                integer(row, "start_us"),
-                integer(row, "expires_real_us"),
-                integer(row, "epoch", True) if "epoch" in row else None,
-                integer(row, "tat_us", True) if "tat_us" in row else None,
-                integer(row, "admitted", True) if "admitted" in row else None,
-            )
-        elif kind == "done":
-            marks[key] = Done(integer(row, "expires_real_us"))
-        elif kind == "granted":
-            names = ("epoch", "ticket", "slot_us", "expires_real_us")
-            epoch, ticket, slot_us, until_us = (integer(row, name) for name in names)
-            marks[key] = Granted(epoch, ticket, slot_us, until_us, row.get("front") is True)
-        else:
-            raise corrupt(f"unknown mark kind {kind!r}")
-    optional = [integer(doc, name, True) if name in doc else None
-                for name in ("expires_real_us", "reset_us")]  # fmt: skip
-    raw_places = doc.get("places", [])
-    if not isinstance(raw_places, list) or not all(
-        isinstance(p, list) and len(p) == 2 and isinstance(p[1], str) for p in raw_places
-    ):
-        raise corrupt(f"bad places {raw_places!r}")
-    places = tuple(Place(integer({"place": p[0]}, "place"), p[1]) for p in raw_places)
-    return state, marks, optional[0], optional[1], places
