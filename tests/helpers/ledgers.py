@@ -7,7 +7,7 @@ from typing import Any
 import redis
 
 from celery_interval.config.table import KEY_PREFIX
-from celery_interval.starts import happened
+from celery_interval.starts import happened, is_moved, is_readmit
 from celery_interval.stores.keys import ledger_key
 from tests.helpers.pool import Pool
 
@@ -31,20 +31,33 @@ def claim_times_us(pool: Pool, task_id: str | None = None, *, readmits: bool = T
     bucket's ledger: a start its holder missed that a moved readmit replaced is left out.
 
     ``readmits=False`` leaves out a holder's new start after its admitted one passed unused (a
-    pool process that came too late): for counting runs, not for spacing.
+    pool process that came too late) where the missed start still counts: one start per run,
+    for counting runs, not for spacing. A moved readmit stays: it replaced the missed start.
     """
+    entries = happened(ledger(pool)) if readmits else one_per_run(ledger(pool))
     return sorted(
         int(fields["start"])
-        for fields in happened(ledger(pool))
-        if (readmits or fields.get("readmit") != "1")
-        and (task_id is None or fields.get("task") == task_id)
+        for fields in entries
+        if task_id is None or fields.get("task") == task_id
     )
+
+
+def one_per_run(entries: list[dict[str, str]]) -> list[dict[str, str]]:
+    """Of the starts that happened (``starts.happened``), one per run: a holder's new start
+    after its admitted one passed unused, where the missed start still counts (a readmit that
+    did not move it), is left out."""
+    return [f for f in happened(entries) if not is_readmit(f) or is_moved(f)]
 
 
 def happened_us(client: redis.Redis[Any], bucket: str) -> list[int]:
     """Store-clock times of ``bucket``'s starts that happened, from its ledger on ``client``'s
     server (a start its holder missed that a moved readmit replaced is left out)."""
     return sorted(int(f["start"]) for f in happened(ledger_entries(client, bucket)))
+
+
+def run_starts_us(client: redis.Redis[Any], bucket: str) -> list[int]:
+    """``happened_us``, one start per run (``one_per_run``): for counting runs."""
+    return sorted(int(f["start"]) for f in one_per_run(ledger_entries(client, bucket)))
 
 
 def claim_admissions_us(pool: Pool) -> list[tuple[int, int]]:
