@@ -206,7 +206,8 @@ def _earliest(
 ) -> int:
     """The earliest start (virtual µs) a claim may be admitted for: the bucket's budget (or
     the missed start, if it moves), every extra limit, the outer bucket's ``not_before_us``, a
-    reserved slot, and (for a ticket) its slot, pushed by ``pushed_us`` unless a front grant."""
+    reserved slot, the end of a throttle's wait, and (for a ticket) its slot, pushed by
+    ``pushed_us`` unless a front grant."""
     primary_us = (
         missed.start_us
         if moves and missed is not None
@@ -217,6 +218,10 @@ def _earliest(
         earliest_us = max(earliest_us, terms.not_before_us)
     if state.reserved_us is not None and not front:
         earliest_us = max(earliest_us, state.reserved_us + spacing_us)
+    if state.throttled_until_us is not None:
+        # Never inside a throttle's wait: a copy throttled earlier keeps a front slot that a
+        # later throttle's shift may have left before the wait's end.
+        earliest_us = max(earliest_us, state.throttled_until_us)
     if missed is None:
         earliest_us = max(slot_us + (0 if front else state.pushed_us), earliest_us)
     return earliest_us

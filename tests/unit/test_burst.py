@@ -204,6 +204,28 @@ def test_random_sequences_keep_the_budget(
     _check_budgets(steps, burst, costs, handoffs, born_us, limits, spacing=False)
 
 
+def test_a_copy_throttled_earlier_does_not_start_inside_a_later_throttles_wait() -> None:
+    """P9: task a is throttled and keeps a front slot; before its copy starts, task c's throttle
+    shifts the slots so the next start comes after its wait, which leaves a's front slot before
+    that wait's end. a's claim waits for it (found by the property test above: a's copy
+    started 500 µs inside c's wait)."""
+    steps: list[Step] = [
+        ("throttle", "a", 0, 0, None),
+        ("grant", "a", 0, 0),
+        ("claim_due", "w1", 0, 500, -1),
+        ("grant", "a", 0, 0),
+        ("grant", "a", 1, 0),
+        ("claim_due", "w1", 0, 500, -1),
+        ("claim_due", "w1", 0, 500, -1),
+        ("throttle", "c", 0, 500, None),
+        ("grant", "a", 0, 0),
+        ("claim_due", "w1", 0, 500, -1),
+        ("advance", 600),
+        ("claim", "a", 0, "w1", 0, 500),
+    ]
+    _check_budgets(steps, 2, [1, 1, 2, 1], [0, 0, 0], None, [], spacing=False)
+
+
 def _check_budgets(
     steps: list[Step],
     burst: int,

@@ -126,7 +126,8 @@ end
 -- (lease left), PAUSED, DUPLICATE, RETICKET (0). A throttled task's front grant keeps its
 -- slot after later starts (no RETICKET) and, the last one kept, frees the reserved slot (h); so
 -- does an interactive start's (front.lua); a ticket starts at its slot + u at the earliest;
--- every other claim starts an interval after the reserved slot at the earliest. Saves a new epoch; drops an
+-- every other claim starts an interval after the reserved slot at the earliest; none starts before
+-- the latest throttle's wait ends (w). Saves a new epoch; drops an
 -- expired mark; OK leases (a granted mark is no lease: it only gives a redelivered copy the
 -- same slot).
 -- Ledger: op=claim:<outcome> now task r ticket slot holder epoch interval (effective), plus
@@ -259,6 +260,9 @@ local function claim_op(keys, argv)
   end
   if s.h ~= nil and not front then
     earliest = math.max(earliest, s.h + spacing)
+  end
+  if s.w ~= nil then
+    earliest = math.max(earliest, s.w)
   end
   if missed == nil then
     earliest = math.max(slot + (front and 0 or s.u), earliest)
