@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -16,6 +17,10 @@ from celery_interval.config.intervals import describe_rate
 from celery_interval.config.values import describe_limits, limit_dict
 from celery_interval.errors import UnknownBucket
 from celery_interval.monitor.fleet import held_per_worker, queue_depths
+from celery_interval.schedule import Status
+
+if TYPE_CHECKING:
+    from rich.table import Table
 
 __all__ = ["status"]
 
@@ -115,33 +120,73 @@ def status(
     worker, broker depth and parked tasks (in the bucket's overflow queue) of each bucket:
     the configured ones and those with state in the store (tenant buckets ``queue:key``)."""
     app = app_of(ctx)
-    unconfigured: list[str] = []
-    if queue:
-        found = [(queue, control.status(app, queue))]
-    else:
-        found, unconfigured = control.statuses(app, match)
-    rows = []
+    found, unconfigured = _found(app, queue, match)
     settings = settings_of(app)
-    for bucket, result in found:
-        row = control.status_dict(result)
-        row["queue"] = bucket
-        row["burst"] = settings.burst_of(bucket)
-        limits = settings.limits_of(bucket)
-        row["limits"] = [limit_dict(limit) for limit in limits]
-        if result.units_left:
-            row["budget_left"] = result.units_left[0]
-            for shown, left in zip(row["limits"], result.units_left[1:]):
-                shown["budget_left"] = left
-        row["interactive_share"] = settings.share_of(bucket)
-        row["declaration"] = declaration_of(settings, bucket)
-        rows.append(row)
+    rows = [_status_row(settings, bucket, result) for bucket, result in found]
     rows.sort(key=_SORTS[sort_by])
     total = len(rows)
     if top:
         rows = rows[:top]
+    configured = set(settings.buckets())
+    per_worker, held_error = _add_fleet(app, settings, configured, rows, timeout_s)
+    shown = _Shown(rows, total, unconfigured, configured, per_worker, held_error)
+    if as_json:
+        click.echo(_json_text(shown))
+        return
+    _print_table(shown, timeout_s)
+
+
+@dataclass
+class _Shown:
+    """What ``status`` shows: the rows kept (sorted, cut to ``--top``), how many buckets there
+    were, the stored buckets no configured interval names, the buckets configured by name, and
+    the held inspect's answer (held per worker, its error)."""
+
+    rows: list[dict[str, Any]]
+    total: int
+    unconfigured: list[str]
+    configured: set[str]
+    per_worker: dict[str, dict[str, Any]]
+    held_error: str | None
+
+
+def _found(app: Any, queue: str | None, match: str) -> tuple[list[tuple[str, Status]], list[str]]:
+    """The (bucket, status) of ``queue`` alone, or of every bucket whose name matches
+    ``match``; and the stored buckets that no configured interval names."""
+    if queue:
+        return [(queue, control.status(app, queue))], []
+    return control.statuses(app, match)
+
+
+def _status_row(settings: Settings, bucket: str, result: Status) -> dict[str, Any]:
+    """``bucket``'s row: its status, burst, extra limits (with the units left of each budget
+    when read), interactive share and declaration."""
+    row = control.status_dict(result)
+    row["queue"] = bucket
+    row["burst"] = settings.burst_of(bucket)
+    limits = settings.limits_of(bucket)
+    row["limits"] = [limit_dict(limit) for limit in limits]
+    if result.units_left:
+        row["budget_left"] = result.units_left[0]
+        for shown, left in zip(row["limits"], result.units_left[1:]):
+            shown["budget_left"] = left
+    row["interactive_share"] = settings.share_of(bucket)
+    row["declaration"] = declaration_of(settings, bucket)
+    return row
+
+
+def _add_fleet(
+    app: Any,
+    settings: Settings,
+    configured: set[str],
+    rows: list[dict[str, Any]],
+    timeout_s: float,
+) -> tuple[dict[str, dict[str, Any]], str | None]:
+    """Add to each row what the workers and the broker say: the tasks held per worker (and
+    in all), the broker depth (of a configured bucket), the parked tasks and the cap; the held
+    inspect's answer per worker and its error."""
     names = [row["queue"] for row in rows]
     per_worker, held_error = held_per_worker(app, timeout_s, names) if names else ({}, None)
-    configured = set(settings.buckets())
     depths = queue_depths(app, [name for name in names if name in configured])
     overflows = {name: overflow_queue_name(queue_of(name), name) for name in names}
     parked = queue_depths(app, list(overflows.values()))
@@ -154,21 +199,36 @@ def status(
         row["held_total"] = sum(row["held"].values())
         row["broker_depth"] = depths.get(row["queue"])
         row["cap"] = settings.concurrency_of(row["queue"])
-    if as_json:
-        click.echo(
-            json.dumps(
-                {
-                    "queues": rows,
-                    "total": total,
-                    "shown": len(rows),
-                    "unconfigured": len(unconfigured),
-                    "workers": sorted(per_worker),
-                    "workers_error": held_error,
-                }
-            )
-        )
-        return
+    return per_worker, held_error
+
+
+def _json_text(shown: _Shown) -> str:
+    """``--json``: one JSON object of the rows, the counts and the workers that answered."""
+    return json.dumps(
+        {
+            "queues": shown.rows,
+            "total": shown.total,
+            "shown": len(shown.rows),
+            "unconfigured": len(shown.unconfigured),
+            "workers": sorted(shown.per_worker),
+            "workers_error": shown.held_error,
+        }
+    )
+
+
+def _print_table(shown: _Shown, timeout_s: float) -> None:
+    """Print the rows as a table, then how many are shown and what the held inspect lacked."""
     from rich.console import Console
+
+    # Piped or captured output keeps whole bucket names (a terminal's width would cut them).
+    console = Console(width=None if sys.stdout.isatty() else 200)
+    console.print(_table(shown))
+    for line in _footer_lines(shown, timeout_s):
+        console.print(line, highlight=False)
+
+
+def _table(shown: _Shown) -> Table:
+    """The ``interval buckets`` table: a row per bucket shown."""
     from rich.table import Table
 
     table = Table(title="interval buckets")
@@ -176,35 +236,61 @@ def status(
                "next slot in s", "running", "held", "depth", "parked")  # fmt: skip
     for col in columns:
         table.add_column(col)
-    for row in rows:
-        held = ", ".join(f"{w}={n}" for w, n in sorted(row["held"].items()))
-        if row["queue"] in configured:
-            depth = "?" if row["broker_depth"] is None else str(row["broker_depth"])
-        else:
-            depth = "-"  # a tenant bucket shares its queue's depth
-        table.add_row(
-            row["queue"],
-            _declaration_text(row["declaration"]),
-            f"{row['interval_s']:g}"
-            + (" (set)" if row["overridden"] else "")
-            + (" (adapted)" if row["adapted"] else ""),
-            _budget_text(row),
-            f"by {row['outer']}" if row["outer_paused"] else ("yes" if row["paused"] else "no"),
-            str(row["tickets"]),
-            f"{row['next_slot_in_s']:.3f}",
-            str(row["running"]) + ("" if row["cap"] is None else f"/{row['cap']}"),
-            held or ("?" if held_error else "-"),
-            depth,
-            str(row["parked"]),
-        )
-    # Piped or captured output keeps whole bucket names (a terminal's width would cut them).
-    console = Console(width=None if sys.stdout.isatty() else 200)
-    console.print(table)
-    more = " (use --top/--match)" if len(rows) < total else ""
-    if unconfigured:
-        more += f"; {len(unconfigured)} stored buckets have no configured interval"
-    console.print(f"showing {len(rows)} of {total} buckets{more}", highlight=False)
-    if held_error:
-        console.print(f"held: {held_error}", highlight=False)
-    elif names and not per_worker:
-        console.print(f"held: no worker answered within {timeout_s:g}s", highlight=False)
+    for row in shown.rows:
+        table.add_row(*_cells(row, shown))
+    return table
+
+
+def _cells(row: dict[str, Any], shown: _Shown) -> list[str]:
+    """``row``'s cells, in the table's column order."""
+    return [
+        row["queue"],
+        _declaration_text(row["declaration"]),
+        _interval_text(row),
+        _budget_text(row),
+        f"by {row['outer']}" if row["outer_paused"] else ("yes" if row["paused"] else "no"),
+        str(row["tickets"]),
+        f"{row['next_slot_in_s']:.3f}",
+        str(row["running"]) + ("" if row["cap"] is None else f"/{row['cap']}"),
+        _held_text(row, shown.held_error),
+        _depth_text(row, shown.configured),
+        str(row["parked"]),
+    ]
+
+
+def _interval_text(row: dict[str, Any]) -> str:
+    """The interval in force in seconds, marked ``(set)`` and ``(adapted)`` where it is."""
+    return (
+        f"{row['interval_s']:g}"
+        + (" (set)" if row["overridden"] else "")
+        + (" (adapted)" if row["adapted"] else "")
+    )
+
+
+def _held_text(row: dict[str, Any], held_error: str | None) -> str:
+    """The tasks each worker holds, ``'w1=2, w2=0'`` (``?``: the inspect failed; ``-``: no
+    worker answered)."""
+    held = ", ".join(f"{w}={n}" for w, n in sorted(row["held"].items()))
+    return held or ("?" if held_error else "-")
+
+
+def _depth_text(row: dict[str, Any], configured: set[str]) -> str:
+    """The broker depth of a configured bucket (``?``: unknown); ``-`` for a tenant bucket,
+    which shares its queue's depth."""
+    if row["queue"] not in configured:
+        return "-"
+    return "?" if row["broker_depth"] is None else str(row["broker_depth"])
+
+
+def _footer_lines(shown: _Shown, timeout_s: float) -> list[str]:
+    """The lines under the table: how many buckets are shown (and why not all), and what
+    the held inspect lacked."""
+    more = " (use --top/--match)" if len(shown.rows) < shown.total else ""
+    if shown.unconfigured:
+        more += f"; {len(shown.unconfigured)} stored buckets have no configured interval"
+    lines = [f"showing {len(shown.rows)} of {shown.total} buckets{more}"]
+    if shown.held_error:
+        lines.append(f"held: {shown.held_error}")
+    elif shown.rows and not shown.per_worker:
+        lines.append(f"held: no worker answered within {timeout_s:g}s")
+    return lines

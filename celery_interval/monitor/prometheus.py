@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Callable, Iterator
+from typing import Any, TypeAlias
 
 from celery_interval.errors import ConfigurationError
-from celery_interval.monitor.collector import Frame
+from celery_interval.monitor.collector import BucketRow, Frame
 from celery_interval.monitor.histogram import Histogram
 
 __all__ = ["LABELS", "FrameMetrics", "metric_families", "serve"]
@@ -28,156 +28,149 @@ def _prometheus() -> Any:
 
 
 def _buckets(histogram: Histogram) -> tuple[list[tuple[str, float]], float]:
+    """``histogram``'s cumulative (upper bound, count) pairs as Prometheus has them, and sum."""
     cumulative, _, total = histogram.snapshot()
     pairs = [("+Inf" if le == float("inf") else repr(le), float(n)) for le, n in cumulative]
     return pairs, total
+
+
+#: A per-bucket metric: its name, its help and what it reads of a row (None: no sample).
+_Spec: TypeAlias = tuple[str, str, Callable[[BucketRow], float | None]]
+
+#: The per-bucket counters of admissions, in the order served.
+_ADMISSION_COUNTERS: tuple[_Spec, ...] = (
+    ("celery_interval_starts", "Starts admitted (claim:OK, not a re-claim).", lambda r: r.starts),
+    ("celery_interval_grants", "Tickets handed out (grant:OK, not a copy's).", lambda r: r.grants),
+    (
+        "celery_interval_claim_violations",
+        "Starts that broke the interval in force, the burst's budget or an extra limit's.",
+        lambda r: r.violations,
+    ),
+    (
+        "celery_interval_readmits",
+        "Starts admitted anew because the task's admitted start passed unheard.",
+        lambda r: r.readmits,
+    ),
+)
+
+#: The per-bucket counters of the ledger's losses, in the order served.
+_LEDGER_LOSS_COUNTERS: tuple[_Spec, ...] = (
+    (
+        "celery_interval_ledger_gaps",
+        "Times the ledger's cap trimmed entries the exporter had not read: counters are "
+        "incomplete from then on.",
+        lambda r: r.ledger_gaps,
+    ),
+    (
+        "celery_interval_ledger_lost_entries",
+        "Ledger entries trimmed before the exporter read them (Redis >= 7 counts them).",
+        lambda r: r.ledger_lost,
+    ),
+)
+
+#: The per-bucket gauges of state, in the order served.
+_STATE_GAUGES: tuple[_Spec, ...] = (
+    ("celery_interval_held", "Tasks the workers hold for their slot.", lambda r: r.held),
+    (
+        "celery_interval_waiting",
+        "Tasks waiting in the broker: queue depth plus parked tasks.",
+        lambda r: r.waiting,
+    ),
+    ("celery_interval_parked", "Tasks parked in the bucket's overflow queue.", lambda r: r.parked),
+    (
+        "celery_interval_running",
+        "Bodies holding a place of a capped bucket (its concurrency cap).",
+        lambda r: r.running,
+    ),
+    (
+        "celery_interval_paused",
+        "1 while the bucket is paused.",
+        lambda r: None if r.paused is None else int(r.paused),
+    ),
+    (
+        "celery_interval_interval_seconds",
+        "The interval in force, in seconds.",
+        lambda r: r.interval_s,
+    ),
+    (
+        "celery_interval_burst",
+        "The bucket's burst: units that may start back to back (1: none).",
+        lambda r: r.burst,
+    ),
+    (
+        "celery_interval_budget_units",
+        "Units of the interval's budget (its burst) a ticket could take now.",
+        lambda r: r.units_left[0] if r.units_left else None,
+    ),
+    (
+        "celery_interval_next_slot_seconds",
+        "When the slot a ticket would get now comes (every limit's budget counted), in s.",
+        lambda r: r.next_slot_in_s,
+    ),
+)
 
 
 def metric_families(frame: Frame) -> Iterator[Any]:
     """Every metric family of ``frame`` (counters since the exporter started)."""
     core = _prometheus().core
     counter, gauge = core.CounterMetricFamily, core.GaugeMetricFamily
+    yield from _per_bucket_families(frame, counter, _ADMISSION_COUNTERS)
+    yield _ledger_entries(frame, counter)
+    yield from _per_bucket_families(frame, counter, _LEDGER_LOSS_COUNTERS)
+    yield from _per_bucket_families(frame, gauge, _STATE_GAUGES)
+    yield from _limit_families(frame, counter, gauge)
+    yield from _histogram_families(frame, core.HistogramMetricFamily)
+    yield from _fleet_families(frame, counter, gauge)
 
-    def per_bucket(family: Any, value: Any) -> Any:
+
+def _per_bucket_families(frame: Frame, kind: Any, specs: tuple[_Spec, ...]) -> Iterator[Any]:
+    """A family of type ``kind`` per (name, help, value) of ``specs``, labelled by bucket and
+    queue, with a sample per row whose value is not None."""
+    for name, documentation, value in specs:
+        family = kind(name, documentation, labels=LABELS)
         for row in frame.rows:
             v = value(row)
             if v is not None:
                 family.add_metric([row.bucket, row.queue], float(v))
-        return family
+        yield family
 
-    yield per_bucket(
-        counter(
-            "celery_interval_starts", "Starts admitted (claim:OK, not a re-claim).", labels=LABELS
-        ),
-        lambda r: r.starts,
-    )
-    yield per_bucket(
-        counter(
-            "celery_interval_grants", "Tickets handed out (grant:OK, not a copy's).", labels=LABELS
-        ),
-        lambda r: r.grants,
-    )
-    yield per_bucket(
-        counter(
-            "celery_interval_claim_violations",
-            "Starts that broke the interval in force, the burst's budget or an extra limit's.",
-            labels=LABELS,
-        ),
-        lambda r: r.violations,
-    )
-    yield per_bucket(
-        counter(
-            "celery_interval_readmits",
-            "Starts admitted anew because the task's admitted start passed unheard.",
-            labels=LABELS,
-        ),
-        lambda r: r.readmits,
-    )
+
+def _ledger_entries(frame: Frame, counter: Any) -> Any:
+    """The ledger entries read, by bucket, queue and op."""
     entries = counter(
         "celery_interval_ledger_entries", "Ledger entries read, by op.", labels=[*LABELS, "op"]
     )
     for row in frame.rows:
         for op, n in sorted(row.ops.items()):
             entries.add_metric([row.bucket, row.queue, op], float(n))
-    yield entries
-    yield per_bucket(
-        counter(
-            "celery_interval_ledger_gaps",
-            "Times the ledger's cap trimmed entries the exporter had not read: counters are "
-            "incomplete from then on.",
-            labels=LABELS,
-        ),
-        lambda r: r.ledger_gaps,
-    )
-    yield per_bucket(
-        counter(
-            "celery_interval_ledger_lost_entries",
-            "Ledger entries trimmed before the exporter read them (Redis >= 7 counts them).",
-            labels=LABELS,
-        ),
-        lambda r: r.ledger_lost,
-    )
-    yield per_bucket(
-        gauge("celery_interval_held", "Tasks the workers hold for their slot.", labels=LABELS),
-        lambda r: r.held,
-    )
-    yield per_bucket(
-        gauge(
-            "celery_interval_waiting",
-            "Tasks waiting in the broker: queue depth plus parked tasks.",
-            labels=LABELS,
-        ),
-        lambda r: r.waiting,
-    )
-    yield per_bucket(
-        gauge(
-            "celery_interval_parked", "Tasks parked in the bucket's overflow queue.", labels=LABELS
-        ),
-        lambda r: r.parked,
-    )
-    yield per_bucket(
-        gauge(
-            "celery_interval_running",
-            "Bodies holding a place of a capped bucket (its concurrency cap).",
-            labels=LABELS,
-        ),
-        lambda r: r.running,
-    )
-    yield per_bucket(
-        gauge("celery_interval_paused", "1 while the bucket is paused.", labels=LABELS),
-        lambda r: None if r.paused is None else int(r.paused),
-    )
-    yield per_bucket(
-        gauge(
-            "celery_interval_interval_seconds", "The interval in force, in seconds.", labels=LABELS
-        ),
-        lambda r: r.interval_s,
-    )
-    yield per_bucket(
-        gauge(
-            "celery_interval_burst",
-            "The bucket's burst: units that may start back to back (1: none).",
-            labels=LABELS,
-        ),
-        lambda r: r.burst,
-    )
-    yield per_bucket(
-        gauge(
-            "celery_interval_budget_units",
-            "Units of the interval's budget (its burst) a ticket could take now.",
-            labels=LABELS,
-        ),
-        lambda r: r.units_left[0] if r.units_left else None,
-    )
-    yield per_bucket(
-        gauge(
-            "celery_interval_next_slot_seconds",
-            "When the slot a ticket would get now comes (every limit's budget counted), in s.",
-            labels=LABELS,
-        ),
-        lambda r: r.next_slot_in_s,
-    )
-    yield from _limit_families(frame, counter, gauge)
-    lateness = core.HistogramMetricFamily(
+    return entries
+
+
+def _histogram_families(frame: Frame, histogram_family: Any) -> Iterator[Any]:
+    """The start lateness per bucket, then the store call time per bucket and op."""
+    lateness = histogram_family(
         "celery_interval_start_lateness_seconds",
         "Admitted start minus the ticket's slot, in seconds.",
         labels=LABELS,
     )
     for row in frame.rows:
         if row.lateness is not None:
-            buckets, total = _buckets(row.lateness)
-            lateness.add_metric([row.bucket, row.queue], buckets, total)
+            _add_histogram(lateness, [row.bucket, row.queue], row.lateness)
     yield lateness
-    calls = core.HistogramMetricFamily(
+    calls = histogram_family(
         "celery_interval_store_call_seconds",
         "Store call time of a grant or claim, from the workers' events.",
         labels=[*LABELS, "op"],
     )
     for (bucket, queue, op), histogram in sorted(frame.store_calls.items()):
-        buckets, total = _buckets(histogram)
-        calls.add_metric([bucket, queue, op], buckets, total)
+        _add_histogram(calls, [bucket, queue, op], histogram)
     yield calls
-    yield from _fleet_families(frame, counter, gauge)
+
+
+def _add_histogram(family: Any, labels: list[str], histogram: Histogram) -> None:
+    """Add ``histogram``'s cumulative buckets and sum to ``family`` as the sample ``labels``."""
+    buckets, total = _buckets(histogram)
+    family.add_metric(labels, buckets, total)
 
 
 def _limit_families(frame: Frame, counter: Any, gauge: Any) -> Iterator[Any]:
@@ -216,6 +209,7 @@ def _limit_families(frame: Frame, counter: Any, gauge: Any) -> Iterator[Any]:
 
 
 def _fleet_families(frame: Frame, counter: Any, gauge: Any) -> Iterator[Any]:
+    """The exporter's own gauges and counters: the store, the workers, the refreshes, events."""
     yield gauge("celery_interval_up", "1 if the last refresh read the store.", value=int(frame.up))
     yield gauge(
         "celery_interval_workers", "Workers that answered the last inspect.", value=frame.workers
