@@ -87,7 +87,12 @@ def throttled(task: Any, exc: Throttled) -> NoReturn:
         )
     sig = task.signature_from_request(request, retries=request.retries, **options)
     sig.set(headers={**(sig.options.get("headers") or {}), **headers})
-    sig.apply_async(retry=True, retry_policy=_until_sent(claimed.bucket, request.id))
+    policy = _until_sent(claimed.bucket, request.id)
+    with task.app.producer_or_acquire() as producer:
+        # A publish that has to connect first gives up after broker_connection_timeout (kombu
+        # connects outside the retry policy): connect under the policy, then publish.
+        producer.connection.ensure_connection(**policy)
+        sig.apply_async(producer=producer, retry=True, retry_policy=policy)
     raise Retry(str(exc), exc=exc, when=exc.retry_after_s, sig=sig)
 
 

@@ -445,23 +445,62 @@ def test_a_throttle_that_meets_the_broker_down_keeps_its_task(
     redis_broker: RedisProc, make_broker_pool: Any
 ) -> None:
     """The 429 arrives while the broker is down: the task is still sent again and succeeds."""
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), SlowThrottle)
+    pool = make_broker_pool(redis_broker.broker_url_for(0), **redis_options(10.0))
+    admin = redis.Redis(port=redis_broker.port)
+
+    def acked() -> bool:
+        return bool(admin.hlen("unacked") == 0)
+
+    try:
+        _throttled_through_an_outage(pool, acked, redis_broker.kill, redis_broker.restart, 4.0)
+    finally:
+        admin.close()
+
+
+def test_a_throttle_that_meets_the_node_down_longer_than_the_connect_timeout(
+    make_broker_pool: Any, live_rabbit: RabbitNode
+) -> None:
+    """The 429 arrives while the RabbitMQ node is down for longer than Celery's connect
+    timeout (4 s), in a pool process that never published: the copy sent again waits for the
+    node (kombu connects outside a publish's retry policy, and gave up at 4 s), then runs."""
+    pool = make_broker_pool(live_rabbit.url)
+
+    def acked() -> bool:
+        time.sleep(0.5)  # the ack goes as the body begins
+        return True
+
+    def restart() -> None:
+        time.sleep(4.0)  # with the node's boot, more than 4 s
+        live_rabbit.start()
+
+    _throttled_through_an_outage(pool, acked, live_rabbit.kill, restart, 0.0)
+
+
+def _throttled_through_an_outage(
+    pool: Pool,
+    acked: Callable[[], bool],
+    kill: Callable[[], None],
+    restart: Callable[[], None],
+    down_s: float,
+) -> None:
+    """One worker (1 process) runs a call whose 429 comes 2 s after the body began; once the
+    original is acknowledged the broker is killed, and brought back after ``down_s``: the task
+    is throttled once and runs once."""
+    handler = type("SlowThrottleOnce", (SlowThrottle,), {"calls": 0})  # its own first call
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
-        pool = make_broker_pool(redis_broker.broker_url_for(0), **redis_options(10.0))
-        pool.start(1)
+        pool.start(1, concurrency=1)
         url = f"http://127.0.0.1:{server.server_address[1]}/call"
-        (task,) = [pool.app.send_task("workerapp.call_api", args=(0, url), queue=pool.queue).id]
-        admin = redis.Redis(port=redis_broker.port)
+        task = pool.app.send_task("workerapp.call_api", args=(0, url), queue=pool.queue).id
         deadline = time.monotonic() + 30
-        while not (kinds(pool, "start") and admin.hlen("unacked") == 0):
+        while not (kinds(pool, "start") and acked()):
             assert time.monotonic() < deadline, "the task never started, or was never acked"
             time.sleep(0.02)
-        admin.close()
-        redis_broker.kill()  # the body, acked, waits 2 s for its 429
-        time.sleep(4.0)
-        redis_broker.restart()
-        deadline = time.monotonic() + 30
+        kill()  # the body, acked, waits 2 s for its 429
+        time.sleep(down_s)
+        restart()
+        deadline = time.monotonic() + 60
         while not kinds(pool, "ok") and time.monotonic() < deadline:
             time.sleep(0.2)
         assert [r["id"] for r in kinds(pool, "throttled")] == [task]
