@@ -119,17 +119,20 @@ def test_revoked_and_expired_tasks_leave_no_empty_interval(make_pool: Any) -> No
     assert_exactly_once(records, kept)
     used = utilization(records, INTERVAL_S)  # how soon the machine woke the workers too
     print(f"UTILIZATION {used:.3f} over {len(records)} starts, 20 revoked and 10 expired")
-    # A revoked or expired task's ticket goes to the next task its worker holds for the bucket,
-    # whose claim starts in that slot: on the store's ledger, such a ticket is claimed OK by a
-    # task that is kept. One per worker may find no task after it there (its slot stays empty).
+    # On the store's ledger, every ticket granted is claimed: a revoked or expired task's by
+    # the next task its worker holds for the bucket (it hands the ticket on), a passed one's
+    # with RETICKET. One per worker may find no task after it there (its slot stays empty).
     entries = ledger(pool)
+    granted = {(e["epoch"], e["ticket"]) for e in entries if e["op"] == "grant:OK"}
+    claimed = {
+        (e["epoch"], e["ticket"]) for e in entries if e["op"] in ("claim:OK", "claim:RETICKET")
+    }
     gone = {*revoked, *expiring}
-    their_tickets = {
+    handed = {
         (e["epoch"], e["ticket"]) for e in entries if e["op"] == "grant:OK" and e["task"] in gone
     }
-    claimed = {(e["epoch"], e["ticket"]) for e in entries if e["op"] == "claim:OK"}
-    empty = their_tickets - claimed
-    print(f"TICKETS of revoked or expired tasks: {len(their_tickets)}, {len(empty)} left empty")
+    empty = granted - claimed
+    print(f"TICKETS {len(granted)}, of revoked or expired tasks {len(handed)}, {len(empty)} empty")
     assert len(empty) <= len(pool.workers), f"slots left empty: {sorted(empty)}"
     claims = claim_times_us(pool)
     assert min(b - a for a, b in itertools.pairwise(claims)) >= round(INTERVAL_S * 1e6)
