@@ -16,7 +16,7 @@ from celery_interval.worker.delivery import consumed_queue, stamp_consumed_queue
 from celery_interval.worker.parking import ConsumerBroker
 from celery_interval.worker.strategy import interval_strategy
 from celery_interval.worker.timeouts import warn_broker_timeouts
-from celery_interval.worker.visibility import VisibilityRefresh
+from celery_interval.worker.visibility import VisibilityRefresh, short_sweep_lock
 
 __all__ = ["IntervalStep"]
 
@@ -97,6 +97,7 @@ class IntervalStep(bootsteps.StartStopStep):
     def __init__(self, c: Any, **kwargs: Any) -> None:
         c.interval_service = None
         self.channel_errors = _survive_channel_errors(c.app)
+        self.sweep_lock = short_sweep_lock(c.app)
         self.announced = False
         self.broker = BrokerWatch()
         self.visibility: VisibilityRefresh | None = None
@@ -122,7 +123,7 @@ class IntervalStep(bootsteps.StartStopStep):
                 queues or "none",
                 mask_url(settings.store_url),
                 len(paced),
-                self.channel_errors,
+                "; ".join(filter(None, (self.channel_errors, self.sweep_lock))),
             )
             warn_broker_timeouts(c.app, settings)
             _warn_rate_limits(c.app)

@@ -8,7 +8,10 @@ holds them longer), so without this each such message would be delivered again t
 worker as a copy while the first still waits. Every third of the timeout the worker moves the
 scores of the messages its channel holds to now (``ZADD … XX``: an acknowledged message is never
 written back). A dead worker refreshes nothing, so its messages come back a timeout after its
-last refresh, as before.
+last refresh, as before: a ``restore_visible`` sweep puts them back, under kombu's lock
+``unacked_mutex``. A sweeper that dies holding it (its broker killed mid-sweep) leaves the lock
+for ``unacked_mutex_expire``, 300 s by default, and no worker sweeps meanwhile: the worker sets it
+to ``UNACKED_MUTEX_EXPIRE_S`` unless the app did (``short_sweep_lock``).
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from typing import Any
 
 from celery_interval.worker.timer import cancel
 
-__all__ = ["VisibilityRefresh", "refresh_every_s"]
+__all__ = ["UNACKED_MUTEX_EXPIRE_S", "VisibilityRefresh", "refresh_every_s", "short_sweep_lock"]
 
 logger = logging.getLogger("celery_interval.worker")
 
@@ -28,6 +31,23 @@ BATCH = 1000
 #: Refresh at least this often, and at most this often (seconds).
 MIN_EVERY_S = 0.5
 MAX_EVERY_S = 300.0
+#: How long a sweep's lock outlives a sweeper that died holding it (kombu's default: 300 s).
+#: Two sweeps at once are safe: each message goes back in a transaction watching its record.
+UNACKED_MUTEX_EXPIRE_S = 10
+
+
+def short_sweep_lock(app: Any) -> str | None:
+    """On a Redis broker, ``unacked_mutex_expire`` of ``UNACKED_MUTEX_EXPIRE_S`` unless the app
+    set one; what the banner says of it (None on another broker)."""
+    url = str(app.conf.broker_url or "")
+    if not url.startswith(("redis", "rediss", "sentinel", "socket")):
+        return None
+    options = dict(app.conf.broker_transport_options or {})
+    if "unacked_mutex_expire" in options:
+        return f"unacked_mutex_expire={options['unacked_mutex_expire']} (set by the app)"
+    options["unacked_mutex_expire"] = UNACKED_MUTEX_EXPIRE_S
+    app.conf.broker_transport_options = options
+    return f"unacked_mutex_expire={UNACKED_MUTEX_EXPIRE_S}"
 
 
 def refresh_every_s(visibility_timeout_s: float) -> float:
