@@ -40,7 +40,7 @@ def short_sweep_lock(app: Any) -> str | None:
     """On a Redis broker, ``unacked_mutex_expire`` of ``UNACKED_MUTEX_EXPIRE_S`` unless the app
     set one; what the banner says of it (None on another broker)."""
     url = str(app.conf.broker_url or "")
-    if not url.startswith(("redis", "rediss", "sentinel", "socket")):
+    if not url.startswith(("redis", "sentinel")):
         return None
     options = dict(app.conf.broker_transport_options or {})
     if "unacked_mutex_expire" in options:
