@@ -16,7 +16,7 @@ from celery_interval.errors import ConfigurationError, UnknownBucket, short_repr
 from celery_interval.headers import BUCKET_HEADER, COST_HEADER, START_HEADER
 from celery_interval.placement import PACED_STRATEGY, Arrival, bucket_of, own_of
 from celery_interval.throttled import Throttled
-from celery_interval.worker import started, throttling
+from celery_interval.worker import resend, started, throttling
 
 __all__ = ["IntervalTask"]
 
@@ -77,6 +77,25 @@ class IntervalTask(Task):  # type: ignore[misc]
             return super().__call__(*args, **kwargs)
         except Throttled as exc:
             throttling.throttled(self, exc)
+
+    def retry(self, *args: Any, **options: Any) -> Any:
+        """Celery's retry, its message published however long the broker is down (unless the
+        call gives its own ``retry_policy``): the message being run is already acked, so a
+        retry Celery gave up publishing (and rejected) would be lost."""
+        request = self.request
+        if not request.called_directly and not request.is_eager:
+            policy = options.setdefault("retry_policy", resend.until_sent("retry of", request.id))
+            options.setdefault("retry", True)
+            resend.connect_pool(self.app, policy)
+        return super().retry(*args, **options)
+
+    def on_replace(self, sig: Any) -> Any:
+        """Celery's replace, the replacement published however long the broker is down."""
+        if not self.request.is_eager:
+            policy = resend.until_sent("replacement of", self.request.id)
+            sig.set(retry=True, retry_policy=policy)
+            resend.connect_pool(self.app, policy)
+        return super().on_replace(sig)
 
 
 def _check_options(cls: type[IntervalTask]) -> None:

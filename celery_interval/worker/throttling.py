@@ -22,6 +22,7 @@ from celery_interval.placement import own_of
 from celery_interval.schedule import Backoff
 from celery_interval.stores.base import ClaimArgs
 from celery_interval.throttled import Throttled
+from celery_interval.worker.resend import connected_producer, until_sent
 
 __all__ = ["throttled"]
 
@@ -87,35 +88,7 @@ def throttled(task: Any, exc: Throttled) -> NoReturn:
         )
     sig = task.signature_from_request(request, retries=request.retries, **options)
     sig.set(headers={**(sig.options.get("headers") or {}), **headers})
-    policy = _until_sent(claimed.bucket, request.id)
-    with task.app.producer_or_acquire() as producer:
-        # A publish that has to connect first gives up after broker_connection_timeout (kombu
-        # connects outside the retry policy): connect under the policy, then publish.
-        producer.connection.ensure_connection(**policy)
+    policy = until_sent(f"interval {claimed.bucket}: throttled", request.id)
+    with connected_producer(task.app, policy) as producer:
         sig.apply_async(producer=producer, retry=True, retry_policy=policy)
     raise Retry(str(exc), exc=exc, when=exc.retry_after_s, sig=sig)
-
-
-def _until_sent(bucket: str, task_id: str) -> dict[str, Any]:
-    """The publish retry of a throttled task sent again: its message was acked as it began,
-    so this copy is the only one; a broker that is down is waited for, however long."""
-    told = False
-
-    def errback(exc: Exception, interval_s: float) -> None:
-        nonlocal told
-        if not told:
-            told = True
-            logger.warning(
-                "interval %s: throttled task %s waits for the broker to be sent again (%r)",
-                bucket,
-                task_id,
-                exc,
-            )
-
-    return {
-        "max_retries": None,
-        "interval_start": 0.1,
-        "interval_step": 0.5,
-        "interval_max": 2.0,
-        "errback": errback,
-    }

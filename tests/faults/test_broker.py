@@ -476,6 +476,33 @@ def test_a_throttle_that_meets_the_node_down_longer_than_the_connect_timeout(
     _throttled_through_an_outage(pool, acked, live_rabbit.kill, restart, 0.0)
 
 
+@pytest.mark.parametrize("how", ["retry", "replace"])
+def test_a_retry_or_replace_that_meets_the_node_down_longer_than_the_connect_timeout(
+    make_broker_pool: Any, live_rabbit: RabbitNode, how: str
+) -> None:
+    """A body acked as it began retries (or replaces itself) while the RabbitMQ node is down
+    for longer than Celery's connect timeout, from a pool process that never published: the
+    message waits for the node, then runs (Celery would reject the task, and lose it)."""
+    pool = make_broker_pool(live_rabbit.url)
+    pool.start(1, concurrency=1)
+    task = pool.app.send_task("workerapp.follow_up", args=(0, how, 2.0), queue=pool.queue).id
+    deadline = time.monotonic() + 30
+    while not kinds(pool, "start"):
+        assert time.monotonic() < deadline, "the task never started"
+        time.sleep(0.02)
+    time.sleep(0.5)  # the ack goes as the body begins
+    live_rabbit.kill()  # the body waits 2 s, then publishes its follow-up
+    time.sleep(4.0)  # with the node's boot, more than 4 s
+    live_rabbit.start()
+    deadline = time.monotonic() + 60
+    while not kinds(pool, "ok") and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert len(kinds(pool, "ok")) == 1, f"the {how} was lost"
+    assert len(kinds(pool, "start")) == 2
+    if how == "retry":
+        assert [r["id"] for r in kinds(pool, "ok")] == [task]
+
+
 def _throttled_through_an_outage(
     pool: Pool,
     acked: Callable[[], bool],

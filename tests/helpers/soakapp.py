@@ -32,14 +32,6 @@ def make_app(broker: str, store: str, prefix: str) -> Celery:
         worker_hijack_root_logger=False,
         worker_redirect_stdouts=False,
         control_exchange=f"celery-{prefix}",
-        # a retry, replace or throttled resend published while the broker restarts waits for
-        # it (up to 30 s) instead of Celery rejecting the task when its publish fails
-        task_publish_retry_policy={
-            "max_retries": 60,
-            "interval_start": 0,
-            "interval_step": 0.5,
-            "interval_max": 0.5,
-        },
         **layout.conf(),
     )
     if broker.startswith("amqp"):

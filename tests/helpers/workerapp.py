@@ -199,6 +199,19 @@ if os.environ.get("CI_TEST_BROKER"):
         _hoard.append(b"x" * (mb * 1024 * 1024))
         return i
 
+    @app.task(base=IntervalTask, bind=True, name="workerapp.follow_up")
+    def follow_up(self: Any, i: int, how: str, wait_s: float) -> int:
+        """Its first run waits ``wait_s``, then retries or replaces itself (``how``) with a
+        run that records ``ok``."""
+        _record(self, "start", i)
+        if self.request.retries or self.request.get("follow_up_of"):
+            _record(self, "ok", i)
+            return i
+        time.sleep(wait_s)
+        if how == "retry":
+            raise self.retry(countdown=0)
+        raise self.replace(self.si(i, how, wait_s).set(headers={"follow_up_of": self.request.id}))
+
     @app.task(bind=True, name="workerapp.plain")
     def plain(self: Any, i: int) -> int:
         _record(self, "plain", i)
