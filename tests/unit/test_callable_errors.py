@@ -27,7 +27,7 @@ def arrival_of(**options: Any) -> Arrival:
     app.conf.interval_store_url = "memory://"
     app.conf.interval_queues = {"api": 0.05}
 
-    @app.task(base=IntervalTask, name="callables.t", **options)
+    @app.task(base=IntervalTask, name="callables.t", shared=False, **options)
     def t(tenant: str = "") -> None:
         return None
 
