@@ -26,6 +26,9 @@ from celery_interval.worker.resend import connected_producer, until_sent
 
 __all__ = ["throttled"]
 
+#: The headers of the message that its copy sent again keeps.
+KEPT_HEADERS = (SEND_HEADER, BUCKET_HEADER, COST_HEADER)
+
 logger = logging.getLogger("celery_interval.worker")
 
 
@@ -42,12 +45,24 @@ def throttled(task: Any, exc: Throttled) -> NoReturn:
     claimed = request.get(CLAIM_HEADER)
     if not isinstance(claimed, ClaimArgs):  # not started through a slot (apply(), eager)
         raise exc
-    store = store_of(task.app)
-    headers: dict[str, Any] = {}
-    for name in (SEND_HEADER, BUCKET_HEADER, COST_HEADER):
-        if request.get(name) is not None:
-            headers[name] = request.get(name)
+    headers = {name: request.get(name) for name in KEPT_HEADERS if request.get(name) is not None}
     options: dict[str, Any] = {}
+    if _deferred(task, claimed, exc):
+        headers[RESEND_HEADER] = True
+    else:
+        options["countdown"] = exc.retry_after_s
+    sig = task.signature_from_request(request, retries=request.retries, **options)
+    sig.set(headers={**(sig.options.get("headers") or {}), **headers})
+    policy = until_sent(f"interval {claimed.bucket}: throttled", request.id)
+    with connected_producer(task.app, policy) as producer:
+        sig.apply_async(producer=producer, retry=True, retry_policy=policy)
+    raise Retry(str(exc), exc=exc, when=exc.retry_after_s, sig=sig)
+
+
+def _deferred(task: Any, claimed: ClaimArgs, exc: Throttled) -> bool:
+    """Defer ``claimed``'s bucket by ``exc``'s wait, the task keeping its place; False when the
+    store is unreachable or answers an error (each logged in one line)."""
+    store = store_of(task.app)
     try:
         with contextlib.suppress(StoreError):
             store.prepare_post()  # a done mark posted as the body began lands first
@@ -63,32 +78,26 @@ def throttled(task: Any, exc: Throttled) -> NoReturn:
             claimed.limits,
         )
         status = store.throttle(claimed.copy, claimed.interval_us, backoff)
-        headers[RESEND_HEADER] = True
-        logger.warning(
-            "interval %s: task %s throttled (%s): no start of the bucket for %.3fs, it keeps "
-            "its place (ticket %d); interval %gs%s",
-            claimed.bucket,
-            request.id,
-            exc,
-            exc.retry_after_s,
-            claimed.ticket,
-            status.interval_us / 1e6,
-            " (adapted)" if status.adapted else "",
-        )
     except StoreError as outage:
-        options["countdown"] = exc.retry_after_s
         logger.warning(
             "interval %s: task %s throttled (%s) with the store failing (%s): sent again "
             "to run in %.3fs, the bucket not deferred",
             claimed.bucket,
-            request.id,
+            task.request.id,
             exc,
             outage,
             exc.retry_after_s,
         )
-    sig = task.signature_from_request(request, retries=request.retries, **options)
-    sig.set(headers={**(sig.options.get("headers") or {}), **headers})
-    policy = until_sent(f"interval {claimed.bucket}: throttled", request.id)
-    with connected_producer(task.app, policy) as producer:
-        sig.apply_async(producer=producer, retry=True, retry_policy=policy)
-    raise Retry(str(exc), exc=exc, when=exc.retry_after_s, sig=sig)
+        return False
+    logger.warning(
+        "interval %s: task %s throttled (%s): no start of the bucket for %.3fs, it keeps "
+        "its place (ticket %d); interval %gs%s",
+        claimed.bucket,
+        task.request.id,
+        exc,
+        exc.retry_after_s,
+        claimed.ticket,
+        status.interval_us / 1e6,
+        " (adapted)" if status.adapted else "",
+    )
+    return True
