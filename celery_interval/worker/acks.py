@@ -80,7 +80,10 @@ def track_ack(req: Any, service: Any, copy: TaskCopy, acks_late: bool) -> None:
 
     def ack_now(*args: Any, **kwargs: Any) -> None:
         ack_through(message, lambda: on_ack(*args, **kwargs))
-        if MARK_HEADER in request_dict or request_dict.get(THROTTLED_KEY):
+        if request_dict.get(THROTTLED_KEY):
+            return
+        service.done.began(copy)
+        if MARK_HEADER in request_dict:
             return
         if acks_late or request_dict.get(ENDED_KEY):
             service.mark_done(copy.bucket, copy.task_id, copy.retries)

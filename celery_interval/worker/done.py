@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+from collections import OrderedDict
 from typing import Any
 
 from celery_interval.config import Settings
@@ -14,6 +16,9 @@ __all__ = ["DoneMarks"]
 #: Done marks go on the event loop's next turn (a take in this one carries them): a worker
 #: killed before its marks reach the store leaves copies that run again once the lease ends.
 DONE_FLUSH_S = 0.0
+#: Copies remembered as begun here (``DoneMarks.began``): at most this many, each for the
+#: dedupe window.
+BEGAN_KEPT = 20_000
 
 
 class DoneMarks:
@@ -26,6 +31,26 @@ class DoneMarks:
         self.outage = outage
         self.pending: list[TaskCopy] = []
         self._entry: Any = None
+        #: Copies whose bodies began here, oldest first, each with when it is forgotten
+        #: (monotonic seconds).
+        self._began: OrderedDict[TaskCopy, float] = OrderedDict()
+
+    def began(self, copy: TaskCopy) -> None:
+        """``copy``'s body began here and its message was acknowledged: a copy of it that the
+        broker hands back here is a duplicate even where the store has no done mark (the store
+        lost its state, and a broker killed as the ack came lost the ack)."""
+        now_s = time.monotonic()
+        self._began.pop(copy, None)
+        self._began[copy] = now_s + self.settings.dedupe_ttl_us / 1e6
+        while self._began and (
+            len(self._began) > BEGAN_KEPT or next(iter(self._began.values())) <= now_s
+        ):
+            self._began.popitem(last=False)
+
+    def began_here(self, copy: TaskCopy) -> bool:
+        """Whether ``copy``'s body began here within the dedupe window (``began``)."""
+        forget_s = self._began.get(copy)
+        return forget_s is not None and forget_s > time.monotonic()
 
     def add(self, bucket: str, task_id: str, retries: int) -> None:
         """Send this message's mark on the event loop's next turn (or with a take in this one)."""

@@ -114,6 +114,9 @@ class SlotCycle:
         marks: list[TaskCopy] = []
         op = "grant"
         copy = TaskCopy(held.bucket, held.task_id, held.retries)
+        if not held.resent and self.done.began_here(copy):
+            self._drop_duplicate(held, "already began here")
+            return
         pace = Pace(held.interval_us, not_before_in_us, held.burst, held.cost, limits=held.limits)
         sent_ns = time.monotonic_ns()
         try:

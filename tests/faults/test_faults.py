@@ -16,6 +16,7 @@ import redis
 
 from celery_interval.config.table import KEY_PREFIX
 from celery_interval.demo.embedded import RedisProc
+from celery_interval.headers import SEND_HEADER, SEND_ONCE
 from celery_interval.stores.keys import mark_key
 from tests.helpers.assertions import (
     assert_body_gaps,
@@ -99,6 +100,37 @@ def test_store_outage_then_restart_with_every_key_lost(make_pool: Any, redis_ser
     assert_body_gaps(pool, records, INTERVAL_S)
     assert_one_line_per_outage(pool, records, killed_at_ns)
     assert any(re.search(r"new epoch \d+ \(the store lost", w.log()) for w in pool.workers)
+
+
+def test_a_copy_back_after_the_store_lost_its_state_is_dropped_where_it_ran(
+    make_pool: Any, redis_server: Any
+) -> None:
+    """A message comes back to the worker that ran it once the store has lost its done mark
+    (a RabbitMQ node killed as the ack came loses the ack, and the store then restarted
+    empty): the worker remembers that the body began here and drops the copy, where the
+    store alone would run it again."""
+    store = RedisProc()
+    once = {"headers": {SEND_HEADER: SEND_ONCE}}  # a second send is a copy of the first
+    try:
+        pool = make_pool(
+            INTERVAL_S, store=store.url, record_url=redis_server.url_for(5), loglevel="INFO"
+        )
+        pool.recorder.delete(f"record:{pool.queue}")
+        pool.start(1)
+        first = pool.app.send_task("workerapp.record", args=(0,), queue=pool.queue, **once).id
+        pool.wait_records(1, timeout_s=60)
+        store.kill()
+        store.restart()  # same port, empty
+        pool.app.send_task("workerapp.record", args=(0,), queue=pool.queue, task_id=first, **once)
+        later = pool.app.send_task("workerapp.record", args=(1,), queue=pool.queue).id
+        deadline = time.monotonic() + 60
+        while later not in {r["id"] for r in pool.records()}:
+            assert time.monotonic() < deadline, "the task sent after the copy never started"
+            time.sleep(0.1)
+    finally:
+        store.stop()
+    assert Counter(r["id"] for r in pool.records())[first] == 1, "the copy ran again"
+    assert f"task {first} already began here, dropping duplicate copy" in pool.workers[0].log()
 
 
 def died_as_they_started(pool: Pool, kills: list[Kill]) -> set[str]:

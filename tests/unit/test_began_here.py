@@ -1,0 +1,57 @@
+"""A worker remembers the copies whose bodies began there, within the dedupe window and a cap."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pytest
+from celery import Celery
+
+from celery_interval.config import settings_of
+from celery_interval.stores.base import TaskCopy
+from celery_interval.worker import done
+from celery_interval.worker.done import DoneMarks
+from tests.helpers.fakes import Timer
+
+
+def marks(**conf: Any) -> DoneMarks:
+    app = Celery("began", set_as_current=False)
+    app.conf.update(interval_store_url="memory://", interval_queues={"q": 0.1}, **conf)
+    return DoneMarks(settings_of(app), store=None, timer=Timer(), outage=None)  # type: ignore[arg-type]
+
+
+def test_a_copy_that_began_here_is_known_and_another_generation_is_not() -> None:
+    m = marks()
+    m.began(TaskCopy("q", "t1", 0))
+    assert m.began_here(TaskCopy("q", "t1", 0))
+    assert not m.began_here(TaskCopy("q", "t1", 1))  # its retry is a new message
+    assert not m.began_here(TaskCopy("q", "t2", 0))
+
+
+def test_the_oldest_copies_are_forgotten_beyond_the_cap(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(done, "BEGAN_KEPT", 3)
+    m = marks()
+    for i in range(5):
+        m.began(TaskCopy("q", f"t{i}", 0))
+    assert [m.began_here(TaskCopy("q", f"t{i}", 0)) for i in range(5)] == [
+        False,
+        False,
+        True,
+        True,
+        True,
+    ]
+
+
+def test_a_copy_is_forgotten_after_the_dedupe_window(monkeypatch: pytest.MonkeyPatch) -> None:
+    now_s = [1000.0]
+    monkeypatch.setattr(time, "monotonic", lambda: now_s[0])
+    m = marks(interval_dedupe_ttl_s=60)
+    m.began(TaskCopy("q", "old", 0))
+    now_s[0] += 59.0
+    assert m.began_here(TaskCopy("q", "old", 0))
+    now_s[0] += 2.0
+    m.began(TaskCopy("q", "new", 0))  # forgets what expired
+    assert not m.began_here(TaskCopy("q", "old", 0))
+    assert m.began_here(TaskCopy("q", "new", 0))
+    assert len(m._began) == 1
