@@ -2,6 +2,108 @@
 -- and claim.lua's KEYS and ARGV; RedisStore prepends this file (after lib.lua) to the scripts
 -- that run them: grant.lua, claim.lua, take.lua (both in one step) and take_many.lua.
 
+-- grant_op's ARGV by name (grant_op's comment gives their meaning).
+local function grant_args(argv)
+  return {
+    now = clock_us(argv[1]),
+    interval = tonumber(argv[2]),
+    not_before = tonumber(argv[3]),
+    task = argv[4],
+    retries = tonumber(argv[5]),
+    ledger_max = tonumber(argv[6]),
+    burst = tonumber(argv[7]) or 1,
+    cost = tonumber(argv[8]) or 1,
+    not_after = num(argv[9]),
+    limits = parse_limits(argv[10]),
+    share = num(argv[11]),
+  }
+end
+
+-- schedule.grant's answers that take no ticket: DUPLICATE for a live done mark, or OK with the
+-- same ticket and slot again (again = 1) for a copy whose granted slot no later start has
+-- passed; nil: neither. A grant is {outcome, ticket, slot, delay, again, ahead, waits}.
+local function grant_again(s, m, v)
+  if m == nil then
+    return nil
+  end
+  if m.kind == 'D' then
+    return { outcome = 'DUPLICATE', ticket = 0, slot = 0, delay = 0 }
+  end
+  if m.kind == 'G' and m.e == s.e and (m.front or m.slot >= s.c) then
+    return { outcome = 'OK', ticket = m.ticket, slot = m.slot, again = 1,
+      delay = math.max(0, m.slot + (m.front and 0 or s.u) - v) }
+  end
+  return nil
+end
+
+-- schedule.grant's new slot: schedule.core._first_slot in virtual time, then
+-- schedule.front.ahead. Returns an OK grant with no ticket yet: its slot (ticket time, or
+-- virtual for a front grant), delay, ahead and waits.
+local function grant_slot(s, a, v, spacing)
+  front_rebased(s) -- saved only with a new ticket (a WAIT leaves the state as it was)
+  front_shift(s, s.u) -- the grants' times in virtual time
+  local slot = math.max(next_slot(s, v, spacing, a.burst, a.cost), v + math.max(0, a.not_before))
+  slot = lim_next_slot(s, a.limits, a.cost, slot)
+  front_shift(s, -s.u)
+  local at, ahead, waits = front_ahead(s, v, spacing, a.share, a.not_before, a.burst, a.cost,
+    a.limits, slot)
+  return { outcome = 'OK', ticket = 0, slot = ahead and at or slot - s.u, delay = at - v,
+    ahead = ahead, waits = waits }
+end
+
+-- schedule.grant's WAIT: no ticket taken, nothing changed but a new epoch saved and an expired
+-- mark dropped.
+local function grant_wait(keys, a, s, is_new, raw, m, g)
+  g.outcome = 'WAIT'
+  if is_new then
+    save_state(keys[1], s, a.now, a.interval)
+  end
+  if raw ~= nil and m == nil then
+    drop_mark(keys[2])
+  end
+end
+
+-- schedule.grant's new ticket at g's slot: schedule.front.after_front for a grant ahead of the
+-- tickets, else limits.after_grant and burst.after_grant in virtual time; the state saved, and
+-- a granted mark left unless the copy's task holds a live lease.
+local function grant_ticket(keys, a, s, is_new, m, g, spacing)
+  s.n = s.n + 1
+  if g.ahead then
+    front_after(s, g.slot, spacing, a.share, a.burst, a.cost, a.limits)
+    save_fields(keys[1], s, is_new, a.now, a.interval, 't', 'n', 'g', 'c', 'h', 'f', 'u', 'x')
+  else
+    front_shift(s, s.u)
+    lim_after_grant(s, g.slot + s.u, a.limits, a.cost)
+    after_grant(s, g.slot + s.u, spacing, a.burst, a.cost)
+    front_shift(s, -s.u)
+    save_fields(keys[1], s, is_new, a.now, a.interval, 't', 'n', 'g', 'c', 'u', 'x')
+  end
+  g.ticket = s.n
+  if m == nil or m.kind ~= 'L' then
+    put_mark(keys[2], { kind = 'G', e = s.e, ticket = g.ticket, slot = g.slot,
+      exp = a.now + g.delay + GRANTED_TTL_US, front = g.ahead }, a.now)
+  end
+end
+
+-- grant_op's ledger entry and reply (grant_op's comment gives both).
+local function grant_reply(keys, a, s, paused, g)
+  local fields = {
+    'op', 'grant:' .. g.outcome, 'now', a.now, 'task', a.task, 'r', a.retries,
+    'ticket', g.ticket, 'slot', g.slot, 'delay', g.delay, 'epoch', s.e, 'paused', paused,
+    'interval', effective_interval(s, a.interval),
+  }
+  if g.again then
+    fields[#fields + 1] = 'again'
+    fields[#fields + 1] = 1
+  end
+  if g.ahead and g.outcome == 'OK' then
+    fields[#fields + 1] = 'front'
+    fields[#fields + 1] = 1
+  end
+  ledger_append(keys[3], a.ledger_max, fields)
+  return { g.outcome, s.e, g.ticket, g.slot, g.delay, paused }
+end
+
 -- grant_op: schedule.grant — the next ticket and slot (lib.lua's next_slot; with no burst
 -- max(v, tat)), or v + not_before if later; or the same ticket and slot again for a copy whose
 -- granted slot no later start has passed.
@@ -24,87 +126,254 @@
 -- Ledger: op=grant:<outcome> now task r ticket slot delay epoch paused interval (effective),
 -- again=1 when a copy got its slot again, front=1 for an interactive start ahead of the tickets.
 local function grant_op(keys, argv)
-  local now = clock_us(argv[1])
-  local interval = tonumber(argv[2])
-  local not_before = tonumber(argv[3])
-  local task = argv[4]
-  local retries = tonumber(argv[5])
-  local ledger_max = tonumber(argv[6])
-  local burst = tonumber(argv[7]) or 1
-  local cost = tonumber(argv[8]) or 1
-  local not_after = num(argv[9])
-  local limits = parse_limits(argv[10])
-  local share = num(argv[11])
-  local s, is_new = load_or_new(keys[1], keys[5], now, interval)
-  local v = virtual_now(s, now)
+  local a = grant_args(argv)
+  local s, is_new = load_or_new(keys[1], keys[5], a.now, a.interval)
+  local v = virtual_now(s, a.now)
   local paused = s.p ~= nil and 1 or 0
   local raw = load_mark(keys[2])
-  local m = live(raw, now)
-  local outcome, ticket, slot, delay, again = 'DUPLICATE', 0, 0, 0, nil
-  local ahead, waits = false, false
-  local spacing = effective_interval(s, interval)
-  local reuse = m ~= nil and m.kind == 'G' and m.e == s.e and (m.front or m.slot >= s.c)
-  if (m ~= nil and m.kind == 'D') or reuse then
+  local m = live(raw, a.now)
+  local spacing = effective_interval(s, a.interval)
+  local g = grant_again(s, m, v)
+  if g ~= nil then
     if is_new then
-      save_state(keys[1], s, now, interval)
-    end
-    if reuse then
-      outcome, ticket, slot, again = 'OK', m.ticket, m.slot, 1
-      delay = math.max(0, slot + (m.front and 0 or s.u) - v)
+      save_state(keys[1], s, a.now, a.interval)
     end
   else
-    outcome = 'OK'
-    front_rebased(s) -- saved only with a new ticket (a WAIT leaves the state as it was)
-    front_shift(s, s.u) -- the grants' times in virtual time
-    slot = math.max(next_slot(s, v, spacing, burst, cost), v + math.max(0, not_before))
-    slot = lim_next_slot(s, limits, cost, slot)
-    front_shift(s, -s.u)
-    local at
-    at, ahead, waits = front_ahead(s, v, spacing, share, not_before, burst, cost, limits, slot)
-    slot = ahead and at or slot - s.u
-    delay = at - v
-  end
-  if outcome == 'OK' and not again and (waits or (not_after ~= nil and delay > not_after)) then
-    outcome = 'WAIT'
-    if is_new then
-      save_state(keys[1], s, now, interval)
-    end
-    if raw ~= nil and m == nil then
-      drop_mark(keys[2])
-    end
-  elseif outcome == 'OK' and not again then
-    s.n = s.n + 1
-    if ahead then
-      front_after(s, slot, spacing, share, burst, cost, limits)
-      save_fields(keys[1], s, is_new, now, interval, 't', 'n', 'g', 'c', 'h', 'f', 'u', 'x')
+    g = grant_slot(s, a, v, spacing)
+    if g.waits or (a.not_after ~= nil and g.delay > a.not_after) then
+      grant_wait(keys, a, s, is_new, raw, m, g)
     else
-      front_shift(s, s.u)
-      lim_after_grant(s, slot + s.u, limits, cost)
-      after_grant(s, slot + s.u, spacing, burst, cost)
-      front_shift(s, -s.u)
-      save_fields(keys[1], s, is_new, now, interval, 't', 'n', 'g', 'c', 'u', 'x')
-    end
-    ticket = s.n
-    if m == nil or m.kind ~= 'L' then
-      put_mark(keys[2], { kind = 'G', e = s.e, ticket = ticket, slot = slot,
-        exp = now + delay + GRANTED_TTL_US, front = ahead }, now)
+      grant_ticket(keys, a, s, is_new, m, g, spacing)
     end
   end
-  local fields = {
-    'op', 'grant:' .. outcome, 'now', now, 'task', task, 'r', retries, 'ticket', ticket,
-    'slot', slot, 'delay', delay, 'epoch', s.e, 'paused', paused,
-    'interval', effective_interval(s, interval),
+  return grant_reply(keys, a, s, paused, g)
+end
+
+-- claim_op's ARGV by name (claim_op's comment gives their meaning); limits_arg is ARGV[18]
+-- as given, for the ledger.
+local function claim_args(argv)
+  return {
+    now = clock_us(argv[1]),
+    interval = tonumber(argv[2]),
+    epoch = tonumber(argv[3]),
+    slot = tonumber(argv[4]),
+    holder = argv[5],
+    lease = tonumber(argv[6]),
+    lead = tonumber(argv[7]),
+    task = argv[8],
+    retries = tonumber(argv[9]),
+    ticket = tonumber(argv[10]),
+    ledger_max = tonumber(argv[11]),
+    handoff = tonumber(argv[12]),
+    cap = num(argv[13]),
+    place_us = tonumber(argv[14]),
+    place = argv[15],
+    burst = tonumber(argv[16]) or 1,
+    cost = tonumber(argv[17]) or 1,
+    limits_arg = argv[18],
+    limits = parse_limits(argv[18]),
+    not_before = num(argv[19]),
   }
-  if again then
-    fields[#fields + 1] = 'again'
-    fields[#fields + 1] = 1
+end
+
+-- claim_op's ledger entry and reply {outcome, epoch, delay_us, now_us} (claim_op's comment
+-- gives both): slot is the claim's (the bucket's current slot for a readmitted start), extra
+-- the outcome's own fields (nil: none).
+local function claim_reply(keys, a, s, slot, outcome, delay, extra)
+  local fields = {
+    'op', 'claim:' .. outcome, 'now', a.now, 'task', a.task, 'r', a.retries,
+    'ticket', a.ticket, 'slot', slot, 'holder', a.holder, 'epoch', s.e,
+    'interval', effective_interval(s, a.interval),
+  }
+  if a.burst ~= 1 or a.cost ~= 1 then
+    fields[#fields + 1] = 'burst'
+    fields[#fields + 1] = a.burst
+    fields[#fields + 1] = 'cost'
+    fields[#fields + 1] = a.cost
   end
-  if ahead and outcome == 'OK' then
-    fields[#fields + 1] = 'front'
-    fields[#fields + 1] = 1
+  if #a.limits > 0 then
+    fields[#fields + 1] = 'limits'
+    fields[#fields + 1] = a.limits_arg
   end
-  ledger_append(keys[3], ledger_max, fields)
-  return { outcome, s.e, ticket, slot, delay, paused }
+  for _, x in ipairs(extra or {}) do
+    fields[#fields + 1] = x
+  end
+  ledger_append(keys[3], a.ledger_max, fields)
+  return { outcome, s.e, delay, a.now }
+end
+
+-- schedule.claim_capped: the wait when a start would find the places all others' (nil: none).
+local function claim_full_wait(keys, a)
+  if a.cap == nil then
+    return nil
+  end
+  local places = live_places(keys[4], a.now)
+  for i = 1, #places, 2 do
+    if places[i] == a.place then
+      return nil
+    end
+  end
+  if keys[5] ~= nil then
+    local settling = born_us(keys[5], nil, a.now, false) + PLACE_SETTLE_US - a.now
+    if settling > 0 then
+      return settling
+    end
+  end
+  if #places / 2 >= a.cap then
+    return math.min(tonumber(places[2]) - a.now, PLACE_POLL_US)
+  end
+  return nil
+end
+
+-- schedule.claim_capped: a start under a cap takes (or renews) its place.
+local function claim_seat(keys, a)
+  if a.cap ~= nil then
+    put_place(keys[4], a.place, a.now + a.place_us, a.now)
+  end
+end
+
+-- schedule.claim's record and mark: a missing state saved as its new epoch, an expired mark
+-- dropped. Returns the state and the live mark (nil: none).
+local function claim_load(keys, a)
+  local s, is_new = load_or_new(keys[1], keys[5], a.now, a.interval)
+  if is_new then
+    save_state(keys[1], s, a.now, a.interval)
+  end
+  local raw = load_mark(keys[2])
+  local m = live(raw, a.now)
+  if raw ~= nil and m == nil then
+    drop_mark(keys[2])
+  end
+  return s, m
+end
+
+-- schedule.core._settled: the reply of a claim that needs no start decided: PAUSED, DUPLICATE,
+-- HELD (another holder's lease), or the holder's own admitted start still ahead and not before
+-- the latest throttle's wait ends (w): OK again (FULL under a cap whose places are all
+-- others'). nil: a start is decided.
+local function claim_settled(keys, a, s, m)
+  if s.p ~= nil then
+    return claim_reply(keys, a, s, a.slot, 'PAUSED', 0)
+  end
+  if m == nil or m.kind == 'G' then
+    return nil
+  end
+  if m.kind == 'D' then
+    return claim_reply(keys, a, s, a.slot, 'DUPLICATE', 0)
+  end
+  if m.holder ~= a.holder then
+    local left = m.exp - a.now
+    return claim_reply(keys, a, s, a.slot, 'HELD', left, { 'delay', left })
+  end
+  local v = virtual_now(s, a.now)
+  if m.start >= math.max(v, s.w or v) then
+    local wait = claim_full_wait(keys, a)
+    if wait ~= nil then
+      return claim_reply(keys, a, s, a.slot, 'FULL', wait, { 'delay', wait })
+    end
+    claim_seat(keys, a)
+    return claim_reply(keys, a, s, a.slot, 'OK', m.start - v, { 'start', a.now + m.start - v,
+      'late', math.max(0, m.start - a.slot - s.u), 'again', 1 })
+  end
+  return nil
+end
+
+-- schedule.core._as_its_start_left_it: whether the bucket is exactly as the missed lease's
+-- admission left it (same epoch, no start admitted since, the same starts' tat).
+local function claim_moves(s, missed, spacing, burst)
+  return missed.e == s.e and missed.admitted == s.s and missed.tat == start_tat(s, spacing, burst)
+end
+
+-- schedule.claim's terms of a start to decide, as c: v, spacing, front (a throttled task's or
+-- an interactive start's front grant), slot, and missed (the holder's own lease, whose start
+-- it never heard of: it passed, or a throttle since moved it into its wait (w), so it never
+-- happened; then slot is the bucket's current slot) and moves (claim_moves: the missed start
+-- moves to now; else a new one is admitted after the last, as if that one had happened).
+local function claim_terms(a, s, m)
+  local c = {
+    v = virtual_now(s, a.now),
+    spacing = effective_interval(s, a.interval),
+    front = m ~= nil and m.kind == 'G' and m.front and m.e == s.e,
+    slot = a.slot,
+    missed = nil,
+    moves = false,
+  }
+  if m ~= nil and m.kind ~= 'G' then
+    c.missed = m
+    c.slot = s.c
+    c.moves = claim_moves(s, m, c.spacing, a.burst)
+  end
+  return c
+end
+
+-- schedule.core._earliest: the earliest start (virtual) of c: the bucket's budget (or the
+-- missed start, if it moves), every extra limit, the outer bucket's not_before, a reserved slot
+-- (h), the end of a throttle's wait (w), and (for a ticket) its slot, pushed by u unless a front
+-- grant.
+local function claim_earliest(a, s, c)
+  local primary = earliest_start(s, c.spacing, a.burst, a.cost)
+  if c.moves then
+    primary = c.missed.start
+  end
+  local earliest = lim_earliest_start(s, a.limits, a.cost, primary)
+  if a.not_before ~= nil then
+    earliest = math.max(earliest, a.not_before)
+  end
+  if s.h ~= nil and not c.front then
+    earliest = math.max(earliest, s.h + c.spacing)
+  end
+  if s.w ~= nil then
+    earliest = math.max(earliest, s.w)
+  end
+  if c.missed == nil then
+    earliest = math.max(c.slot + (c.front and 0 or s.u), earliest)
+  end
+  return earliest
+end
+
+-- schedule.core._pushed: after a missed start was admitted again, the tickets still waiting go
+-- back (u), so none meets the new start. Returns whether u was set.
+local function claim_pushed(a, s, c, start)
+  if c.missed ~= nil and s.g ~= nil and s.c < s.g then
+    if c.moves then
+      s.u = s.u + math.max(0, start - c.missed.start)
+    else
+      s.u = s.u + math.max(1, a.cost) * c.spacing
+    end
+    return true
+  end
+  return false
+end
+
+-- schedule.claim's state after c's start at start (virtual), saved, and the holder's lease.
+local function claim_started(keys, a, s, c, start)
+  lim_after_start(s, start, a.limits, a.cost)
+  if c.moves then
+    moved(s, start, c.spacing, a.burst, a.cost)
+  else
+    after_start(s, start, c.spacing, a.burst, a.cost)
+  end
+  if c.front then
+    if s.h ~= nil and c.slot >= s.h then
+      s.h = nil
+    end
+  else
+    s.c = c.slot
+  end
+  local fields = { 'l', 'c', 'h', 'q', 'z', 'x', 's' }
+  if claim_pushed(a, s, c, start) then
+    fields[#fields + 1] = 'u'
+  end
+  if s.a ~= nil then
+    eased(s, a.interval)
+    fields[#fields + 1] = 'a'
+    fields[#fields + 1] = 'k'
+  end
+  s.s = s.s + 1
+  save_fields(keys[1], s, false, a.now, a.interval, unpack(fields))
+  put_mark(keys[2], { kind = 'L', holder = a.holder, start = start, exp = a.now + a.lease,
+    e = s.e, tat = start_tat(s, effective_interval(s, a.interval), a.burst), admitted = s.s },
+    a.now)
 end
 
 -- claim_op: schedule.claim — may the copy held by `holder` start now?
@@ -138,185 +407,40 @@ end
 -- every claim of a bucket with a burst or a task with a cost (absent: 1); limits (as ARGV[18])
 -- on every claim of a bucket with extra limits.
 local function claim_op(keys, argv)
-  local now = clock_us(argv[1])
-  local interval = tonumber(argv[2])
-  local epoch = tonumber(argv[3])
-  local slot = tonumber(argv[4])
-  local holder = argv[5]
-  local lease = tonumber(argv[6])
-  local lead = tonumber(argv[7])
-  local ledger_max = tonumber(argv[11])
-  local handoff = tonumber(argv[12])
-  local cap = num(argv[13])
-  local place_us = tonumber(argv[14])
-  local place = argv[15]
-  local burst = tonumber(argv[16]) or 1
-  local cost = tonumber(argv[17]) or 1
-  local limits = parse_limits(argv[18])
-  local not_before = num(argv[19])
-
-  local function reply(s, outcome, delay, ...)
-    local fields = {
-      'op', 'claim:' .. outcome, 'now', now, 'task', argv[8], 'r', tonumber(argv[9]),
-      'ticket', tonumber(argv[10]), 'slot', slot, 'holder', holder, 'epoch', s.e,
-      'interval', effective_interval(s, interval),
-    }
-    if burst ~= 1 or cost ~= 1 then
-      fields[#fields + 1] = 'burst'
-      fields[#fields + 1] = burst
-      fields[#fields + 1] = 'cost'
-      fields[#fields + 1] = cost
-    end
-    if #limits > 0 then
-      fields[#fields + 1] = 'limits'
-      fields[#fields + 1] = argv[18]
-    end
-    for _, x in ipairs({ ... }) do
-      fields[#fields + 1] = x
-    end
-    ledger_append(keys[3], ledger_max, fields)
-    return { outcome, s.e, delay, now }
+  local a = claim_args(argv)
+  local s, m = claim_load(keys, a)
+  local settled = claim_settled(keys, a, s, m)
+  if settled ~= nil then
+    return settled
   end
-
-  -- schedule.claim_capped: the wait when a start would find the places all others' (nil: none).
-  local function full_wait()
-    if cap == nil then
-      return nil
-    end
-    local places = live_places(keys[4], now)
-    for i = 1, #places, 2 do
-      if places[i] == place then
-        return nil
-      end
-    end
-    if keys[5] ~= nil then
-      local settling = born_us(keys[5], nil, now, false) + PLACE_SETTLE_US - now
-      if settling > 0 then
-        return settling
-      end
-    end
-    if #places / 2 >= cap then
-      return math.min(tonumber(places[2]) - now, PLACE_POLL_US)
-    end
-    return nil
+  local c = claim_terms(a, s, m)
+  if c.missed == nil and (a.epoch ~= s.e or (a.slot < s.c and not c.front)) then
+    return claim_reply(keys, a, s, a.slot, 'RETICKET', 0)
   end
-
-  local function seat()
-    if cap ~= nil then
-      put_place(keys[4], place, now + place_us, now)
-    end
+  local earliest = claim_earliest(a, s, c)
+  local lead = clamp_lead(a.lead)
+  if c.v + lead < earliest then
+    return claim_reply(keys, a, s, c.slot, 'WAIT', earliest - c.v, { 'delay', earliest - c.v })
   end
-
-  local s, is_new = load_or_new(keys[1], keys[5], now, interval)
-  if is_new then
-    save_state(keys[1], s, now, interval)
-  end
-  local raw = load_mark(keys[2])
-  local m = live(raw, now)
-  if raw ~= nil and m == nil then
-    drop_mark(keys[2])
-  end
-  if s.p ~= nil then
-    return reply(s, 'PAUSED', 0)
-  end
-  local v = virtual_now(s, now)
-  local spacing = effective_interval(s, interval)
-  local primary = earliest_start(s, spacing, burst, cost)
-  local front = m ~= nil and m.kind == 'G' and m.front and m.e == s.e
-  local missed, moves = nil, false
-  if m ~= nil and m.kind ~= 'G' then
-    if m.kind == 'D' then
-      return reply(s, 'DUPLICATE', 0)
-    end
-    if m.holder ~= holder then
-      local left = m.exp - now
-      return reply(s, 'HELD', left, 'delay', left)
-    end
-    if m.start >= math.max(v, s.w or v) then
-      local wait = full_wait()
-      if wait ~= nil then
-        return reply(s, 'FULL', wait, 'delay', wait)
-      end
-      seat()
-      return reply(s, 'OK', m.start - v, 'start', now + m.start - v,
-        'late', math.max(0, m.start - slot - s.u), 'again', 1)
-    end
-    -- The holder never heard of its admitted start (a lost reply, its pool process came late)
-    -- and it has passed, or a throttle since moved it into its wait (w): it never happened.
-    -- While no start was admitted after it, it moves to now; else a new one is admitted after
-    -- the last, as if that one had happened.
-    missed = m
-    slot = s.c
-    moves = m.e == s.e and m.admitted == s.s and m.tat == start_tat(s, spacing, burst)
-    if moves then
-      primary = m.start
-    end
-  elseif epoch ~= s.e or (slot < s.c and not front) then
-    return reply(s, 'RETICKET', 0)
-  end
-  local earliest = lim_earliest_start(s, limits, cost, primary)
-  if not_before ~= nil then
-    earliest = math.max(earliest, not_before)
-  end
-  if s.h ~= nil and not front then
-    earliest = math.max(earliest, s.h + spacing)
-  end
-  if s.w ~= nil then
-    earliest = math.max(earliest, s.w)
-  end
-  if missed == nil then
-    earliest = math.max(slot + (front and 0 or s.u), earliest)
-  end
-  lead = clamp_lead(lead)
-  if v + lead < earliest then
-    return reply(s, 'WAIT', earliest - v, 'delay', earliest - v)
-  end
-  local wait = full_wait()
+  local wait = claim_full_wait(keys, a)
   if wait ~= nil then
-    return reply(s, 'FULL', wait, 'delay', wait)
+    return claim_reply(keys, a, s, c.slot, 'FULL', wait, { 'delay', wait })
   end
-  seat()
-  local start = math.max(v + math.min(math.max(0, handoff), lead, spacing), earliest)
-  lim_after_start(s, start, limits, cost)
-  if moves then
-    moved(s, start, spacing, burst, cost)
-  else
-    after_start(s, start, spacing, burst, cost)
+  claim_seat(keys, a)
+  local start = math.max(c.v + math.min(math.max(0, a.handoff), lead, c.spacing), earliest)
+  -- late: the virtual start past the slot (a ticket's pushed by u: before claim_pushed's push)
+  local late = math.max(0, start - c.slot - (c.front and 0 or s.u))
+  claim_started(keys, a, s, c, start)
+  local extra = { 'start', a.now + start - c.v, 'late', late }
+  if c.missed ~= nil then
+    extra[#extra + 1] = 'readmit'
+    extra[#extra + 1] = 1
   end
-  if front then
-    if s.h ~= nil and slot >= s.h then
-      s.h = nil
-    end
-  else
-    s.c = slot
+  if c.moves then
+    extra[#extra + 1] = 'moved'
+    extra[#extra + 1] = 1
   end
-  local late = math.max(0, start - slot - (front and 0 or s.u))
-  local fields = { 'l', 'c', 'h', 'q', 'z', 'x', 's' }
-  -- schedule.core._pushed: the tickets still waiting go back, so none meets the new start.
-  if missed ~= nil and s.g ~= nil and s.c < s.g then
-    if moves then
-      s.u = s.u + math.max(0, start - missed.start)
-    else
-      s.u = s.u + math.max(1, cost) * spacing
-    end
-    fields[#fields + 1] = 'u'
-  end
-  if s.a ~= nil then
-    eased(s, interval)
-    fields[#fields + 1] = 'a'
-    fields[#fields + 1] = 'k'
-  end
-  s.s = s.s + 1
-  save_fields(keys[1], s, false, now, interval, unpack(fields))
-  put_mark(keys[2], { kind = 'L', holder = holder, start = start, exp = now + lease, e = s.e,
-    tat = start_tat(s, effective_interval(s, interval), burst), admitted = s.s }, now)
-  if moves then
-    return reply(s, 'OK', start - v, 'start', now + start - v, 'late', late, 'readmit', 1,
-      'moved', 1)
-  elseif missed ~= nil then
-    return reply(s, 'OK', start - v, 'start', now + start - v, 'late', late, 'readmit', 1)
-  end
-  return reply(s, 'OK', start - v, 'start', now + start - v, 'late', late)
+  return claim_reply(keys, a, s, c.slot, 'OK', start - c.v, extra)
 end
 
 -- held_op: take.lua's answer while another holder's lease of the copy is live: HELD (the lease
