@@ -26,6 +26,7 @@ from celery_interval.schedule.pace import (
 from celery_interval.schedule.places import (
     claim_capped,
     live_places,
+    marks_settling_us,
     release,
     renew_place,
     take_capped,
@@ -33,6 +34,7 @@ from celery_interval.schedule.places import (
 from celery_interval.schedule.state import (
     GRANTED_TTL_US,
     IDLE_GRACE_US,
+    MARKS_SETTLE_US,
     MAX_LEAD_US,
     PLACE_POLL_US,
     PLACE_RENEW_US,
@@ -68,6 +70,7 @@ __all__ = [
     "ADAPT_STEPS",
     "GRANTED_TTL_US",
     "IDLE_GRACE_US",
+    "MARKS_SETTLE_US",
     "MAX_LEAD_US",
     "PLACE_POLL_US",
     "PLACE_RENEW_US",
@@ -103,6 +106,7 @@ __all__ = [
     "grant",
     "live",
     "live_places",
+    "marks_settling_us",
     "new_state",
     "pause",
     "release",

@@ -1,9 +1,13 @@
-"""The concurrency cap: places of running bodies, taken by a capped claim, renewed, released."""
+"""A claim as the stores run it: the concurrency cap's places of running bodies (taken by a
+claim, renewed, released), and the wait after a birth of the store that lost its done marks."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from celery_interval.schedule.core import _take, claim
 from celery_interval.schedule.state import (
+    MARKS_SETTLE_US,
     PLACE_POLL_US,
     PLACE_SETTLE_US,
     BucketState,
@@ -51,12 +55,22 @@ def claim_capped(
     none, as on a Redis Cluster). A store that lost its records lost the places of bodies still
     running; each takes its place again at its next renewal (``renew_place``, at least every
     ``PLACE_RENEW_US``), so for ``PLACE_SETTLE_US`` after the birth a claim that holds no place
-    is FULL until then.
+    is FULL until then. A new start of a claimer that saw an earlier birth WAITs for
+    ``marks_settling_us`` first. Every answer carries the birth marker (``Claim.born_us``).
     """
     state_after, mark_after, claimed = claim(
         state, mark, now_us, interval_us, slot, terms, born_us=born_us
     )
-    if terms.cap is None or claimed.outcome is not Outcome.OK:
+    claimed = replace(claimed, born_us=places_born_us)
+    if claimed.outcome is not Outcome.OK:
+        return state_after, mark_after, places, claimed
+    settling_us = marks_settling_us(terms.knew_born_us, places_born_us, now_us)
+    if settling_us > 0 and mark_after != live(mark, now_us):
+        if state is None:
+            state = new_state(now_us, interval_us, born_us)
+        waits = Claim(Outcome.WAIT, state.epoch, settling_us, now_us, places_born_us)
+        return state, live(mark, now_us), places, waits
+    if terms.cap is None:
         return state_after, mark_after, places, claimed
     place_us = terms.lease_us if terms.place_us is None else terms.place_us
     places = live_places(places, now_us)
@@ -69,9 +83,21 @@ def claim_capped(
             wait_us = settling_us
         else:
             wait_us = min(places[0].expires_real_us - now_us, PLACE_POLL_US)
-        return state, live(mark, now_us), places, Claim(Outcome.FULL, state.epoch, wait_us, now_us)
+        full = Claim(Outcome.FULL, state.epoch, wait_us, now_us, places_born_us)
+        return state, live(mark, now_us), places, full
     taken = live_places((*others, Place(now_us + place_us, place)), now_us)
     return state_after, mark_after, taken, claimed
+
+
+def marks_settling_us(knew_born_us: int | None, store_born_us: int | None, now_us: int) -> int:
+    """How long a new start waits for the done marks the workers remember: a store born
+    (``store_born_us``, its birth marker) after the claimer saw another birth lost every done
+    mark, and each worker writes again those of the bodies that ran on it as it sees the new
+    birth, so for ``MARKS_SETTLE_US`` after it such a claimer's start waits (0: no wait; a
+    claimer that saw no birth, or a store without a marker, never waits)."""
+    if knew_born_us is None or store_born_us is None or knew_born_us == store_born_us:
+        return 0
+    return max(0, store_born_us + MARKS_SETTLE_US - now_us)
 
 
 def take_capped(

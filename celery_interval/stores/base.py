@@ -72,7 +72,15 @@ class ClaimArgs(NamedTuple):
         """What a grant of this message asks for."""
         return Pace(self.interval_us, not_before_in_us, self.burst, self.cost, limits=self.limits)
 
-    def claim(self, store: Store, lease_us: int, lead_us: int, cap: int | None = None) -> Claim:
+    def claim(
+        self,
+        store: Store,
+        lease_us: int,
+        lead_us: int,
+        cap: int | None = None,
+        *,
+        knew_born_us: int | None = None,
+    ) -> Claim:
         """``store.claim`` of this message's slot under its holder (under the bucket's ``cap``)."""
         terms = ClaimTerms(
             self.holder,
@@ -83,6 +91,7 @@ class ClaimArgs(NamedTuple):
             burst=self.burst,
             cost=self.cost,
             limits=self.limits,
+            knew_born_us=knew_born_us,
         )
         slot = Slot(self.epoch, self.slot_us)
         return store.claim(self.copy, self.interval_us, slot, terms, ticket=self.ticket)

@@ -70,7 +70,9 @@ def flag_of(r: Any) -> bool:
 
 def claim_of(r: Any) -> Claim:
     """Decode claim_op's reply."""
-    return Claim(outcome_of(r[0]), int(r[1]), int(r[2]), int(r[3]))
+    born = r[4] if len(r) > 4 else None
+    born_us = None if born in (None, "", b"") else int(born)
+    return Claim(outcome_of(r[0]), int(r[1]), int(r[2]), int(r[3]), born_us)
 
 
 def status_from_reply(reply: Sequence[Any]) -> Status:

@@ -19,6 +19,7 @@ __all__ = [
     "Named",
     "batched",
     "cap_args",
+    "knew_arg",
     "not_after_arg",
     "script_source",
     "share_arg",
@@ -118,6 +119,11 @@ def share_arg(pace: Pace) -> str:
     """An interactive start's share (front.lua), or '' for none; ``repr`` round-trips the
     double exactly, so the Lua divides by the same number as the model."""
     return "" if pace.share is None else repr(pace.share)
+
+
+def knew_arg(terms: ClaimTerms) -> str | int:
+    """A claiming script's last argument: the birth of the store its claimer saw ('' = none)."""
+    return "" if terms.knew_born_us is None else terms.knew_born_us
 
 
 def cap_args(copy: TaskCopy, terms: ClaimTerms) -> list[str | int]:

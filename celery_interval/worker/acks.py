@@ -25,6 +25,8 @@ PENDING_MARK_KEY = "interval_mark_at_end"
 ACK_AT_END_KEY = "interval_ack_at_end"
 #: Set on a request whose body ended.
 ENDED_KEY = "interval_ended"
+#: The copy of an acknowledged request remembered as begun here, until its body ends.
+BEGAN_KEY = "interval_began"
 
 
 def body_ended(service: Any, request: Any) -> None:
@@ -36,9 +38,13 @@ def body_ended(service: Any, request: Any) -> None:
     deferred_ack = request_dict.pop(ACK_AT_END_KEY, None)
     if deferred_ack is not None:
         deferred_ack()
+    throttled = request_dict.get(THROTTLED_KEY)
     pending = request_dict.pop(PENDING_MARK_KEY, None)
-    if pending is not None and not request_dict.get(THROTTLED_KEY):
+    if pending is not None and not throttled:
         service.mark_done(pending.bucket, pending.task_id, pending.retries)
+    began = request_dict.pop(BEGAN_KEY, None)
+    if began is not None and not throttled:
+        service.done.ended(began)
     service.body_ended(request)
 
 
@@ -82,7 +88,10 @@ def track_ack(req: Any, service: Any, copy: TaskCopy, acks_late: bool) -> None:
         ack_through(message, lambda: on_ack(*args, **kwargs))
         if request_dict.get(THROTTLED_KEY):
             return
-        service.done.began(copy)
+        ended = bool(acks_late or request_dict.get(ENDED_KEY))
+        service.done.began(copy, ended=ended)
+        if not ended:
+            request_dict[BEGAN_KEY] = copy
         if MARK_HEADER in request_dict:
             return
         if acks_late or request_dict.get(ENDED_KEY):

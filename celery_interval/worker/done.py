@@ -31,26 +31,42 @@ class DoneMarks:
         self.outage = outage
         self.pending: list[TaskCopy] = []
         self._entry: Any = None
-        #: Copies whose bodies began here, oldest first, each with when it is forgotten
-        #: (monotonic seconds).
-        self._began: OrderedDict[TaskCopy, float] = OrderedDict()
+        #: Copies whose bodies began here, oldest first: when each is forgotten (monotonic
+        #: seconds), and whether its body ended (not throttled: its mark may be written again).
+        self._began: OrderedDict[TaskCopy, tuple[float, bool]] = OrderedDict()
 
-    def began(self, copy: TaskCopy) -> None:
+    def began(self, copy: TaskCopy, *, ended: bool = False) -> None:
         """``copy``'s body began here and its message was acknowledged: a copy of it that the
         broker hands back here is a duplicate even where the store has no done mark (the store
         lost its state, and a broker killed as the ack came lost the ack)."""
         now_s = time.monotonic()
         self._began.pop(copy, None)
-        self._began[copy] = now_s + self.settings.dedupe_ttl_us / 1e6
+        self._began[copy] = (now_s + self.settings.dedupe_ttl_us / 1e6, ended)
         while self._began and (
-            len(self._began) > BEGAN_KEPT or next(iter(self._began.values())) <= now_s
+            len(self._began) > BEGAN_KEPT or next(iter(self._began.values()))[0] <= now_s
         ):
             self._began.popitem(last=False)
 
+    def ended(self, copy: TaskCopy) -> None:
+        """``copy``'s body, which ``began`` here, ended (and was not throttled)."""
+        kept = self._began.get(copy)
+        if kept is not None:
+            self._began[copy] = (kept[0], True)
+
     def began_here(self, copy: TaskCopy) -> bool:
         """Whether ``copy``'s body began here within the dedupe window (``began``)."""
-        forget_s = self._began.get(copy)
-        return forget_s is not None and forget_s > time.monotonic()
+        kept = self._began.get(copy)
+        return kept is not None and kept[0] > time.monotonic()
+
+    def write_again(self) -> int:
+        """The store lost its state: the done marks of the bodies that ran here go again with
+        the next flush (not a throttled run's: its copy sent again must run). Returns how many."""
+        now_s = time.monotonic()
+        again = [c for c, (forget_s, ended) in self._began.items() if ended and forget_s > now_s]
+        self.pending.extend(again)
+        if again and self._entry is None:
+            self._entry = self.timer.call_after(DONE_FLUSH_S, self.flush, priority=8)
+        return len(again)
 
     def add(self, bucket: str, task_id: str, retries: int) -> None:
         """Send this message's mark on the event loop's next turn (or with a take in this one)."""

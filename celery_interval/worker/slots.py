@@ -18,6 +18,7 @@ from celery_interval.headers import (
 )
 from celery_interval.schedule import Claim, ClaimTerms, Grant, Outcome, Pace
 from celery_interval.stores.base import DoneBatch, Store, TaskCopy
+from celery_interval.worker.births import Births
 from celery_interval.worker.clock import StoreClock
 from celery_interval.worker.done import DoneMarks
 from celery_interval.worker.held import Held, HeldState
@@ -72,6 +73,7 @@ class SlotCycle:
         self.notify = notify
         self.places = places
         self.clock = StoreClock()
+        self.births = Births(done)
         self._epochs: dict[str, int] = {}
         #: Tasks whose claim found their capped bucket FULL, by bucket: the first claims again
         #: at once when a body of the bucket ends here.
@@ -107,16 +109,14 @@ class SlotCycle:
     def _grant(self, held: Held) -> None:
         """Take a ticket; with a pool process free, claim it in the same trip if it is due."""
         held.state = HeldState.GRANTING
-        not_before_in_us = max(
-            0, held.not_before_in_us - (time.monotonic_ns() - held.received_ns) // 1000
-        )
+        held_us = (time.monotonic_ns() - held.received_ns) // 1000
+        not_before_in_us = max(0, held.not_before_in_us - held_us)
+        copy = TaskCopy(held.bucket, held.task_id, held.retries)
+        if not held.resent and self.done.began_here(copy):
+            return self._drop_duplicate(held, "already began here")
         claimed: Claim | None = None
         marks: list[TaskCopy] = []
         op = "grant"
-        copy = TaskCopy(held.bucket, held.task_id, held.retries)
-        if not held.resent and self.done.began_here(copy):
-            self._drop_duplicate(held, "already began here")
-            return
         pace = Pace(held.interval_us, not_before_in_us, held.burst, held.cost, limits=held.limits)
         sent_ns = time.monotonic_ns()
         try:
@@ -139,6 +139,7 @@ class SlotCycle:
                         burst=held.burst,
                         cost=held.cost,
                         limits=held.limits,
+                        knew_born_us=self.births.first_us,
                     ),
                     done_first=DoneBatch(marks, self.settings.dedupe_ttl_us),
                 )
@@ -209,11 +210,11 @@ class SlotCycle:
             self._arm(held, after_s, self.due)
             return
         lead_us, handoff_us = self._reach_us()
+        lease_us, knew_us = self.settings.lease_us, self.births.first_us
         sent_ns = time.monotonic_ns()
         try:
-            result = held.claim_args(handoff_us).claim(
-                self.store, self.settings.lease_us, lead_us, held.cap
-            )
+            claim_args = held.claim_args(handoff_us)
+            result = claim_args.claim(self.store, lease_us, lead_us, held.cap, knew_born_us=knew_us)
         except StoreError as exc:
             self.outage.failed(exc)
             self._arm(held, self.outage.backoff_s, self.due)
@@ -254,13 +255,10 @@ class SlotCycle:
         return lead_for(self.settings.lead_us, handoff_us), handoff_us
 
     def _on_claim(
-        self,
-        held: Held,
-        result: Claim,
-        trip_ns: tuple[int, int],
-        store: tuple[str, float] | None,
+        self, held: Held, result: Claim, trip_ns: tuple[int, int], store: tuple[str, float] | None
     ) -> None:
         """Act on a claim's outcome; ``trip_ns``: when the call went and its reply came."""
+        self.births.saw(result.born_us)
         stats = self.holding.stats[held.bucket]
         outcome = result.outcome
         stats.last_paused = outcome is Outcome.PAUSED

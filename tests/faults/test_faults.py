@@ -16,7 +16,7 @@ import redis
 
 from celery_interval.config.table import KEY_PREFIX
 from celery_interval.demo.embedded import RedisProc
-from celery_interval.headers import SEND_HEADER, SEND_ONCE
+from celery_interval.headers import BUCKET_HEADER, SEND_HEADER, SEND_ONCE
 from celery_interval.stores.keys import mark_key
 from tests.helpers.assertions import (
     assert_body_gaps,
@@ -131,6 +131,51 @@ def test_a_copy_back_after_the_store_lost_its_state_is_dropped_where_it_ran(
         store.stop()
     assert Counter(r["id"] for r in pool.records())[first] == 1, "the copy ran again"
     assert f"task {first} already began here, dropping duplicate copy" in pool.workers[0].log()
+
+
+def test_a_copy_on_another_worker_after_the_store_lost_its_state_is_dropped(
+    make_pool: Any, redis_server: Any
+) -> None:
+    """A task ran on worker A; the store then lost its state, and a copy of the task's message
+    reaches worker B (an ack lost with a killed RabbitMQ node comes back to any consumer).
+    B's claim waits for the settle after the store's new birth, A writes again the done marks
+    of what ran on it as its next claim sees that birth, and B drops the copy."""
+    store = RedisProc()
+    once = {SEND_HEADER: SEND_ONCE}
+    try:
+        pool = make_pool(
+            INTERVAL_S, store=store.url, record_url=redis_server.url_for(5), loglevel="INFO"
+        )
+        pool.recorder.delete(f"record:{pool.queue}")
+        other = f"{pool.queue}-b"  # only worker B consumes it; its tasks are in A's bucket
+        (a,) = pool.start(1, queues=pool.queue)
+        (b,) = pool.start(1, queues=other)
+        first = pool.app.send_task("workerapp.record", args=(0,), queue=pool.queue, headers=once).id
+        in_a_bucket = {BUCKET_HEADER: pool.queue}
+        pool.app.send_task("workerapp.record", args=(1,), queue=other, headers=in_a_bucket)
+        pool.wait_records(2, timeout_s=60)
+        store.kill()
+        store.restart()  # same port, empty: a new birth
+        pool.app.send_task(
+            "workerapp.record",
+            args=(0,),
+            queue=other,
+            task_id=first,
+            headers={**once, **in_a_bucket},
+        )
+        time.sleep(0.5)  # B claims the copy before A, on its next claim, sees the new birth
+        later = pool.app.send_task("workerapp.record", args=(2,), queue=pool.queue).id
+        deadline = time.monotonic() + 60
+        while f"task {first} already done" not in b.log() or later not in {
+            r["id"] for r in pool.records()
+        }:
+            assert time.monotonic() < deadline, "B never dropped the copy, or A never ran more"
+            assert Counter(r["id"] for r in pool.records())[first] == 1, "the copy ran again"
+            time.sleep(0.2)
+    finally:
+        store.stop()
+    assert Counter(r["id"] for r in pool.records())[first] == 1, "the copy ran again"
+    assert "the store was born again" in a.log()
 
 
 def died_as_they_started(pool: Pool, kills: list[Kill]) -> set[str]:

@@ -11,6 +11,7 @@ from celery import Celery
 from celery_interval.config import settings_of
 from celery_interval.stores.base import TaskCopy
 from celery_interval.worker import done
+from celery_interval.worker.births import Births
 from celery_interval.worker.done import DoneMarks
 from tests.helpers.fakes import Timer
 
@@ -55,3 +56,22 @@ def test_a_copy_is_forgotten_after_the_dedupe_window(monkeypatch: pytest.MonkeyP
     assert not m.began_here(TaskCopy("q", "old", 0))
     assert m.began_here(TaskCopy("q", "new", 0))
     assert len(m._began) == 1
+
+
+def test_a_new_birth_writes_again_the_marks_of_bodies_that_ended_here() -> None:
+    """A store born again gets the done marks of the bodies that ended here, not of one still
+    running or throttled (its copy sent again must run), once per birth."""
+    m = marks()
+    ran, running, throttled = (TaskCopy("q", t, 0) for t in ("ran", "running", "throttled"))
+    m.began(ran)
+    m.ended(ran)
+    m.began(running)
+    m.began(throttled)  # its body ended in Throttled: ``ended`` is not called
+    births = Births(m)
+    births.saw(1_000)  # the first birth seen: nothing to write
+    assert m.pending == []
+    births.saw(1_000)
+    assert m.pending == []
+    births.saw(2_000)
+    assert m.pending == [ran]
+    assert (births.first_us, births.latest_us) == (1_000, 2_000)

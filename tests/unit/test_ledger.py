@@ -68,18 +68,22 @@ def test_every_operation_appends_its_entry(redis_client: redis.Redis[Any]) -> No
     assert (g1.ticket, g1.slot_us, g2.ticket, g2.slot_us) == (1, slot1, 2, slot2)
 
     t_claim = clock.now_us = slot1 - 5  # within the lead of 10 µs: OK, start in 5 µs
-    assert claim("t1", 0, T_US, slot1, "w1@h:1", 1) == Claim(Outcome.OK, T_US, 5, t_claim)
+    assert claim("t1", 0, T_US, slot1, "w1@h:1", 1) == Claim(Outcome.OK, T_US, 5, t_claim, T_US)
     again = claim("t1", 0, T_US, slot1, "w1@h:1", 1)  # a re-claim by the same holder
-    assert again == Claim(Outcome.OK, T_US, 5, t_claim)
-    assert claim("t2", 1, T_US, slot2, "w2|p", 2) == Claim(Outcome.WAIT, T_US, I_US + 5, t_claim)
-    assert claim("t1", 0, T_US, slot1, "w2|p", 1) == Claim(Outcome.HELD, T_US, LEASE_US, t_claim)
+    assert again == Claim(Outcome.OK, T_US, 5, t_claim, T_US)
+    assert claim("t2", 1, T_US, slot2, "w2|p", 2) == Claim(
+        Outcome.WAIT, T_US, I_US + 5, t_claim, T_US
+    )
+    assert claim("t1", 0, T_US, slot1, "w2|p", 1) == Claim(
+        Outcome.HELD, T_US, LEASE_US, t_claim, T_US
+    )
     copy, terms = TaskCopy("api", "t1", 0), ClaimTerms("w2|p", LEASE_US, 10, 0)
     taken = store.take(copy, Pace(I_US), terms)  # no ticket: HELD
     assert taken == model.take(copy, Pace(I_US), terms)
     assert taken == (Grant(Outcome.HELD, T_US, 0, 0, LEASE_US, False), None)
 
     t_late = clock.now_us = slot2 + 250  # 250 µs after t2's slot (real = virtual here)
-    assert claim("t2", 1, T_US, slot2, "w2|p", 2) == Claim(Outcome.OK, T_US, 0, t_late)
+    assert claim("t2", 1, T_US, slot2, "w2|p", 2) == Claim(Outcome.OK, T_US, 0, t_late, T_US)
     for s in (store, model):
         s.done([TaskCopy("api", "t1", 0)], 10**9)  # done: no entry
     assert claim("t1", 0, T_US, slot1, "w3", 1).outcome is Outcome.DUPLICATE

@@ -107,6 +107,10 @@ steps_us = st.one_of(
 )
 
 
+#: The birth of the store a claimer saw: none, the store's own, or one before it.
+knews = st.sampled_from(["none", "none", "born", "earlier"])
+
+
 class ClusterModel(MemoryStore):
     """The model as a Redis Cluster runs it: no birth marker (born = now)."""
 
@@ -308,6 +312,7 @@ class Differential(RuleBasedStateMachine):
         not_after=not_afters_us,
         outer=maybe_outers,
         share=shares,
+        knew=knews,
     )
     def take(
         self,
@@ -329,12 +334,14 @@ class Differential(RuleBasedStateMachine):
         not_after: int | None,
         outer: Outer | None,
         share: float | None,
+        knew: str,
     ) -> tuple[str, str, int, int, int]:
         """A take (a nested one of a nested bucket in ``outer``, when drawn)."""
+        terms = ClaimTerms(holder, lease, lead, handoff, cap, place, burst, cost, claim_limits)
         args = (
             TaskCopy(bucket, task, retry),
             Pace(interval, not_before, burst, cost, not_after, limits, share),
-            ClaimTerms(holder, lease, lead, handoff, cap, place, burst, cost, claim_limits),
+            replace(terms, knew_born_us=self._knew(knew)),
         )
         if outer is not None and bucket in OUTER_OF:
             expected, got = self._compared_pair(bucket, "take_nested", *args, outer)
@@ -477,6 +484,7 @@ class Differential(RuleBasedStateMachine):
         burst=bursts,
         cost=costs,
         limits=limit_sets,
+        knew=knews,
     )
     def claim_granted(
         self,
@@ -492,14 +500,23 @@ class Differential(RuleBasedStateMachine):
         burst: int,
         cost: int,
         limits: Limits,
+        knew: str,
     ) -> None:
         bucket, task, retry, epoch, slot = g
+        terms = ClaimTerms(holder, lease, lead, handoff, cap, place, burst, cost, limits)
         self._claim(
             TaskCopy(bucket, task, retry),
             interval,
             Slot(epoch, slot + slot_shift),
-            ClaimTerms(holder, lease, lead, handoff, cap, place, burst, cost, limits),
+            replace(terms, knew_born_us=self._knew(knew)),
         )
+
+    def _knew(self, kind: str) -> int | None:
+        """The birth a claimer saw (``knews``): none, the model's marker, or one before it."""
+        born = self.model._born
+        if kind == "none" or (kind == "born" and born is None):
+            return None
+        return born if kind == "born" else (born or self.now_us) - 1_000_000
 
     @rule(
         bucket=buckets,

@@ -11,12 +11,14 @@ from __future__ import annotations
 import itertools
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from celery_interval.schedule import (
+    MARKS_SETTLE_US,
     MAX_LEAD_US,
     PLACE_POLL_US,
     PLACE_SETTLE_US,
@@ -520,3 +522,25 @@ def test_on_the_stores_own_clocks_slots_follow_and_a_due_claim_starts(
     ok = claims[-1]
     assert ok.outcome is Outcome.OK and ok.delay_us == 0 and ok.now_us >= g.slot_us
     assert store.status("short", SHORT_US).last_start_us >= g.slot_us
+
+
+def test_a_claimer_that_saw_an_earlier_birth_waits_for_the_marks_to_settle(
+    store: Store, clock: Clock
+) -> None:
+    """For MARKS_SETTLE_US after the store's birth, a new start of a claimer that saw another
+    birth (the store lost its state since) waits; one that saw this birth does not."""
+    c1, c2, c3 = (TaskCopy("api", f"t{i}", 0) for i in (1, 2, 3))
+    g1, g2, g3 = (store.grant(c, Pace(I_US)) for c in (c1, c2, c3))
+    wait(clock, g1.delay_us)
+    first = store.claim(c1, I_US, g1.slot, ClaimTerms("w1", LEASE_US))
+    assert first.outcome is Outcome.OK and first.born_us is not None
+    born_us = first.born_us
+    wait(clock, g2.slot_us - g1.slot_us)
+    earlier = ClaimTerms("w2", LEASE_US, knew_born_us=born_us - 10**9)
+    held = store.claim(c2, I_US, g2.slot, earlier)
+    assert (held.outcome, held.born_us) == (Outcome.WAIT, born_us)
+    assert held.delay_us == born_us + MARKS_SETTLE_US - clock.now_us
+    knew_this = replace(earlier, knew_born_us=born_us)
+    assert store.claim(c2, I_US, g2.slot, knew_this).outcome is Outcome.OK
+    clock.now_us = born_us + MARKS_SETTLE_US
+    assert store.claim(c3, I_US, g3.slot, replace(earlier, holder="w3")).outcome is Outcome.OK

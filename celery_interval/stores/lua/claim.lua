@@ -1,2 +1,3 @@
 -- claim.lua: schedule.claim (ops.lua's claim_op, whose comment gives KEYS, ARGV and the reply).
-return claim_op(KEYS, ARGV)
+local argv, knew = split_knew(ARGV)
+return claim_op(KEYS, argv, knew)

@@ -547,6 +547,15 @@ local PLACE_POLL_US = 50000
 -- schedule.PLACE_SETTLE_US: after the store's birth, capped claims wait this long for running
 -- bodies to take back their places.
 local PLACE_SETTLE_US = 3000000
+-- schedule.MARKS_SETTLE_US: after the store's birth, a claim by a worker that saw an earlier
+-- birth waits this long for the done marks the workers remember to be written again.
+local MARKS_SETTLE_US = 3000000
+
+-- A script's last ARGV: the claimer's knew_born_us ('' = none); the ARGV before it, as the
+-- operation reads them.
+local function split_knew(argv)
+  return { unpack(argv, 1, #argv - 1) }, num(argv[#argv])
+end
 
 -- schedule.live_places: drop the places at key expired by now; the live ones as a ZRANGE
 -- WITHSCORES reply (name, expires, ...), ordered by (expires, name).

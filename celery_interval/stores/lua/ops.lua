@@ -199,7 +199,24 @@ local function claim_reply(keys, a, s, slot, outcome, delay, extra)
     fields[#fields + 1] = x
   end
   ledger_append(keys[3], a.ledger_max, fields)
-  return { outcome, s.e, delay, a.now }
+  local born = ''
+  if keys[5] ~= nil then
+    born = born_us(keys[5], nil, a.now, true)
+  end
+  return { outcome, s.e, delay, a.now, born }
+end
+
+-- schedule.places.marks_settling_us: how long a new start waits after the store's birth for
+-- the done marks the workers remember (0: no wait).
+local function claim_marks_settling(keys, a)
+  if a.knew == nil or keys[5] == nil then
+    return 0
+  end
+  local born = born_us(keys[5], nil, a.now, true)
+  if born == a.knew then
+    return 0
+  end
+  return math.max(0, born + MARKS_SETTLE_US - a.now)
 end
 
 -- schedule.claim_capped: the wait when a start would find the places all others' (nil: none).
@@ -385,14 +402,17 @@ end
 -- 0..min(lead, interval)), ARGV[13] cap ('' = none), ARGV[14] place_us, ARGV[15] the body's
 -- place name (task_id:retries), ARGV[16] burst, ARGV[17] cost (units; absent: 1), ARGV[18]
 -- the bucket's extra limits (as grant_op's ARGV[10]), ARGV[19] no start before this virtual
--- time of the bucket (absent or '': none; an outer bucket's budget, outer.lua)
+-- time of the bucket (absent or '': none; an outer bucket's budget, outer.lua); knew: a birth
+-- of the store the claimer saw before (nil: none; claim.lua's last ARGV)
 -- Under a cap (schedule.claim_capped), a claim that would start takes (or renews) its place;
 -- when the live places are all others' it is FULL (delay: until the first expires, at most
 -- PLACE_POLL_US) and changes nothing else; expired places are dropped then. Until
 -- PLACE_SETTLE_US after the store's birth marker (KEYS[5]; none on a Cluster) a claim holding no
 -- place is FULL (delay: until then): running bodies take back the places a lost store forgot.
--- Returns {outcome, epoch, delay_us, now_us}: OK (start_in), WAIT (wait), FULL (wait), HELD
--- (lease left), PAUSED, DUPLICATE, RETICKET (0). A throttled task's front grant keeps its
+-- A new start whose claimer knew another birth than the marker's WAITs until MARKS_SETTLE_US
+-- after the marker (schedule.places.marks_settling_us; ledger settle=1), before any FULL.
+-- Returns {outcome, epoch, delay_us, now_us, born_us ('' on a Cluster)}: OK (start_in), WAIT
+-- (wait), FULL (wait), HELD (lease left), PAUSED, DUPLICATE, RETICKET (0). A throttled task's front grant keeps its
 -- slot after later starts (no RETICKET) and, the last one kept, frees the reserved slot (h); so
 -- does an interactive start's (front.lua); a ticket starts at its slot + u at the earliest;
 -- every other claim starts an interval after the reserved slot at the earliest; none starts before
@@ -406,8 +426,9 @@ end
 -- missed one, the bucket's last start), for WAIT, FULL and HELD delay; burst and cost on
 -- every claim of a bucket with a burst or a task with a cost (absent: 1); limits (as ARGV[18])
 -- on every claim of a bucket with extra limits.
-local function claim_op(keys, argv)
+local function claim_op(keys, argv, knew)
   local a = claim_args(argv)
+  a.knew = knew
   local s, m = claim_load(keys, a)
   local settled = claim_settled(keys, a, s, m)
   if settled ~= nil then
@@ -421,6 +442,10 @@ local function claim_op(keys, argv)
   local lead = clamp_lead(a.lead)
   if c.v + lead < earliest then
     return claim_reply(keys, a, s, c.slot, 'WAIT', earliest - c.v, { 'delay', earliest - c.v })
+  end
+  local settling = claim_marks_settling(keys, a)
+  if settling > 0 then
+    return claim_reply(keys, a, s, c.slot, 'WAIT', settling, { 'delay', settling, 'settle', 1 })
   end
   local wait = claim_full_wait(keys, a)
   if wait ~= nil then
@@ -468,11 +493,12 @@ end
 -- (as claim.lua's), ARGV[14] burst, ARGV[15] cost (units; absent: 1), ARGV[16] not_after_in_us
 -- ('' = none, as grant.lua's ARGV[9]), ARGV[17] the grant's extra limits (grant.lua's ARGV[10]),
 -- ARGV[18] the claim's (claim.lua's ARGV[18]; absent: ARGV[17]), ARGV[19] an interactive
--- start's share (grant.lua's ARGV[11]; absent or '': none).
--- Returns grant.lua's reply, followed by claim.lua's when it claimed (10 values); grant's
+-- start's share (grant.lua's ARGV[11]; absent or '': none); knew as claim_op's (take.lua's
+-- last ARGV).
+-- Returns grant.lua's reply, followed by claim.lua's when it claimed (11 values); grant's
 -- outcome is HELD (delay = the lease left, no ticket) while another holder's lease is live.
 -- Ledger: op=grant:HELD now task r holder delay epoch interval (effective) for that.
-local function take_op(keys, argv)
+local function take_op(keys, argv, knew)
   local now = fmt(clock_us(argv[1]))
   local lease = live(load_mark(keys[2]), tonumber(now))
   if lease ~= nil and lease.kind == 'L' and lease.holder ~= argv[7] then
@@ -488,6 +514,6 @@ local function take_op(keys, argv)
   local c = claim_op(keys, {
     now, argv[2], g[2], g[4], argv[7], argv[8], argv[9], argv[4], argv[5], g[3], argv[6], argv[10],
     argv[11], argv[12], argv[13], argv[14], argv[15], argv[18] or argv[17],
-  })
-  return { g[1], g[2], g[3], g[4], g[5], g[6], c[1], c[2], c[3], c[4] }
+  }, knew)
+  return { g[1], g[2], g[3], g[4], g[5], g[6], c[1], c[2], c[3], c[4], c[5] }
 end

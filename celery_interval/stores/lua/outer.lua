@@ -90,7 +90,7 @@ end
 -- is paused (the inner's new epoch saved, an expired mark dropped).
 -- Ledger: claim_op's entries; op=claim:PAUSED now task r ticket slot holder epoch outer=1
 -- for a claim refused by the outer's pause.
-local function nested_claim_op(keys, argv)
+local function nested_claim_op(keys, argv, knew)
   local now = clock_us(argv[1])
   local interval = tonumber(argv[2])
   local cost = tonumber(argv[17]) or 1
@@ -119,7 +119,7 @@ local function nested_claim_op(keys, argv)
     args[i] = argv[i]
   end
   args[19] = fmt(floor)
-  local c = claim_op(inner_keys(keys), args)
+  local c = claim_op(inner_keys(keys), args, knew)
   if c[1] == 'OK' and redis.call('GET', keys[2]) ~= before then
     outer_started(o, v + c[3] + shift, outer, cost)
     save_fields(keys[5], o, false, now, outer.t, 'l', 'q', 'z', 'x')

@@ -1,2 +1,3 @@
 -- take.lua: schedule.take (ops.lua's take_op, whose comment gives KEYS, ARGV and the reply).
-return take_op(KEYS, ARGV)
+local argv, knew = split_knew(ARGV)
+return take_op(KEYS, argv, knew)
