@@ -26,8 +26,8 @@ The rules, and which promise each checks:
   (each end narrowed by ``CLOCKS_SLACK_NS``), nor after a state loss inside it (a pause is
   state in the store).
 - **throttle** (P9): no deadline from a throttle's store time plus ``MAX_LEAD_US`` to its end
-  (narrowed the same); the throttles are the store's ledger entries (a throttle the store lost
-  with its state is not promised, and not in the ledger read before the loss).
+  (narrowed the same), nor after a state loss inside it (a throttle's wait is state in the
+  store); the throttles are the store's ledger entries.
 """
 
 from __future__ import annotations
@@ -272,7 +272,8 @@ def _quiet_windows(events: Events) -> list[tuple[str, str, int, int]]:
         lost = [t for t in events.losses if from_ns <= t <= to_ns]
         windows.append(("pause", bucket, from_ns, min([to_ns, *lost])))
     for bucket, at_ns, after_ns in events.throttles:
-        windows.append(("throttle", bucket, at_ns, at_ns + after_ns))
+        lost = [t for t in events.losses if at_ns <= t <= at_ns + after_ns]
+        windows.append(("throttle", bucket, at_ns, min([at_ns + after_ns, *lost])))
     return windows
 
 

@@ -111,6 +111,15 @@ def test_a_pause_is_not_promised_after_the_store_lost_it() -> None:
     assert check(records, events, LAYOUT.rule).ok
 
 
+def test_a_throttle_is_not_promised_after_the_store_lost_it() -> None:
+    records = spaced(LAYOUT.main, 100, 6)
+    events = expecting(records)
+    events.throttles = [(LAYOUT.main, 150 * MS, 300 * MS)]
+    assert {v["rule"] for v in check(records, events, LAYOUT.rule).violations} == {"throttle"}
+    events.losses = [180 * MS]  # its wait went with the store's state
+    assert check(records, events, LAYOUT.rule).ok
+
+
 def test_set_interval_is_held_while_in_force() -> None:
     records = spaced(LAYOUT.main, 40, 6)
     events = expecting(records)
