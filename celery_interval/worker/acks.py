@@ -86,18 +86,7 @@ def track_ack(req: Any, service: Any, copy: TaskCopy, acks_late: bool) -> None:
 
     def ack_now(*args: Any, **kwargs: Any) -> None:
         ack_through(message, lambda: on_ack(*args, **kwargs))
-        if request_dict.get(THROTTLED_KEY):
-            return
-        ended = bool(acks_late or request_dict.get(ENDED_KEY))
-        service.done.began(copy, ended=ended)
-        if not ended:
-            request_dict[BEGAN_KEY] = copy
-        if MARK_HEADER in request_dict:
-            return
-        if acks_late or request_dict.get(ENDED_KEY):
-            service.mark_done(copy.bucket, copy.task_id, copy.retries)
-        else:
-            request_dict[PENDING_MARK_KEY] = copy
+        _acked(service, request_dict, copy, acks_late)
 
     def ack_in_loop(args: Any, kwargs: Any) -> None:
         start_ns = request_dict.get(START_HEADER)
@@ -129,3 +118,22 @@ def track_ack(req: Any, service: Any, copy: TaskCopy, acks_late: bool) -> None:
 
     req._on_ack = ack
     req.on_reject = reject
+
+
+def _acked(service: Any, request_dict: Any, copy: TaskCopy, acks_late: bool) -> None:
+    """The broker ack of ``copy`` went: remember that its body began here, and write its done
+    mark now (an acks_late task, a body that ended), or at the body's end (``body_ended``),
+    or not at all (a pool process posts it: ``MARK_HEADER``; a throttled run's copy was sent
+    again)."""
+    if request_dict.get(THROTTLED_KEY):
+        return
+    ended = bool(acks_late or request_dict.get(ENDED_KEY))
+    service.done.began(copy, ended=ended)
+    if not ended:
+        request_dict[BEGAN_KEY] = copy
+    if MARK_HEADER in request_dict:
+        return
+    if ended:
+        service.mark_done(copy.bucket, copy.task_id, copy.retries)
+    else:
+        request_dict[PENDING_MARK_KEY] = copy

@@ -9,7 +9,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NoReturn
 
 from celery.exceptions import Ignore
 
@@ -148,25 +148,37 @@ def _claim_again(app: Any, claimed: ClaimArgs, late_ns: int, missed_ns: int) -> 
         elif result.outcome is Outcome.PAUSED:
             time.sleep(settings.pause_poll_s)
         elif result.outcome is Outcome.RETICKET:
-            try:
-                grant = store.grant(claimed.copy, claimed.pace())
-            except StoreError as exc:
-                logger.warning("interval %s: no new ticket from the store (%s)", bucket, exc)
+            again = _reticketed(store, claimed)
+            if again is None:
                 time.sleep(backoff_s)
                 backoff_s = min(backoff_s * 2, settings.retry_max_s)
                 continue
-            claimed = claimed._replace(
-                epoch=grant.epoch, slot_us=grant.slot_us, ticket=grant.ticket
-            )
-            time.sleep(max(0, grant.delay_us - settings.lead_us) / 1e6)
+            claimed, delay_us = again
+            time.sleep(max(0, delay_us - settings.lead_us) / 1e6)
         else:
-            logger.warning(
-                "interval %s: task %s is %s under another copy, this one does not run",
-                bucket,
-                task_id,
-                "done" if result.outcome is Outcome.DUPLICATE else "running",
-            )
-            raise Ignore()
+            _not_this_copy(bucket, task_id, result.outcome)
+
+
+def _reticketed(store: Any, claimed: ClaimArgs) -> tuple[ClaimArgs, int] | None:
+    """``claimed`` with a new ticket, and its slot's delay (µs); None while the store fails."""
+    try:
+        grant = store.grant(claimed.copy, claimed.pace())
+    except StoreError as exc:
+        logger.warning("interval %s: no new ticket from the store (%s)", claimed.bucket, exc)
+        return None
+    again = claimed._replace(epoch=grant.epoch, slot_us=grant.slot_us, ticket=grant.ticket)
+    return again, grant.delay_us
+
+
+def _not_this_copy(bucket: str, task_id: str, outcome: Outcome) -> NoReturn:
+    """The task is done (DUPLICATE) or running (HELD) under another copy: this one ends."""
+    logger.warning(
+        "interval %s: task %s is %s under another copy, this one does not run",
+        bucket,
+        task_id,
+        "done" if outcome is Outcome.DUPLICATE else "running",
+    )
+    raise Ignore()
 
 
 def poster(app: Any, mark: TaskCopy) -> Callable[[], None] | None:
