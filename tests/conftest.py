@@ -11,6 +11,17 @@ import redis
 from celery_interval.demo.embedded import RedisProc
 from celery_interval.stores.redis import RedisStore
 
+#: The test directories whose tests start worker processes, brokers or Spark.
+SLOW_DIRS = frozenset({"integration", "faults", "spark"})
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Every test of ``SLOW_DIRS`` is ``slow``: ``-m "not slow"`` runs ``tests/unit`` alone."""
+    for item in items:
+        if SLOW_DIRS & set(item.path.parts):
+            item.add_marker(pytest.mark.slow)
+
+
 # ---------------------------------------------------------------------------------------
 # Redis: a private redis-server for the whole session (never the developer's own Redis).
 # ---------------------------------------------------------------------------------------
