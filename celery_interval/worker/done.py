@@ -10,6 +10,7 @@ from celery_interval.config import Settings
 from celery_interval.errors import StoreError
 from celery_interval.stores.base import Store, TaskCopy
 from celery_interval.worker.outage import StoreOutage
+from celery_interval.worker.timer import cancel
 
 __all__ = ["DoneMarks"]
 
@@ -64,7 +65,9 @@ class DoneMarks:
         now_s = time.monotonic()
         again = [c for c, (forget_s, ended) in self._began.items() if ended and forget_s > now_s]
         self.pending.extend(again)
-        if again and self._entry is None:
+        if again:  # at once, not after an outage's backoff
+            if self._entry is not None:
+                cancel(self.timer, self._entry)
             self._entry = self.timer.call_after(DONE_FLUSH_S, self.flush, priority=8)
         return len(again)
 
