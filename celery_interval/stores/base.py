@@ -72,17 +72,11 @@ class ClaimArgs(NamedTuple):
         """What a grant of this message asks for."""
         return Pace(self.interval_us, not_before_in_us, self.burst, self.cost, limits=self.limits)
 
-    def claim(
-        self,
-        store: Store,
-        lease_us: int,
-        lead_us: int,
-        cap: int | None = None,
-        *,
-        knew_born_us: int | None = None,
-    ) -> Claim:
-        """``store.claim`` of this message's slot under its holder (under the bucket's ``cap``)."""
-        terms = ClaimTerms(
+    def terms(
+        self, lease_us: int, lead_us: int, cap: int | None = None, knew_born_us: int | None = None
+    ) -> ClaimTerms:
+        """The terms of this message's claim (under the bucket's ``cap``)."""
+        return ClaimTerms(
             self.holder,
             lease_us,
             lead_us,
@@ -93,6 +87,18 @@ class ClaimArgs(NamedTuple):
             limits=self.limits,
             knew_born_us=knew_born_us,
         )
+
+    def claim(
+        self,
+        store: Store,
+        lease_us: int,
+        lead_us: int,
+        cap: int | None = None,
+        *,
+        knew_born_us: int | None = None,
+    ) -> Claim:
+        """``store.claim`` of this message's slot under its holder (under the bucket's ``cap``)."""
+        terms = self.terms(lease_us, lead_us, cap, knew_born_us)
         slot = Slot(self.epoch, self.slot_us)
         return store.claim(self.copy, self.interval_us, slot, terms, ticket=self.ticket)
 

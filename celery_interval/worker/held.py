@@ -10,7 +10,7 @@ from typing import Any
 
 from celery_interval.headers import TICKET_HEADER
 from celery_interval.schedule import Limits
-from celery_interval.stores.base import ClaimArgs
+from celery_interval.stores.base import ClaimArgs, TaskCopy
 
 __all__ = ["Held", "HeldState"]
 
@@ -86,6 +86,11 @@ class Held:
         self.slot_wall_s = slot_wall_s
         self.request.request_dict[TICKET_HEADER] = ticket
         self.state = HeldState.GRANTED
+
+    @property
+    def copy(self) -> TaskCopy:
+        """This message's copy as the store knows it."""
+        return TaskCopy(self.bucket, self.task_id, self.retries)
 
     def claim_args(self, handoff_us: int) -> ClaimArgs:
         return ClaimArgs(

@@ -16,7 +16,7 @@ from celery_interval.headers import (
     SPIN_HEADER,
     START_HEADER,
 )
-from celery_interval.schedule import Claim, ClaimTerms, Grant, Outcome, Pace
+from celery_interval.schedule import Claim, Grant, Outcome, Pace
 from celery_interval.stores.base import DoneBatch, Store, TaskCopy
 from celery_interval.worker.births import Births
 from celery_interval.worker.clock import StoreClock
@@ -111,9 +111,7 @@ class SlotCycle:
         held.state = HeldState.GRANTING
         held_us = (time.monotonic_ns() - held.received_ns) // 1000
         not_before_in_us = max(0, held.not_before_in_us - held_us)
-        copy = TaskCopy(held.bucket, held.task_id, held.retries)
-        if not held.resent and self.done.began_here(copy):
-            return self._drop_duplicate(held, "already began here")
+        copy = held.copy
         claimed: Claim | None = None
         marks: list[TaskCopy] = []
         op = "grant"
@@ -125,23 +123,16 @@ class SlotCycle:
                 and not self.pool.waiting
                 and not self.tickets.armed(held)  # an earlier ticket claims first
                 and not held.request.revoked()
+                and not self._began_here(held)  # no start for a copy of what ran here
             ):
                 op = "take"
                 marks = self.done.take()
+                lead_us, handoff_us = self._reach_us()
+                terms = held.claim_args(handoff_us).terms(
+                    self.settings.lease_us, lead_us, held.cap, self.births.first_us
+                )
                 grant, claimed = self.store.take(
-                    copy,
-                    pace,
-                    ClaimTerms(
-                        held.holder,
-                        self.settings.lease_us,
-                        *self._reach_us(),
-                        cap=held.cap,
-                        burst=held.burst,
-                        cost=held.cost,
-                        limits=held.limits,
-                        knew_born_us=self.births.first_us,
-                    ),
-                    done_first=DoneBatch(marks, self.settings.dedupe_ttl_us),
+                    copy, pace, terms, done_first=DoneBatch(marks, self.settings.dedupe_ttl_us)
                 )
             else:
                 grant = self.store.grant(copy, pace)
@@ -167,6 +158,10 @@ class SlotCycle:
         stats = self.holding.stats[held.bucket]
         if grant.outcome is Outcome.DUPLICATE:
             self._drop_duplicate(held, "already done")
+            return
+        if grant.outcome is Outcome.OK and self._began_here(held):  # the store lost its mark
+            self.done.add(held.bucket, held.task_id, held.retries)
+            self._drop_duplicate(held, "already began here")
             return
         if grant.outcome is Outcome.HELD:
             self._wait_for_lease(held, grant.delay_us, self._requeue)
@@ -310,6 +305,10 @@ class SlotCycle:
         else:
             self._drop_duplicate(held, "already done elsewhere")
 
+    def _began_here(self, held: Held) -> bool:
+        """A copy of what began here (not a throttled task's copy sent again: it must run)."""
+        return not held.resent and self.done.began_here(held.copy)
+
     def _drop_duplicate(self, held: Held, why: str) -> None:
         """Ack and forget a copy of a task that ran (or runs) under another copy."""
         self.holding.stats[held.bucket].duplicates += 1
@@ -340,8 +339,7 @@ class SlotCycle:
         held.request.request_dict[CLAIM_HEADER] = held.claim_args(self._reach_us()[1])
         self.pool.handed(held)
         if held.cap is not None:
-            copy = TaskCopy(held.bucket, held.task_id, held.retries)
-            self.places.hold(held.request, copy, held.cap)
+            self.places.hold(held.request, held.copy, held.cap)
         if held.acks_late:
             self.leases.hold(held.key, held.holder)
         elif self.store.posts_done:
