@@ -8,7 +8,8 @@ The rules, and which promise each checks:
   step missing after an earlier step began on a worker killed before that body ended is
   excused, as is a throttled step whose worker was killed before it sent its copy again
   (Celery runs an early-acked task at most once); so is a task the store admitted to a
-  worker as it died whose copy was dropped as a duplicate (``excused_ids``, from the ledger).
+  worker as it died whose copy was dropped as a duplicate (``excused_ids``, from the ledger),
+  and its replacement (``<job>/r``, the same task id), which that body may not have sent.
   On a Redis broker a first step that no worker's log ever received is counted apart
   (``popped``): the one message a worker had popped as it was killed, or as the broker died
   (``tests/helpers/popped.py``); more than one per kill, and one per worker per broker death,
@@ -159,7 +160,7 @@ def check_once(records: list[Record], events: Events, verdict: Verdict) -> None:
             elif popped:
                 after_pops.append(f"{job} {task} retries={retries}: never ran (popped before)")
             elif (died_at is not None and (task, retries) >= died_at) or events.ids.get(
-                job
+                job.removesuffix("/r")  # a replacement has its replacer's task id
             ) in events.excused_ids:
                 verdict.excused += 1
             elif events.pops and retries == 0 and events.ids.get(job) not in events.received:

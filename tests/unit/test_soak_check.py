@@ -142,6 +142,8 @@ def test_lost_doubled_revoked_and_excused() -> None:
     events.ids["gone"] = "id-gone"
     events.excused_ids.add("id-gone")
     assert check(records, events, LAYOUT.rule).lost == []
+    events.expected["gone/r"] = [("soak.step", 0)]  # its replacement, never sent
+    assert check(records, events, LAYOUT.rule).lost == []
 
 
 def test_a_message_no_worker_received_is_popped_once_per_kill_on_redis() -> None:
