@@ -9,7 +9,7 @@ from collections.abc import Callable
 from typing import Any
 
 from celery_interval.config import Settings
-from celery_interval.stores.base import Store, TaskCopy
+from celery_interval.stores.base import Store
 from celery_interval.stores.overflow import OverflowIndex
 from celery_interval.worker.done import DoneMarks
 from celery_interval.worker.held import Held
@@ -171,8 +171,7 @@ class IntervalService:
             held.request.id,
         )
         if held.cap is not None:
-            copy = TaskCopy(held.bucket, held.task_id, held.retries)
-            self.places.hold(held.request, copy, held.cap)
+            self.places.hold(held.request, held.copy, held.cap)
         if held.acks_late:
             self.leases.hold(held.key, held.holder)
 
