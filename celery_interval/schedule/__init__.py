@@ -26,7 +26,7 @@ from celery_interval.schedule.pace import (
 from celery_interval.schedule.places import (
     claim_capped,
     live_places,
-    marks_settling_us,
+    marks_settle_until_us,
     release,
     renew_place,
     take_capped,
@@ -106,7 +106,7 @@ __all__ = [
     "grant",
     "live",
     "live_places",
-    "marks_settling_us",
+    "marks_settle_until_us",
     "new_state",
     "pause",
     "release",

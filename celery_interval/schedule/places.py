@@ -42,6 +42,7 @@ def claim_capped(
     place: str,
     born_us: int,
     places_born_us: int | None = None,
+    settle_until_us: int | None = None,
 ) -> tuple[BucketState, Mark | None, Places, Claim]:
     """``claim`` under the bucket's cap ``terms.cap`` (None: no cap, ``places`` untouched).
 
@@ -55,8 +56,9 @@ def claim_capped(
     none, as on a Redis Cluster). A store that lost its records lost the places of bodies still
     running; each takes its place again at its next renewal (``renew_place``, at least every
     ``PLACE_RENEW_US``), so for ``PLACE_SETTLE_US`` after the birth a claim that holds no place
-    is FULL until then. A new start of a claimer that saw an earlier birth WAITs for
-    ``marks_settling_us`` first. Every answer carries the birth marker (``Claim.born_us``).
+    is FULL until then. Until ``settle_until_us`` (``marks_settle_until_us``: the done
+    marks' settle window after the store lost its state) a new start WAITs, before any FULL.
+    Every answer carries the birth marker (``Claim.born_us``).
     """
     state_after, mark_after, claimed = claim(
         state, mark, now_us, interval_us, slot, terms, born_us=born_us
@@ -64,7 +66,7 @@ def claim_capped(
     claimed = replace(claimed, born_us=places_born_us)
     if claimed.outcome is not Outcome.OK:
         return state_after, mark_after, places, claimed
-    settling_us = marks_settling_us(terms.knew_born_us, places_born_us, now_us)
+    settling_us = 0 if settle_until_us is None else settle_until_us - now_us
     if settling_us > 0 and mark_after != live(mark, now_us):
         if state is None:
             state = new_state(now_us, interval_us, born_us)
@@ -89,15 +91,21 @@ def claim_capped(
     return state_after, mark_after, taken, claimed
 
 
-def marks_settling_us(knew_born_us: int | None, store_born_us: int | None, now_us: int) -> int:
-    """How long a new start waits for the done marks the workers remember: a store born
-    (``store_born_us``, its birth marker) after the claimer saw another birth lost every done
-    mark, and each worker writes again those of the bodies that ran on it as it sees the new
-    birth, so for ``MARKS_SETTLE_US`` after it such a claimer's start waits (0: no wait; a
-    claimer that saw no birth, or a store without a marker, never waits)."""
+def marks_settle_until_us(
+    knew_born_us: int | None, store_born_us: int | None, until_us: int | None, now_us: int
+) -> int | None:
+    """The end of the done marks' settle window once a claimer that saw the store's birth
+    ``knew_born_us`` comes (``until_us``: its end so far; None: none was opened).
+
+    A store born (``store_born_us``, its birth marker) after a birth the claimer saw lost
+    every done mark; each worker writes again those of the bodies that ran on it when its
+    claim meets the new birth. So each such claimer's arrival holds every new start for
+    ``MARKS_SETTLE_US`` from then: the window follows the workers as they come back, not the
+    birth (a store born while the broker was down has no claimer for seconds). A claimer that
+    saw no birth, or the store's own, or a store without a marker opens nothing."""
     if knew_born_us is None or store_born_us is None or knew_born_us == store_born_us:
-        return 0
-    return max(0, store_born_us + MARKS_SETTLE_US - now_us)
+        return until_us
+    return max(now_us + MARKS_SETTLE_US, until_us or 0)
 
 
 def take_capped(
@@ -111,6 +119,7 @@ def take_capped(
     place: str,
     born_us: int,
     places_born_us: int | None = None,
+    settle_until_us: int | None = None,
 ) -> tuple[BucketState, Mark | None, Places, Grant, Claim | None]:
     """``take`` whose claim is ``claim_capped``: a start needs its slot and a place."""
     kept = [places]
@@ -129,6 +138,7 @@ def take_capped(
             place=place,
             born_us=born_us,
             places_born_us=places_born_us,
+            settle_until_us=settle_until_us,
         )
         return s, m, claimed
 

@@ -22,9 +22,9 @@ PLACE_RENEW_US = 1_000_000
 #: After the store's birth, capped claims wait this long for running bodies to take back their
 #: places (``claim_capped``): three renewals.
 PLACE_SETTLE_US = 3 * PLACE_RENEW_US
-#: After the store's birth, a claim by a worker that saw an earlier birth (the store lost its
-#: state since) waits this long for the done marks the workers remember to be written again
-#: (``schedule.places.marks_settling_us``).
+#: A claim by a worker that saw an earlier birth (the store lost its state since) holds new
+#: starts this long for the done marks the workers remember to be written again
+#: (``schedule.places.marks_settle_until_us``).
 MARKS_SETTLE_US = 3_000_000
 
 
@@ -216,8 +216,8 @@ class ClaimTerms:
     #: No start before this virtual time of the bucket (None: no such floor): an outer
     #: bucket's budget (``schedule.outer``).
     not_before_us: int | None = None
-    #: A birth of the store the claimer saw before (its birth marker; None: none): a store
-    #: born since lost its state (``MARKS_SETTLE_US``).
+    #: The store's birth the claimer saw last (its birth marker; None: none): a store born
+    #: since lost its state (``schedule.places.marks_settle_until_us``).
     knew_born_us: int | None = None
 
 

@@ -30,9 +30,10 @@ _R = TypeVar("_R")
 _Step = Callable[[BucketState | None, Mark | None, int, int], tuple[BucketState, Mark | None, _R]]
 
 #: A model operation on one copy's record and its bucket's places:
-#: (state, mark, places, now_us, born_us, places_born_us) → (state, mark, places, result).
+#: (state, mark, places, now_us, born_us, places_born_us, settle_until_us)
+#: → (state, mark, places, result).
 _SeatStep = Callable[
-    [BucketState | None, Mark | None, Places, int, int, int | None],
+    [BucketState | None, Mark | None, Places, int, int, int | None, int | None],
     tuple[BucketState, Mark | None, Places, _R],
 ]
 
@@ -63,6 +64,14 @@ class BucketTxn(Protocol):
         where the store keeps no marker."""
         ...
 
+    def settle_until_us(self) -> int | None:
+        """The end of the done marks' settle window (``schedule.places``), None: none."""
+        ...
+
+    def set_settle_until_us(self, until_us: int) -> None:
+        """Keep ``until_us`` as the end of the done marks' settle window (store-wide)."""
+        ...
+
     def mark(self, task_id: str, retries: int) -> Mark | None:
         """The mark of (task_id, retries), expired or not (the model checks expiry)."""
         ...
@@ -79,6 +88,20 @@ def _born_us(txn: BucketTxn) -> int:
         return txn.now_us
     born_us = txn.store_born_us()
     return born_us if txn.reset_us is None else max(born_us, txn.reset_us)
+
+
+def _settle_until_us(txn: BucketTxn, terms: ClaimTerms) -> int | None:
+    """The done marks' settle window's end once ``terms``' claimer came
+    (``schedule.marks_settle_until_us``); kept in ``txn`` when it moved."""
+    until_us = txn.settle_until_us()
+    if terms.knew_born_us is None:
+        return until_us
+    moved_us = schedule.marks_settle_until_us(
+        terms.knew_born_us, txn.places_born_us(), until_us, txn.now_us
+    )
+    if moved_us is not None and moved_us != until_us:
+        txn.set_settle_until_us(moved_us)
+    return moved_us
 
 
 def _put(txn: BucketTxn, state: BucketState, interval_us: int) -> None:
@@ -119,9 +142,13 @@ class ModelStore(ABC):
             txn.set_mark(copy.task_id, copy.retries, mark)
             return result
 
-    def _seated(self, copy: TaskCopy, interval_us: int, step: _SeatStep[_R]) -> _R:
-        """``_step`` for a step that also reads and writes the bucket's places."""
+    def _seated(
+        self, copy: TaskCopy, interval_us: int, terms: ClaimTerms, step: _SeatStep[_R]
+    ) -> _R:
+        """``_step`` for a claiming step: it also reads and writes the bucket's places, and
+        ``terms``' claimer may open the done marks' settle window (``_settle_until_us``)."""
         with self._locked(copy.bucket) as txn:
+            settle_until_us = _settle_until_us(txn, terms)
             state, mark, txn.places, result = step(
                 txn.state,
                 txn.mark(copy.task_id, copy.retries),
@@ -129,6 +156,7 @@ class ModelStore(ABC):
                 txn.now_us,
                 _born_us(txn),
                 txn.places_born_us(),
+                settle_until_us,
             )
             _put(txn, state, interval_us)
             txn.set_mark(copy.task_id, copy.retries, mark)
@@ -150,8 +178,19 @@ class ModelStore(ABC):
         return self._seated(
             copy,
             interval_us,
-            lambda s, m, p, n, b, pb: schedule.claim_capped(
-                s, m, p, n, interval_us, slot, terms, place=copy.place, born_us=b, places_born_us=pb
+            terms,
+            lambda s, m, p, n, b, pb, su: schedule.claim_capped(
+                s,
+                m,
+                p,
+                n,
+                interval_us,
+                slot,
+                terms,
+                place=copy.place,
+                born_us=b,
+                places_born_us=pb,
+                settle_until_us=su,
             ),
         )
 
@@ -169,6 +208,7 @@ class ModelStore(ABC):
             now_us: int,
             born_us: int,
             places_born_us: int | None,
+            settle_until_us: int | None,
         ) -> tuple[BucketState, Mark | None, Places, tuple[Grant, Claim | None]]:
             state, mark, places, granted, claimed = schedule.take_capped(
                 state,
@@ -180,10 +220,11 @@ class ModelStore(ABC):
                 place=copy.place,
                 born_us=born_us,
                 places_born_us=places_born_us,
+                settle_until_us=settle_until_us,
             )
             return state, mark, places, (granted, claimed)
 
-        return self._seated(copy, pace.interval_us, step)
+        return self._seated(copy, pace.interval_us, terms, step)
 
     def done(self, copies: Sequence[TaskCopy], dedupe_ttl_us: int) -> None:
         """Mark each copy's message acknowledged; atomic per bucket (one lock per bucket in the

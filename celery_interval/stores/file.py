@@ -67,15 +67,45 @@ def file_stem(key_prefix: str, bucket: str) -> str:
     return f"b-{encoded[:80]}~{digest}"
 
 
+def _marker_us(raw: bytes, path: Path, what: str) -> int:
+    """A store-wide file's µs (``what``: the birth marker, the settle window's end), or a
+    StoreError that says what deleting it costs."""
+    try:
+        return int(raw.decode("ascii"))
+    except (UnicodeDecodeError, ValueError):
+        cost = "buckets made next wait one interval" if what == "birth marker" else "nothing"
+        raise StoreError(
+            f"corrupt interval store {what} {str(path)!r}: {raw!r} (delete it: {cost})"
+        ) from None
+
+
 class _FileTxn:
     """One bucket's record loaded from its state file under the bucket's lock."""
 
-    def __init__(self, now_us: int, record: Record, store_born_us: Callable[[int], int]) -> None:
+    def __init__(self, now_us: int, record: Record, store: FileStore, write: bool) -> None:
         self.now_us = now_us
         self.state, self.marks, self.expires_real_us, self.reset_us, self.places = record
         if self.expires_real_us is not None and self.expires_real_us <= now_us:
             self.state = self.expires_real_us = None
-        self._store_born_us = store_born_us
+        self._store = store
+        self._write = write
+
+    def _store_born_us(self, now_us: int) -> int:
+        return self._store._store_born_us(now_us, self._write)
+
+    def settle_until_us(self) -> int | None:
+        path = self._store.settle_path()
+        raw = self._store._read(path)
+        return None if raw is None else _marker_us(raw, path, "settle window end")
+
+    def set_settle_until_us(self, until_us: int) -> None:
+        path = self._store.settle_path()
+        tmp_path = path.with_name(f"{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+        try:
+            tmp_path.write_bytes(b"%d\n" % until_us)
+            os.replace(tmp_path, path)  # every bucket's lock holder may write it
+        except OSError as exc:
+            raise StoreUnavailable(f"cannot write {str(path)!r}: {exc}") from exc
 
     def store_born_us(self) -> int:
         return self._store_born_us(self.now_us)
@@ -129,6 +159,11 @@ class FileStore(ModelStore):
         """The file holding the store's birth marker (µs), written when first found missing."""
         return self.directory / ("born-" + file_stem(self._key_prefix, "")[2:])
 
+    def settle_path(self) -> Path:
+        """The file holding the end (µs) of the done marks' settle window after the store
+        lost its state (``schedule.places.marks_settle_until_us``)."""
+        return self.directory / ("settle-" + file_stem(self._key_prefix, "")[2:])
+
     def state_path(self, bucket: str) -> Path:
         """The JSON file holding ``bucket``'s state and marks."""
         return self.directory / (file_stem(self._key_prefix, bucket) + ".json")
@@ -163,7 +198,7 @@ class FileStore(ModelStore):
                     if raw is not None
                     else (None, {}, None, None, ())
                 )
-                txn = _FileTxn(now_us, record, lambda now: self._store_born_us(now, write))
+                txn = _FileTxn(now_us, record, self, write)
                 yield txn
                 if write:
                     kept = (txn.state, txn.marks, txn.expires_real_us, txn.reset_us, txn.places)
@@ -191,13 +226,7 @@ class FileStore(ModelStore):
                 raise StoreUnavailable(f"cannot write {str(path)!r}: {exc}") from exc
             finally:
                 tmp_path.unlink(missing_ok=True)
-        try:
-            return int((raw or b"").decode("ascii"))
-        except (UnicodeDecodeError, ValueError):
-            raise StoreError(
-                f"corrupt interval store birth marker {str(path)!r}: {raw!r} "
-                "(delete it: buckets made next wait one interval)"
-            ) from None
+        return _marker_us(raw or b"", path, "birth marker")
 
     @staticmethod
     def _read(path: Path) -> bytes | None:

@@ -12,6 +12,7 @@ __all__ = [
     "ledger_key_pattern",
     "mark_key",
     "places_key",
+    "settle_key",
     "state_key",
     "state_key_pattern",
     "task_keys",
@@ -43,6 +44,12 @@ def born_key(prefix: str) -> str:
     belongs to no bucket, so scripts on a Redis Cluster (one hash slot each) never use it.
     Its tag ``{~born}`` keeps it inside the ``<prefix>{*`` key pattern of an ACL user."""
     return f"{prefix}{{~born}}"
+
+
+def settle_key(prefix: str) -> str:
+    """The end (µs) of the done marks' settle window after the store lost its state
+    (``schedule.places.marks_settle_until_us``); like the birth marker, no bucket's."""
+    return f"{prefix}{{~settle}}"
 
 
 def _head(prefix: str, bucket: str, outer: str | None) -> str:

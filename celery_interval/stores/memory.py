@@ -39,6 +39,12 @@ class _MemoryTxn:
     def places_born_us(self) -> int | None:
         return self._store._places_born_us(self.now_us, self._write)
 
+    def settle_until_us(self) -> int | None:
+        return self._store._settle_until_us
+
+    def set_settle_until_us(self, until_us: int) -> None:
+        self._store._settle_until_us = until_us
+
     def mark(self, task_id: str, retries: int) -> Mark | None:
         return self._store._marks.get((self._bucket, task_id, retries))
 
@@ -70,6 +76,7 @@ class MemoryStore(NestedSteps):
         self._nesting = nesting
         self._lock = threading.Lock()
         self._born: int | None = None
+        self._settle_until_us: int | None = None
         self._states: dict[str, BucketState] = {}
         self._expires_real_us: dict[str, int] = {}
         self._expiries: list[tuple[int, str]] = []  # a heap of (expires_real_us, bucket)

@@ -18,7 +18,13 @@ from celery_interval.schedule import (
 )
 from celery_interval.schedule import outer as nesting
 from celery_interval.schedule.outer import ClaimStep, Outer
-from celery_interval.stores._apply import BucketTxn, ModelStore, _born_us, _put
+from celery_interval.stores._apply import (
+    BucketTxn,
+    ModelStore,
+    _born_us,
+    _put,
+    _settle_until_us,
+)
 from celery_interval.stores.base import DoneBatch, TaskCopy
 
 __all__ = ["NestedSteps", "Nesting"]
@@ -122,7 +128,7 @@ class NestedSteps(ModelStore):
                 interval_us=interval_us,
                 born_us=_born_us(txn),
                 outer_born_us=_born_us(out),
-                step=_capped(txn, copy, interval_us)(slot),
+                step=_capped(txn, copy, interval_us, terms)(slot),
             )
             _save(txn, out, copy, (state, mark, outer_state), interval_us, outer)
             return claimed
@@ -142,15 +148,16 @@ class NestedSteps(ModelStore):
                 outer,
                 born_us=_born_us(txn),
                 outer_born_us=_born_us(out),
-                step=_capped(txn, copy, pace.interval_us),
+                step=_capped(txn, copy, pace.interval_us, terms),
             )
             _save(txn, out, copy, (state, mark, outer_state), pace.interval_us, outer)
             return granted, claimed
 
 
-def _capped(txn: BucketTxn, copy: TaskCopy, interval_us: int) -> _SlotStep:
+def _capped(txn: BucketTxn, copy: TaskCopy, interval_us: int, terms: ClaimTerms) -> _SlotStep:
     """The inner claim of a slot under the bucket's cap: its places are read from and
-    written to ``txn``."""
+    written to ``txn``; ``terms``' claimer may open the done marks' settle window at once."""
+    settle_until_us = _settle_until_us(txn, terms)
     born_us = _born_us(txn)
     places_born_us = txn.places_born_us()
 
@@ -169,6 +176,7 @@ def _capped(txn: BucketTxn, copy: TaskCopy, interval_us: int) -> _SlotStep:
                 place=copy.place,
                 born_us=born_us,
                 places_born_us=places_born_us,
+                settle_until_us=settle_until_us,
             )
             return state, mark, claimed
 

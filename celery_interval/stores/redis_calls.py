@@ -48,6 +48,7 @@ class ScriptCalls:
         self._nesting = nesting
         self._standalone = standalone
         self._born = [keys.born_key(prefix)]
+        self._born_settle = [*self._born, keys.settle_key(prefix)]
 
     # -- keys ---------------------------------------------------------------------------
 
@@ -94,11 +95,12 @@ class ScriptCalls:
         return tag_of(self._nesting, bucket)
 
     def _task_keys(self, copy: TaskCopy) -> list[str]:
-        """A grant's, claim's or take's keys: ``keys.task_keys``, then the birth marker's."""
+        """A grant's, claim's or take's keys: ``keys.task_keys``, then the birth marker's and
+        the done marks' settle window's (none on a Cluster)."""
         task_keys = keys.task_keys(
             self.prefix, copy.bucket, copy.task_id, copy.retries, self._tag(copy.bucket)
         )
-        return [*task_keys, *self.born_keys()]
+        return [*task_keys, *(self._born_settle if self._standalone() else [])]
 
     def _control_keys(self, bucket: str) -> list[str]:
         """A control script's keys: the state, ledger and places, then the birth marker's."""

@@ -129,7 +129,7 @@ class SlotCycle:
                 marks = self.done.take()
                 lead_us, handoff_us = self._reach_us()
                 terms = held.claim_args(handoff_us).terms(
-                    self.settings.lease_us, lead_us, held.cap, self.births.first_us
+                    self.settings.lease_us, lead_us, held.cap, self.births.latest_us
                 )
                 grant, claimed = self.store.take(
                     copy, pace, terms, done_first=DoneBatch(marks, self.settings.dedupe_ttl_us)
@@ -205,7 +205,7 @@ class SlotCycle:
             self._arm(held, after_s, self.due)
             return
         lead_us, handoff_us = self._reach_us()
-        lease_us, knew_us = self.settings.lease_us, self.births.first_us
+        lease_us, knew_us = self.settings.lease_us, self.births.latest_us
         sent_ns = time.monotonic_ns()
         try:
             claim_args = held.claim_args(handoff_us)

@@ -524,23 +524,30 @@ def test_on_the_stores_own_clocks_slots_follow_and_a_due_claim_starts(
     assert store.status("short", SHORT_US).last_start_us >= g.slot_us
 
 
-def test_a_claimer_that_saw_an_earlier_birth_waits_for_the_marks_to_settle(
+def test_a_claimer_that_saw_an_earlier_birth_holds_new_starts_for_the_marks_to_settle(
     store: Store, clock: Clock
 ) -> None:
-    """For MARKS_SETTLE_US after the store's birth, a new start of a claimer that saw another
-    birth (the store lost its state since) waits; one that saw this birth does not."""
-    c1, c2, c3 = (TaskCopy("api", f"t{i}", 0) for i in (1, 2, 3))
-    g1, g2, g3 = (store.grant(c, Pace(I_US)) for c in (c1, c2, c3))
+    """A claimer that saw another birth (the store lost its state since) opens the done marks'
+    settle window when it comes, however long after the birth: for MARKS_SETTLE_US from then
+    every new start waits, whoever claims it; later arrivals of such claimers lengthen it."""
+    c1, c2, c3, c4 = (TaskCopy("api", f"t{i}", 0) for i in (1, 2, 3, 4))
+    g1, g2, g3, g4 = (store.grant(c, Pace(I_US)) for c in (c1, c2, c3, c4))
     wait(clock, g1.delay_us)
     first = store.claim(c1, I_US, g1.slot, ClaimTerms("w1", LEASE_US))
     assert first.outcome is Outcome.OK and first.born_us is not None
     born_us = first.born_us
+    knew_this = ClaimTerms("w2", LEASE_US, knew_born_us=born_us)
     wait(clock, g2.slot_us - g1.slot_us)
-    earlier = ClaimTerms("w2", LEASE_US, knew_born_us=born_us - 10**9)
-    held = store.claim(c2, I_US, g2.slot, earlier)
-    assert (held.outcome, held.born_us) == (Outcome.WAIT, born_us)
-    assert held.delay_us == born_us + MARKS_SETTLE_US - clock.now_us
-    knew_this = replace(earlier, knew_born_us=born_us)
     assert store.claim(c2, I_US, g2.slot, knew_this).outcome is Outcome.OK
-    clock.now_us = born_us + MARKS_SETTLE_US
-    assert store.claim(c3, I_US, g3.slot, replace(earlier, holder="w3")).outcome is Outcome.OK
+    clock.now_us = born_us + 10 * MARKS_SETTLE_US  # long after the birth: the broker was down
+    opened_us = clock.now_us
+    earlier = ClaimTerms("w3", LEASE_US, knew_born_us=born_us - 10**9)
+    held = store.claim(c3, I_US, g3.slot, earlier)
+    assert (held.outcome, held.born_us, held.delay_us) == (Outcome.WAIT, born_us, MARKS_SETTLE_US)
+    clock.now_us += MARKS_SETTLE_US // 2
+    others = store.claim(c4, I_US, g4.slot, replace(knew_this, holder="w4"))
+    assert (others.outcome, others.delay_us) == (Outcome.WAIT, MARKS_SETTLE_US // 2)
+    late = store.claim(c4, I_US, g4.slot, replace(earlier, holder="w5"))
+    assert (late.outcome, late.delay_us) == (Outcome.WAIT, MARKS_SETTLE_US)
+    clock.now_us = opened_us + MARKS_SETTLE_US // 2 + MARKS_SETTLE_US
+    assert store.claim(c3, I_US, g3.slot, knew_this).outcome is Outcome.OK

@@ -547,14 +547,25 @@ local PLACE_POLL_US = 50000
 -- schedule.PLACE_SETTLE_US: after the store's birth, capped claims wait this long for running
 -- bodies to take back their places.
 local PLACE_SETTLE_US = 3000000
--- schedule.MARKS_SETTLE_US: after the store's birth, a claim by a worker that saw an earlier
--- birth waits this long for the done marks the workers remember to be written again.
+-- schedule.MARKS_SETTLE_US: a claim by a worker that saw an earlier birth holds new starts
+-- this long for the done marks the workers remember to be written again.
 local MARKS_SETTLE_US = 3000000
 
--- A script's last ARGV: the claimer's knew_born_us ('' = none); the ARGV before it, as the
--- operation reads them.
-local function split_knew(argv)
-  return { unpack(argv, 1, #argv - 1) }, num(argv[#argv])
+-- A claiming script's ARGV without its last, the claimer's knew_born_us ('' = none), as the
+-- operation reads them. schedule.places.marks_settle_until_us: a claimer that knew another
+-- birth than the marker (born_key; none on a Cluster) moves the end of the done marks' settle
+-- window (settle_key, µs) to now + MARKS_SETTLE_US at least.
+local function claimer_args(argv, born_key, settle_key)
+  local args, knew = { unpack(argv, 1, #argv - 1) }, num(argv[#argv])
+  if knew == nil or born_key == nil then
+    return args
+  end
+  local now = clock_us(args[1])
+  if born_us(born_key, nil, now, true) ~= knew then
+    local till = math.max(now + MARKS_SETTLE_US, num(redis.call('GET', settle_key)) or 0)
+    redis.call('SET', settle_key, fmt(till), 'PX', fmt(math.floor((till - now) / 1000) + 60000))
+  end
+  return args
 end
 
 -- schedule.live_places: drop the places at key expired by now; the live ones as a ZRANGE

@@ -108,8 +108,8 @@ end
 -- max(v, tat)), or v + not_before if later; or the same ticket and slot again for a copy whose
 -- granted slot no later start has passed.
 -- KEYS[1] state hash, KEYS[2] mark of (task_id, retries), KEYS[3] ledger stream,
--- KEYS[4] the bucket's places (claim_op only), KEYS[5] the birth marker (absent on a Cluster:
--- lib.lua's born_us)
+-- KEYS[4] the bucket's places (claim_op only), KEYS[5] the birth marker and KEYS[6] the done
+-- marks' settle window's end (claim_op only; both absent on a Cluster: lib.lua's born_us)
 -- ARGV[1] now_us override ('' = Redis TIME), ARGV[2] interval_us, ARGV[3] not_before_in_us,
 -- ARGV[4] task_id, ARGV[5] retries (both for the ledger), ARGV[6] ledger_max (0 = no ledger),
 -- ARGV[7] burst, ARGV[8] cost (units; absent: 1), ARGV[9] not_after_in_us (absent or '': none),
@@ -206,17 +206,13 @@ local function claim_reply(keys, a, s, slot, outcome, delay, extra)
   return { outcome, s.e, delay, a.now, born }
 end
 
--- schedule.places.marks_settling_us: how long a new start waits after the store's birth for
--- the done marks the workers remember (0: no wait).
+-- schedule.places.claim_capped's settle_until_us: how long a new start waits for the done
+-- marks the workers remember (KEYS[6], lib.lua's claimer_args; 0: no wait).
 local function claim_marks_settling(keys, a)
-  if a.knew == nil or keys[5] == nil then
+  if keys[6] == nil then
     return 0
   end
-  local born = born_us(keys[5], nil, a.now, true)
-  if born == a.knew then
-    return 0
-  end
-  return math.max(0, born + MARKS_SETTLE_US - a.now)
+  return math.max(0, (num(redis.call('GET', keys[6])) or a.now) - a.now)
 end
 
 -- schedule.claim_capped: the wait when a start would find the places all others' (nil: none).
@@ -402,15 +398,14 @@ end
 -- 0..min(lead, interval)), ARGV[13] cap ('' = none), ARGV[14] place_us, ARGV[15] the body's
 -- place name (task_id:retries), ARGV[16] burst, ARGV[17] cost (units; absent: 1), ARGV[18]
 -- the bucket's extra limits (as grant_op's ARGV[10]), ARGV[19] no start before this virtual
--- time of the bucket (absent or '': none; an outer bucket's budget, outer.lua); knew: a birth
--- of the store the claimer saw before (nil: none; claim.lua's last ARGV)
+-- time of the bucket (absent or '': none; an outer bucket's budget, outer.lua)
 -- Under a cap (schedule.claim_capped), a claim that would start takes (or renews) its place;
 -- when the live places are all others' it is FULL (delay: until the first expires, at most
 -- PLACE_POLL_US) and changes nothing else; expired places are dropped then. Until
 -- PLACE_SETTLE_US after the store's birth marker (KEYS[5]; none on a Cluster) a claim holding no
 -- place is FULL (delay: until then): running bodies take back the places a lost store forgot.
--- A new start whose claimer knew another birth than the marker's WAITs until MARKS_SETTLE_US
--- after the marker (schedule.places.marks_settling_us; ledger settle=1), before any FULL.
+-- A new start WAITs until the done marks' settle window ends (KEYS[6], set by claimer_args;
+-- ledger settle=1), before any FULL.
 -- Returns {outcome, epoch, delay_us, now_us, born_us ('' on a Cluster)}: OK (start_in), WAIT
 -- (wait), FULL (wait), HELD (lease left), PAUSED, DUPLICATE, RETICKET (0). A throttled task's front grant keeps its
 -- slot after later starts (no RETICKET) and, the last one kept, frees the reserved slot (h); so
@@ -426,9 +421,8 @@ end
 -- missed one, the bucket's last start), for WAIT, FULL and HELD delay; burst and cost on
 -- every claim of a bucket with a burst or a task with a cost (absent: 1); limits (as ARGV[18])
 -- on every claim of a bucket with extra limits.
-local function claim_op(keys, argv, knew)
+local function claim_op(keys, argv)
   local a = claim_args(argv)
-  a.knew = knew
   local s, m = claim_load(keys, a)
   local settled = claim_settled(keys, a, s, m)
   if settled ~= nil then
@@ -493,12 +487,11 @@ end
 -- (as claim.lua's), ARGV[14] burst, ARGV[15] cost (units; absent: 1), ARGV[16] not_after_in_us
 -- ('' = none, as grant.lua's ARGV[9]), ARGV[17] the grant's extra limits (grant.lua's ARGV[10]),
 -- ARGV[18] the claim's (claim.lua's ARGV[18]; absent: ARGV[17]), ARGV[19] an interactive
--- start's share (grant.lua's ARGV[11]; absent or '': none); knew as claim_op's (take.lua's
--- last ARGV).
+-- start's share (grant.lua's ARGV[11]; absent or '': none).
 -- Returns grant.lua's reply, followed by claim.lua's when it claimed (11 values); grant's
 -- outcome is HELD (delay = the lease left, no ticket) while another holder's lease is live.
 -- Ledger: op=grant:HELD now task r holder delay epoch interval (effective) for that.
-local function take_op(keys, argv, knew)
+local function take_op(keys, argv)
   local now = fmt(clock_us(argv[1]))
   local lease = live(load_mark(keys[2]), tonumber(now))
   if lease ~= nil and lease.kind == 'L' and lease.holder ~= argv[7] then
@@ -514,6 +507,6 @@ local function take_op(keys, argv, knew)
   local c = claim_op(keys, {
     now, argv[2], g[2], g[4], argv[7], argv[8], argv[9], argv[4], argv[5], g[3], argv[6], argv[10],
     argv[11], argv[12], argv[13], argv[14], argv[15], argv[18] or argv[17],
-  }, knew)
+  })
   return { g[1], g[2], g[3], g[4], g[5], g[6], c[1], c[2], c[3], c[4], c[5] }
 end

@@ -3,7 +3,7 @@
 -- q and z, its extra limits' x). RedisStore prepends lib.lua, limits.lua and ops.lua to the
 -- scripts that run these: grant_nested.lua, claim_nested.lua and take_nested.lua.
 -- KEYS[1..4] as grant_op's, KEYS[5] the outer bucket's state hash, KEYS[6] the birth marker
--- (absent on a Cluster). On a Cluster every key must be in one hash slot: a nested bucket's
+-- and KEYS[7] the done marks' settle window's end (both absent on a Cluster). On a Cluster every key must be in one hash slot: a nested bucket's
 -- keys carry its outer bucket's hash tag (stores/keys.py).
 -- The outer's arguments follow the inner op's: its interval_us, burst and extra limits
 -- (limits.lua's parse_limits).
@@ -15,7 +15,7 @@ end
 
 -- The inner op's KEYS: the inner bucket's four, then the birth marker if any.
 local function inner_keys(keys)
-  return { keys[1], keys[2], keys[3], keys[4], keys[6] }
+  return { keys[1], keys[2], keys[3], keys[4], keys[6], keys[7] }
 end
 
 -- schedule.outer._slot: the outer budget's earliest slot of cost at its virtual v.
@@ -90,7 +90,7 @@ end
 -- is paused (the inner's new epoch saved, an expired mark dropped).
 -- Ledger: claim_op's entries; op=claim:PAUSED now task r ticket slot holder epoch outer=1
 -- for a claim refused by the outer's pause.
-local function nested_claim_op(keys, argv, knew)
+local function nested_claim_op(keys, argv)
   local now = clock_us(argv[1])
   local interval = tonumber(argv[2])
   local cost = tonumber(argv[17]) or 1
@@ -119,7 +119,7 @@ local function nested_claim_op(keys, argv, knew)
     args[i] = argv[i]
   end
   args[19] = fmt(floor)
-  local c = claim_op(inner_keys(keys), args, knew)
+  local c = claim_op(inner_keys(keys), args)
   if c[1] == 'OK' and redis.call('GET', keys[2]) ~= before then
     outer_started(o, v + c[3] + shift, outer, cost)
     save_fields(keys[5], o, false, now, outer.t, 'l', 'q', 'z', 'x')

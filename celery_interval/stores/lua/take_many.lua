@@ -14,7 +14,7 @@ for j = 0, #KEYS / nkeys - 1 do
   for q = 1, nargs do
     argv[q] = ARGV[2 + j * nargs + q]
   end
-  local ok, reply = pcall(take_op, keys, split_knew(argv))
+  local ok, reply = pcall(take_op, keys, claimer_args(argv, keys[5], keys[6]))
   if ok then
     replies[j + 1] = reply
   else

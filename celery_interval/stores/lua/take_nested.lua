@@ -2,9 +2,10 @@
 -- the claim in one step, each also in the outer bucket's budget (outer.lua).
 -- KEYS as outer.lua's. ARGV[1..19] as take.lua's (an interactive share, ARGV[19], does not
 -- apply), ARGV[20] the outer's interval_us, ARGV[21] its burst, ARGV[22] its extra limits.
--- The last ARGV, as take.lua's: the claimer's knew_born_us. Returns take.lua's reply; grant's
+-- The last ARGV, as take.lua's: the claimer's knew_born_us (KEYS[7]: the settle window's end,
+-- as KEYS[6] of take.lua). Returns take.lua's reply; grant's
 -- paused is 1 also while the outer is paused (then no claim is made).
-local argv, knew = split_knew(ARGV)
+local argv = claimer_args(ARGV, KEYS[6], KEYS[7])
 local now = fmt(clock_us(argv[1]))
 local outer = outer_of(argv, 20)
 local lease = live(load_mark(KEYS[2]), tonumber(now))
@@ -22,5 +23,5 @@ end
 local c = nested_claim_op(KEYS, {
   now, argv[2], g[2], g[4], argv[7], argv[8], argv[9], argv[4], argv[5], g[3], argv[6], argv[10],
   argv[11], argv[12], argv[13], argv[14], argv[15], argv[18], argv[20], argv[21], argv[22],
-}, knew)
+})
 return { g[1], g[2], g[3], g[4], g[5], g[6], c[1], c[2], c[3], c[4], c[5] }
