@@ -17,7 +17,7 @@ from celery_interval.config import Settings
 from celery_interval.errors import StoreUnavailable, UnknownBucket
 from celery_interval.stores.overflow import OverflowIndex
 from celery_interval.worker.directory import Directory
-from celery_interval.worker.parking import OverflowBroker, ack_each
+from celery_interval.worker.parking import OverflowBroker, ack_each, log_trail
 
 __all__ = ["Overflow", "hold_cap"]
 
@@ -165,6 +165,7 @@ class Overflow:
                 ],
                 functools.partial(self._settled, batch, members),
             )
+            log_trail("parking", (h.request.message for h in batch))
         except Exception as exc:
             if self._forget(batch):
                 self._fail(exc, batch)
@@ -187,6 +188,7 @@ class Overflow:
         with contextlib.suppress(StoreUnavailable):
             self.index.park(members)
         ack_each([(h.bucket, h.request.message) for h in batch])
+        log_trail("parked, originals acked", (h.request.message for h in batch))
         for _ in batch:
             self._qos().decrement_eventually()
         self.parked += len(batch)
@@ -209,6 +211,7 @@ class Overflow:
                 len(batch),
                 exc,
             )
+        log_trail("not parked, held here", (h.request.message for h in batch + self._pending))
         for held in batch + self._pending:
             held.unparked = True
             self._qos().decrement_eventually()
@@ -302,6 +305,7 @@ class Overflow:
                 message.requeue()
             return False
         self._taken.setdefault((queue, bucket), []).append(message)
+        log_trail(f"taken back ({bucket})", [message])
         return True
 
     def _unacked(self, key: tuple[str, str]) -> bool:
@@ -344,6 +348,8 @@ class Overflow:
             self.broker.close()
         self.broker = None
         self._returned.update(key for key in list(self._taken) if self._unacked(key))
+        taken = itertools.chain.from_iterable(self._taken.values())
+        log_trail("connection lost, taken back", (m for m in taken if not m.acknowledged))
         self._taken.clear()
         for _ in [*self._pending, *itertools.chain.from_iterable(self._unsettled)]:
             self._qos().decrement_eventually()

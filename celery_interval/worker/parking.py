@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -13,9 +13,12 @@ from celery_interval.headers import PARKED_HEADER
 from celery_interval.worker.delivery import QUEUE_KEY, UNPARKED_KEY
 from celery_interval.worker.redis_take import is_redis_channel, take_back
 
-__all__ = ["ConsumerBroker", "OverflowBroker", "ack_each"]
+__all__ = ["ConsumerBroker", "OverflowBroker", "ack_each", "log_trail"]
 
 logger = logging.getLogger("celery_interval.worker")
+#: The task ids of what parks, comes back and returns to the broker, at DEBUG: the trail of
+#: a task that went missing (``logging.getLogger("celery_interval.worker.parking")``).
+trail = logging.getLogger("celery_interval.worker.parking")
 
 _kombu: Any = kombu  # its entities are untyped
 
@@ -79,6 +82,16 @@ def _queue(name: str) -> Any:
         auto_delete=False,
         queue_arguments=None if name == DIRECTORY_QUEUE else {"x-expires": EXPIRES_MS},
     )
+
+
+def log_trail(event: str, messages: Iterable[Any]) -> None:
+    """Log ``event`` with the task ids of ``messages`` (kombu messages) at DEBUG, one line."""
+    if trail.isEnabledFor(logging.DEBUG):
+        ids = [
+            str((m.headers or {}).get("id") or m.properties.get("correlation_id")) for m in messages
+        ]
+        if ids:
+            trail.debug("interval: %s %d: %s", event, len(ids), " ".join(ids))
 
 
 def ack_each(messages: list[tuple[str, Any]]) -> None:

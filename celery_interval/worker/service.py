@@ -18,6 +18,7 @@ from celery_interval.worker.leases import Leases
 from celery_interval.worker.notify import Notify, iso_of
 from celery_interval.worker.outage import StoreOutage
 from celery_interval.worker.overflow import Overflow
+from celery_interval.worker.parking import log_trail
 from celery_interval.worker.pause import PausedTasks
 from celery_interval.worker.places import RunningPlaces
 from celery_interval.worker.slots import SlotCycle
@@ -145,13 +146,12 @@ class IntervalService:
         """The channel is gone: its unacked messages return to the broker, so drop our copies."""
         self.connection_losses += 1
         self.slots.forget_released()
-        dropped = 0
-        for items in list(self.holding.held.values()):
-            for held in list(items):
-                if held.entry is not None:
-                    cancel(self.timer, held.entry)
-                    held.entry = None
-                dropped += 1
+        dropped = [held for items in self.holding.held.values() for held in items]
+        for held in dropped:
+            if held.entry is not None:
+                cancel(self.timer, held.entry)
+                held.entry = None
+        log_trail("connection lost, held", (held.request.message for held in dropped))
         self.paused.clear()
         self.slots.clear()
         self.holding.clear()
@@ -159,7 +159,7 @@ class IntervalService:
             self.overflow.stop()
         if dropped:
             logger.warning(
-                "interval: connection lost, %d held task(s) return to the broker", dropped
+                "interval: connection lost, %d held task(s) return to the broker", len(dropped)
             )
 
     def accepted_late(self, held: Held) -> None:

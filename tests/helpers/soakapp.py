@@ -4,6 +4,7 @@ a recorder Redis no fault touches, timed on the host's CLOCK_MONOTONIC (one cloc
 from __future__ import annotations
 
 import json
+import logging
 import os
 import time
 import urllib.error
@@ -19,6 +20,10 @@ from tests.helpers.soak_config import CAP_BODY_S, TENANT_S, Layout
 
 #: The recorder's list of start, end and throttled records.
 RECORD_KEY = "soak:records"
+
+
+#: Parking's trail of task ids (DEBUG): a seed that loses a task shows where it went.
+logging.getLogger("celery_interval.worker.parking").setLevel(logging.DEBUG)
 
 
 def make_app(broker: str, store: str, prefix: str) -> Celery:
