@@ -88,7 +88,8 @@ def warm(app: Any) -> None:
 
 def before_body(app: Any, request: Any) -> None:
     """Wait for the start the worker claimed; claim a new one if this process came too late
-    (a pool process replaced, a full pool); post the done mark as the wait ends.
+    (a pool process replaced, a full pool), which the request then names (``START_HEADER``:
+    the start the body waited for); post the done mark as the wait ends.
 
     Raises ``Ignore`` when the new claim finds the task running or done under another copy.
     """
@@ -100,6 +101,7 @@ def before_body(app: Any, request: Any) -> None:
         missed_ns = missed_after_ns(claimed.interval_us)
         if missed_ns is not None and late_ns > missed_ns:
             start_ns = _claim_again(app, claimed, late_ns, missed_ns)
+            request.update({START_HEADER: start_ns})
         if request.get(MARK_HEADER):
             post = poster(app, claimed.copy)
     wait_until(start_ns, int(request.get(SPIN_HEADER) or 0), post)
