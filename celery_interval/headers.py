@@ -45,6 +45,8 @@ RESEND_HEADER = "interval_resend"
 PARKED_HEADER = "interval_parked"
 #: The start deadline on the worker host's monotonic clock (ns).
 START_HEADER = "interval_start_ns"
+#: The same start on the store's clock (µs): the ledger's ``start`` of the claim that admitted it.
+STORE_START_HEADER = "interval_start_us"
 #: How long the pool process spins before the deadline (ns).
 SPIN_HEADER = "interval_spin_ns"
 #: When the worker's claim came back (monotonic ns).
@@ -60,6 +62,7 @@ MARK_HEADER = "interval_mark"
 #: (Celery copies custom headers into a retry's message).
 INTERNAL_HEADERS = (
     START_HEADER,
+    STORE_START_HEADER,
     SPIN_HEADER,
     CLAIMED_HEADER,
     TICKET_HEADER,

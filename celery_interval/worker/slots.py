@@ -15,6 +15,7 @@ from celery_interval.headers import (
     MARK_HEADER,
     SPIN_HEADER,
     START_HEADER,
+    STORE_START_HEADER,
 )
 from celery_interval.schedule import Claim, Grant, Outcome, Pace
 from celery_interval.stores.base import DoneBatch, Store, TaskCopy
@@ -267,7 +268,7 @@ class SlotCycle:
             start_ns = self.clock.local_ns(
                 result.now_us + result.delay_us, sent_ns, received_ns, result.delay_us
             )
-            self._start(held, start_ns)
+            self._start(held, start_ns, result.now_us + result.delay_us)
         elif outcome is Outcome.WAIT:
             stats.waits += 1
             self._arm(held, max(0, result.delay_us - self._reach_us()[0]) / 1e6, self.due)
@@ -331,10 +332,11 @@ class SlotCycle:
         """Back to the front of the bucket's queue, to take a ticket when a process is free."""
         self.tickets.enqueue(held, front=True)
 
-    def _start(self, held: Held, start_ns: int) -> None:
+    def _start(self, held: Held, start_ns: int, start_us: int) -> None:
         held.state = HeldState.STARTED
         held.request.request_dict[CLAIMED_HEADER] = time.monotonic_ns()
         held.request.request_dict[START_HEADER] = start_ns
+        held.request.request_dict[STORE_START_HEADER] = start_us
         held.request.request_dict[SPIN_HEADER] = spin_ns_for(held.interval_us)
         held.request.request_dict[CLAIM_HEADER] = held.claim_args(self._reach_us()[1])
         self.pool.handed(held)

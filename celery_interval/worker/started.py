@@ -16,7 +16,13 @@ from celery.exceptions import Ignore
 from celery_interval.app_store import store_of
 from celery_interval.config import settings_of
 from celery_interval.errors import StoreError
-from celery_interval.headers import CLAIM_HEADER, MARK_HEADER, SPIN_HEADER, START_HEADER
+from celery_interval.headers import (
+    CLAIM_HEADER,
+    MARK_HEADER,
+    SPIN_HEADER,
+    START_HEADER,
+    STORE_START_HEADER,
+)
 from celery_interval.placement import is_paced
 from celery_interval.schedule import MAX_LEAD_US, Outcome
 from celery_interval.stores import Store, TaskCopy
@@ -100,16 +106,16 @@ def before_body(app: Any, request: Any) -> None:
         late_ns = time.monotonic_ns() - start_ns
         missed_ns = missed_after_ns(claimed.interval_us)
         if missed_ns is not None and late_ns > missed_ns:
-            start_ns = _claim_again(app, claimed, late_ns, missed_ns)
-            request.update({START_HEADER: start_ns})
+            start_ns, start_us = _claim_again(app, claimed, late_ns, missed_ns)
+            request.update({START_HEADER: start_ns, STORE_START_HEADER: start_us})
         if request.get(MARK_HEADER):
             post = poster(app, claimed.copy)
     wait_until(start_ns, int(request.get(SPIN_HEADER) or 0), post)
 
 
-def _claim_again(app: Any, claimed: ClaimArgs, late_ns: int, missed_ns: int) -> int:
-    """A new start (monotonic ns) under the same holder: the store admits one an interval after
-    the last start, as for a holder that never heard of its admitted start.
+def _claim_again(app: Any, claimed: ClaimArgs, late_ns: int, missed_ns: int) -> tuple[int, int]:
+    """A new start (monotonic ns, and store µs) under the same holder: the store admits one
+    an interval after the last start, as for a holder that never heard of its admitted start.
 
     The store's decision is taken as halfway through the round trip; a start that this maps
     further into the past than a miss (a slow link) is claimed again with the reply's way back
@@ -140,7 +146,7 @@ def _claim_again(app: Any, claimed: ClaimArgs, late_ns: int, missed_ns: int) -> 
             start_ns = (sent_ns + received_ns) // 2 + result.delay_us * 1000
             attempts += 1
             if received_ns - start_ns <= missed_ns or attempts >= MAX_CLAIMS:
-                return start_ns
+                return start_ns, result.now_us + result.delay_us
             claimed = claimed._replace(
                 handoff_us=settings.handoff_us + (received_ns - sent_ns) // 2000
             )

@@ -14,13 +14,14 @@ The rules, and which promise each checks:
   (``popped``): the one message a worker had popped as it was killed, or as the broker died
   (``tests/helpers/popped.py``); more than one per kill, and one per worker per broker death,
   is a loss.
-- **budget** (P5, bursts, costs, extra limits, the outer bucket): the start deadlines the
-  workers handed out, fed in order to the store's GCRA rule with the interval configured, or
-  with any extra limit; each start may come ``slack_us`` early (the mapping of the store's
-  clock to this host's: the rule of ``test_pool.body_floor_us``). A tenant's starts also feed
-  its outer bucket's budget. Checked across state loss (the store promises it).
+- **budget** (P5, bursts, costs, extra limits, the outer bucket): the starts the workers
+  handed their bodies, on the store's clock (``su``: the admitted start, so no mapping to this
+  host's clock and no machine load enters), fed in order to the store's GCRA rule with the
+  interval configured, or with any extra limit; each start may come ``slack_us`` early. A
+  tenant's starts also feed its outer bucket's budget. Checked across state loss (the store
+  promises it).
 - **override**: while ``set_interval`` is in force and the store kept its state since, two
-  consecutive starts are the longer interval apart (less the slack).
+  consecutive starts are the longer interval apart on the store's clock (less the slack).
 - **cap** (P10): at no instant more bodies of the capped bucket between their recorded start
   and end than the cap; a killed worker's body ends at its kill.
 - **pause** (P3): no deadline from the pause's return plus ``MAX_LEAD_US`` to the unpause
@@ -102,6 +103,19 @@ class Verdict:
 def deadline(record: Record) -> int:
     """A start's deadline (its body's time where the worker handed none)."""
     return int(record.get("dl") or record["mono"])
+
+
+def store_start_us(record: Record) -> int:
+    """A start as the store admitted it (µs, its clock); a record without one (no claim
+    named it) on this host's clock instead, which ``by_store_start`` never mixes with it."""
+    return int(record["su"]) if record.get("su") is not None else deadline(record) // 1000
+
+
+def by_store_start(starts: list[Record]) -> list[Record]:
+    """``starts`` ordered on the store's clock, or on this host's if one has no store start."""
+    if all(r.get("su") is not None for r in starts):
+        return sorted(starts, key=store_start_us)
+    return [{**r, "su": None} for r in sorted(starts, key=deadline)]
 
 
 def starts_of(records: Iterable[Record]) -> list[Record]:
@@ -220,10 +234,11 @@ def check_budget(bucket: str, starts: list[Record], rule: Rule) -> list[dict[str
     limits = [(rule.interval_us, rule.burst, "interval")] + [
         (interval_us, burst, f"limit {interval_us}us/{burst}") for interval_us, burst in rule.limits
     ]
+    starts = by_store_start(starts)
     for interval_us, burst, name in limits:
         tat: int | None = None
         for i, record in enumerate(starts):
-            start_us = deadline(record) // 1000
+            start_us = store_start_us(record)
             cost = int(record.get("cost") or 1)
             broke, tat = _gcra(tat, start_us, interval_us, burst, cost)
             if broke:
@@ -295,11 +310,11 @@ def check_overrides(by_bucket: dict[str, list[Record]], events: Events) -> list[
     for bucket, from_ns, to_ns, interval_us in events.overrides:
         lost = [t for t in events.losses if t >= from_ns]
         until_ns = min([to_ns, *lost])
-        floor_ns = (interval_us - slack_us(interval_us)) * 1000
-        for a, b in itertools.pairwise(by_bucket.get(bucket, [])):
+        floor_us = interval_us - slack_us(interval_us)
+        for a, b in itertools.pairwise(by_store_start(by_bucket.get(bucket, []))):
             if (
                 from_ns + MAX_LEAD_NS < deadline(b) < until_ns
-                and deadline(b) - deadline(a) < floor_ns
+                and store_start_us(b) - store_start_us(a) < floor_us
             ):
                 found.append(_violation("override", bucket, f"gap below {interval_us}us", [a, b]))
     return found
@@ -310,12 +325,13 @@ def _violation(rule: str, bucket: str, what: str, window: list[Record]) -> dict[
 
 
 def describe(violation: dict[str, Any]) -> str:
-    """The violating window, one line per start (deadline, job, task, worker)."""
+    """The violating window, one line per start (its store start, deadline, job, task, worker)."""
     lines = [f"{violation['rule']} {violation['bucket']}: {violation['what']}"]
-    first = deadline(violation["window"][0]) if violation["window"] else 0
+    first = store_start_us(violation["window"][0]) if violation["window"] else 0
     for r in violation["window"]:
         lines.append(
-            f"  +{(deadline(r) - first) / 1e6:9.3f} ms dl={deadline(r)} body={r['mono']} "
+            f"  +{(store_start_us(r) - first) / 1e3:9.3f} ms su={r.get('su')} "
+            f"dl={deadline(r)} body={r['mono']} "
             f"{r['job']} {r['task']} r={r['r']} cost={r.get('cost', 1)} {r['host']}"
         )
     return "\n".join(lines)

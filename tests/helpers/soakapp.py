@@ -63,7 +63,8 @@ def recorder() -> redis.Redis:
 
 
 def note(task: Any, kind: str, job: str, bucket: str, **extra: Any) -> None:
-    """One record: the body's monotonic time, and the start deadline its worker handed it."""
+    """One record: the body's monotonic time, and the start its worker handed it: its deadline
+    on this host's clock and the admitted start on the store's."""
     entry = {
         "k": kind,
         "job": job,
@@ -74,6 +75,7 @@ def note(task: Any, kind: str, job: str, bucket: str, **extra: Any) -> None:
         "host": task.request.hostname,
         "mono": time.monotonic_ns(),
         "dl": task.request.get("interval_start_ns"),
+        "su": task.request.get("interval_start_us"),
         **extra,
     }
     recorder().rpush(RECORD_KEY, json.dumps(entry))

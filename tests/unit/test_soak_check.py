@@ -50,6 +50,19 @@ def test_two_starts_closer_than_the_interval_are_a_violation() -> None:
     assert "close" in describe(violation)
 
 
+def test_the_budget_is_judged_on_the_store_s_starts_not_this_host_s_deadlines() -> None:
+    """A deadline mapped late on a loaded host (the next one 20 ms after it, 30 needed) is no
+    violation when the store admitted the two 30 ms apart; the store's own starts are."""
+    mapped = spaced(LAYOUT.main, 30, 3)
+    mapped[1]["dl"] += 10 * MS
+    for i, record in enumerate(mapped):
+        record["su"] = 5_000_000 + i * 30_000
+    assert check(mapped, expecting(mapped), LAYOUT.rule).ok
+    mapped[2]["su"] -= 10_000
+    (violation,) = check(mapped, expecting(mapped), LAYOUT.rule).violations
+    assert violation["rule"] == "budget" and "su=5050000" in describe(violation)
+
+
 def test_a_burst_and_costs_beyond_the_budget_break_it() -> None:
     bucket = f"{LAYOUT.tenants}:acme"  # burst 3, 75 ms
     within = [start("a", bucket, 0, cost=2), start("b", bucket, 0, cost=1)]

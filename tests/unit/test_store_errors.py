@@ -303,7 +303,9 @@ def test_a_pool_process_claiming_again_waits_out_a_refusal(
         thread.join(0.5)
         assert thread.is_alive() and not result, f"gave up during the refusal: {result}"
     thread.join(10)
-    assert len(result) == 1 and isinstance(result[0], int), result
+    assert len(result) == 1 and isinstance(result[0], tuple), result
+    start_ns, start_us = result[0]
+    assert isinstance(start_ns, int) and isinstance(start_us, int), result
 
 
 def test_a_posted_done_mark_the_store_refused_is_posted_again(
