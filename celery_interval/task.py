@@ -86,8 +86,17 @@ class IntervalTask(Task):  # type: ignore[misc]
         if not request.called_directly and not request.is_eager:
             policy = options.setdefault("retry_policy", resend.until_sent("retry of", request.id))
             options.setdefault("retry", True)
-            resend.connect_pool(self.app, policy)
+            if self._retry_is_sent(args, options):
+                resend.connect_pool(self.app, policy)
         return super().retry(*args, **options)
+
+    def _retry_is_sent(self, args: tuple[Any, ...], options: dict[str, Any]) -> bool:
+        """Whether Celery's ``retry`` publishes (``max_retries`` not exceeded, as it decides):
+        a task at its last retry fails at once, not after the broker is back."""
+        max_retries = args[6] if len(args) > 6 else options.get("max_retries")
+        if max_retries is None:
+            max_retries = self.max_retries
+        return max_retries is None or self.request.retries + 1 <= max_retries
 
     def on_replace(self, sig: Any) -> Any:
         """Celery's replace, the replacement published however long the broker is down."""
