@@ -66,12 +66,16 @@ def claim_capped(
     claimed = replace(claimed, born_us=places_born_us)
     if claimed.outcome is not Outcome.OK:
         return state_after, mark_after, places, claimed
+
+    def unchanged(outcome: Outcome, wait_us: int) -> tuple[BucketState, Mark | None, Places, Claim]:
+        """No start: the state as before (made if missing), the mark as it was, ``places``."""
+        kept = new_state(now_us, interval_us, born_us) if state is None else state
+        waits = Claim(outcome, kept.epoch, wait_us, now_us, places_born_us)
+        return kept, live(mark, now_us), places, waits
+
     settling_us = 0 if settle_until_us is None else settle_until_us - now_us
     if settling_us > 0 and mark_after != live(mark, now_us):
-        if state is None:
-            state = new_state(now_us, interval_us, born_us)
-        waits = Claim(Outcome.WAIT, state.epoch, settling_us, now_us, places_born_us)
-        return state, live(mark, now_us), places, waits
+        return unchanged(Outcome.WAIT, settling_us)
     if terms.cap is None:
         return state_after, mark_after, places, claimed
     place_us = terms.lease_us if terms.place_us is None else terms.place_us
@@ -79,14 +83,9 @@ def claim_capped(
     others = tuple(p for p in places if p.holder != place)
     settling_us = 0 if places_born_us is None else places_born_us + PLACE_SETTLE_US - now_us
     if len(others) == len(places) and (settling_us > 0 or len(places) >= terms.cap):
-        if state is None:
-            state = new_state(now_us, interval_us, born_us)
         if settling_us > 0:
-            wait_us = settling_us
-        else:
-            wait_us = min(places[0].expires_real_us - now_us, PLACE_POLL_US)
-        full = Claim(Outcome.FULL, state.epoch, wait_us, now_us, places_born_us)
-        return state, live(mark, now_us), places, full
+            return unchanged(Outcome.FULL, settling_us)
+        return unchanged(Outcome.FULL, min(places[0].expires_real_us - now_us, PLACE_POLL_US))
     taken = live_places((*others, Place(now_us + place_us, place)), now_us)
     return state_after, mark_after, taken, claimed
 
