@@ -34,19 +34,58 @@ class Request:
         self.acked = True
 
 
+class Entry(tuple[float, Any, tuple[Any, ...]]):
+    """A timer entry, ``(delay_s, fn, args)``, cancellable as kombu's are."""
+
+    timer: Timer
+
+    def __new__(cls, delay_s: float, fn: Any, args: tuple[Any, ...], timer: Timer) -> Entry:
+        entry = super().__new__(cls, (delay_s, fn, args))
+        entry.timer = timer
+        return entry
+
+    @property
+    def fn(self) -> Any:
+        return self[1]
+
+    @property
+    def args(self) -> tuple[Any, ...]:
+        return self[2]
+
+    def cancel(self) -> None:
+        self.timer.cancel(self)
+
+
 class Timer:
-    """Celery's timer surface; entries wait until the test fires them."""
+    """Celery's timer surface; entries wait until the test fires them (``run``: in order)."""
 
     def __init__(self) -> None:
-        self.entries: list[tuple[float, Any, tuple[Any, ...]]] = []
+        self.entries: list[Entry] = []
+        self.repeating: list[Entry] = []
 
     def call_after(self, delay_s: float, fn: Any, args: tuple[Any, ...] = (), **_: Any) -> Any:
-        entry = (delay_s, fn, args)
+        entry = Entry(delay_s, fn, args, self)
         self.entries.append(entry)
         return entry
 
+    def call_repeatedly(self, every_s: float, fn: Any, args: tuple[Any, ...] = (), **_: Any) -> Any:
+        entry = Entry(every_s, fn, args, self)
+        self.repeating.append(entry)
+        return entry
+
     def cancel(self, entry: Any) -> None:
-        self.entries.remove(entry)
+        """Drop ``entry`` (by identity: two entries may be equal); a gone one is no error."""
+        for entries in (self.entries, self.repeating):
+            for i, kept in enumerate(entries):
+                if kept is entry:
+                    del entries[i]
+                    return
+
+    def run(self) -> None:
+        """Fire the entries in order, the ones they add too, until none is left."""
+        while self.entries:
+            entry = self.entries.pop(0)
+            entry.fn(*entry.args)
 
 
 class Qos:

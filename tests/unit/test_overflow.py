@@ -14,41 +14,11 @@ from celery_interval.config import settings_of
 from celery_interval.errors import StoreUnavailable
 from celery_interval.stores.overflow import MemoryOverflowIndex
 from celery_interval.worker.overflow import TAKEN_LEASE_US, Overflow
+from tests.helpers.fakes import Timer
 
 INTERVAL_S = 0.02
 HOLD_AHEAD_S = 0.1  # a cap of 5 tasks per bucket at 20 ms
 CAP = 5
-
-
-class Timer:
-    """Entries run when the test says so."""
-
-    def __init__(self) -> None:
-        self.entries: list[Any] = []
-
-    def call_after(self, delay_s: float, fn: Any, args: tuple[Any, ...] = (), **_: Any) -> Any:
-        entry = Entry(fn, args, self)
-        self.entries.append(entry)
-        return entry
-
-    def call_repeatedly(self, secs: float, fn: Any, **_: Any) -> Any:
-        return Entry(fn, (), None)
-
-    def run(self) -> None:
-        while self.entries:
-            entry = self.entries.pop(0)
-            entry.fn(*entry.args)
-
-
-@dataclass
-class Entry:
-    fn: Any
-    args: tuple[Any, ...]
-    timer: Timer | None
-
-    def cancel(self) -> None:
-        if self.timer is not None and self in self.timer.entries:
-            self.timer.entries.remove(self)
 
 
 @dataclass

@@ -10,18 +10,7 @@ import pytest
 import redis
 
 from celery_interval.worker.visibility import VisibilityRefresh, refresh_every_s
-
-
-class Timer:
-    def __init__(self) -> None:
-        self.repeating: list[tuple[float, Any]] = []
-
-    def call_repeatedly(self, every_s: float, fn: Any, priority: int = 0) -> object:
-        self.repeating.append((every_s, fn))
-        return object()
-
-    def cancel(self, entry: Any) -> None:
-        self.repeating.clear()
+from tests.helpers.fakes import Timer
 
 
 def test_a_third_of_the_timeout_within_bounds() -> None:
@@ -42,7 +31,7 @@ def test_held_scores_move_to_now_and_acked_ones_stay_gone(redis_server: Any) -> 
         timer = Timer()
         refresh = VisibilityRefresh(timer)
         refresh.start(channel)
-        assert [every_s for every_s, _ in timer.repeating] == [300.0]  # kombu's 3600 s / 3, capped
+        assert [every_s for every_s, *_ in timer.repeating] == [300.0]  # kombu's 3600 s / 3, capped
         before_s = time.time()
         assert refresh.refresh() == 3
         scores = dict(client.zrange(channel.unacked_index_key, 0, -1, withscores=True))
