@@ -117,9 +117,11 @@ def _claim_again(app: Any, claimed: ClaimArgs, late_ns: int, missed_ns: int) -> 
     """A new start (monotonic ns, and store µs) under the same holder: the store admits one
     an interval after the last start, as for a holder that never heard of its admitted start.
 
-    The store's decision is taken as halfway through the round trip; a start that this maps
-    further into the past than a miss (a slow link) is claimed again with the reply's way back
-    added to the handoff, so the body neither runs late nor close to the next start.
+    The store decided somewhere inside the round trip: the body waits for the start as if
+    it decided at the reply (never before the admitted start, at most one round trip after).
+    A start already further in the past than a miss, the decision taken as halfway through
+    the trip (a slow link), is claimed again with the reply's way back added to the handoff,
+    so the body neither runs late nor close to the next start.
     """
     bucket, task_id = claimed.bucket, claimed.task_id
     settings = settings_of(app)
@@ -143,10 +145,10 @@ def _claim_again(app: Any, claimed: ClaimArgs, late_ns: int, missed_ns: int) -> 
             continue
         received_ns = time.monotonic_ns()
         if result.outcome is Outcome.OK:
-            start_ns = (sent_ns + received_ns) // 2 + result.delay_us * 1000
+            halfway_ns = (sent_ns + received_ns) // 2 + result.delay_us * 1000
             attempts += 1
-            if received_ns - start_ns <= missed_ns or attempts >= MAX_CLAIMS:
-                return start_ns, result.now_us + result.delay_us
+            if received_ns - halfway_ns <= missed_ns or attempts >= MAX_CLAIMS:
+                return received_ns + result.delay_us * 1000, result.now_us + result.delay_us
             claimed = claimed._replace(
                 handoff_us=settings.handoff_us + (received_ns - sent_ns) // 2000
             )

@@ -223,7 +223,6 @@ def define(app: Celery) -> None:
         return label
 
 
-
 def _shared(kind: str) -> None:
     """A ``shared_task`` of each kind, defined once per process: every app made since finds
     it (defined in ``make_app``, each new app would name it again)."""
