@@ -35,6 +35,8 @@ class DoneMarks:
         #: Copies whose bodies began here, oldest first: when each is forgotten (monotonic
         #: seconds), and whether its body ended (not throttled: its mark may be written again).
         self._began: OrderedDict[TaskCopy, tuple[float, bool]] = OrderedDict()
+        #: Copies whose bodies ran on when the store was born again: marked as they end.
+        self._owed: set[TaskCopy] = set()
 
     def began(self, copy: TaskCopy, *, ended: bool = False) -> None:
         """``copy``'s body began here and its message was acknowledged: a copy of it that the
@@ -46,13 +48,17 @@ class DoneMarks:
         while self._began and (
             len(self._began) > BEGAN_KEPT or next(iter(self._began.values()))[0] <= now_s
         ):
-            self._began.popitem(last=False)
+            self._owed.discard(self._began.popitem(last=False)[0])
 
     def ended(self, copy: TaskCopy) -> None:
-        """``copy``'s body, which ``began`` here, ended (and was not throttled)."""
+        """``copy``'s body, which ``began`` here, ended (and was not throttled); its mark goes
+        again if the store was born again while it ran (``write_again``)."""
         kept = self._began.get(copy)
         if kept is not None:
             self._began[copy] = (kept[0], True)
+        if copy in self._owed:
+            self._owed.discard(copy)
+            self.add(copy.bucket, copy.task_id, copy.retries)
 
     def began_here(self, copy: TaskCopy) -> bool:
         """Whether ``copy``'s body began here within the dedupe window (``began``)."""
@@ -61,9 +67,13 @@ class DoneMarks:
 
     def write_again(self) -> int:
         """The store lost its state: the done marks of the bodies that ran here go again with
-        the next flush (not a throttled run's: its copy sent again must run). Returns how many."""
+        the next flush (not a throttled run's: its copy sent again must run), and those of the
+        bodies still running go as each ends (not now: a pool process that claims again must
+        not meet its own mark). Returns how many go now."""
         now_s = time.monotonic()
-        again = [c for c, (forget_s, ended) in self._began.items() if ended and forget_s > now_s]
+        live = [(c, ended) for c, (forget_s, ended) in self._began.items() if forget_s > now_s]
+        again = [c for c, ended in live if ended]
+        self._owed.update(c for c, ended in live if not ended)
         self.pending.extend(again)
         if again:  # at once, not after an outage's backoff
             if self._entry is not None:

@@ -178,6 +178,50 @@ def test_a_copy_on_another_worker_after_the_store_lost_its_state_is_dropped(
     assert "the store was born again" in a.log()
 
 
+def test_a_copy_of_a_body_that_ran_on_across_the_state_loss_is_dropped(
+    make_pool: Any, redis_server: Any
+) -> None:
+    """A's body runs on while the store loses its state (its done mark, posted as it began, is
+    lost); A's next claim meets the new birth, and the mark goes again as the body ends. A copy
+    that reaches B after the settle window is dropped."""
+    store = RedisProc()
+    once = {SEND_HEADER: SEND_ONCE}
+    try:
+        pool = make_pool(
+            INTERVAL_S, store=store.url, record_url=redis_server.url_for(5), loglevel="INFO"
+        )
+        pool.recorder.delete(f"record:{pool.queue}")
+        other = f"{pool.queue}-b"  # only worker B consumes it; its tasks are in A's bucket
+        (a,) = pool.start(1, queues=pool.queue)
+        (b,) = pool.start(1, queues=other)
+        long = pool.app.send_task("workerapp.span", args=(0, 4.0), queue=pool.queue, headers=once)
+        pool.wait_records(1, timeout_s=60)
+        store.kill()
+        store.restart()  # same port, empty: a new birth while the body runs
+        meets = pool.app.send_task("workerapp.record", args=(1,), queue=pool.queue).id
+        deadline = time.monotonic() + 60
+        while not (("end", long.id) in kinds(pool) and ("start", meets) in kinds(pool)):
+            assert time.monotonic() < deadline, "the long body never ended, or A never claimed"
+            time.sleep(0.1)
+        time.sleep(3.5)  # past the settle window that A's claim opened
+        in_a_bucket = {BUCKET_HEADER: pool.queue}
+        copy = {**once, **in_a_bucket}
+        pool.app.send_task("workerapp.span", args=(0,), queue=other, task_id=long.id, headers=copy)
+        while f"task {long.id} already done" not in b.log():
+            assert time.monotonic() < deadline + 30, "B never dropped the copy"
+            assert kinds(pool)[("start", long.id)] == 1, "the copy ran again"
+            time.sleep(0.2)
+    finally:
+        store.stop()
+    assert kinds(pool)[("start", long.id)] == 1, "the copy ran again"
+    assert "the store was born again" in a.log()
+
+
+def kinds(pool: Pool) -> Counter[tuple[str, str]]:
+    """How many records of each (kind, task id) the pool's tasks wrote."""
+    return Counter((r["kind"], r["id"]) for r in pool.records())
+
+
 def died_as_they_started(pool: Pool, kills: list[Kill]) -> set[str]:
     """Tasks admitted to a killed worker as it died (``admitted_as_it_died``)."""
     return {e["task"] for e in ledger(pool) if "again" not in e and admitted_as_it_died(e, kills)}

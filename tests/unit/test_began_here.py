@@ -78,3 +78,22 @@ def test_a_new_birth_writes_again_the_marks_of_bodies_that_ended_here() -> None:
     assert m.pending == [ran]
     assert [delay_s for delay_s, *_ in m.timer.entries] == [0.0]  # sent at once
     assert births.latest_us == 2_000  # the next claims carry it
+
+
+def test_a_body_running_as_the_store_was_born_again_gets_its_mark_as_it_ends() -> None:
+    """Its mark is owed, not written at the birth (a late pool process that claims again must
+    not meet it), and goes out as the body ends: a copy back on another worker then finds it.
+    A body throttled meanwhile, or forgotten, owes none."""
+    m = marks()
+    running, throttled = TaskCopy("q", "running", 0), TaskCopy("q", "throttled", 0)
+    m.began(running)
+    m.began(throttled)
+    births = Births(m)
+    births.saw(1_000)
+    births.saw(2_000)
+    assert m.pending == []
+    m.ended(running)
+    assert m.pending == [running]
+    m.ended(running)  # once
+    assert m.pending == [running]
+    assert m._owed == {throttled}  # its body ended in Throttled: no ``ended``, no mark
