@@ -54,7 +54,8 @@ CLAIMED_HEADER = "interval_claimed_ns"
 #: The ticket the start was claimed with.
 TICKET_HEADER = "interval_ticket"
 #: What a pool process needs to claim again when it reached the task after its start:
-#: ``[bucket, task_id, retries, interval_us, epoch, slot_us, holder, ticket, handoff_us]``.
+#: ``stores.base.ClaimArgs`` (bucket, task_id, retries, interval_us, epoch, slot_us, holder,
+#: ticket, handoff_us, burst, cost, limits, cap).
 CLAIM_HEADER = "interval_claim"
 #: Set on an ordinary (early-ack) task whose pool process posts its done mark before its body.
 MARK_HEADER = "interval_mark"

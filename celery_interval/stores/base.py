@@ -62,6 +62,8 @@ class ClaimArgs(NamedTuple):
     cost: int = 1
     #: The bucket's extra limits (``schedule.limits``).
     limits: Limits = ()
+    #: The bucket's cap on running bodies (``schedule.claim_capped``; None: none).
+    cap: int | None = None
 
     @property
     def copy(self) -> TaskCopy:
@@ -72,16 +74,14 @@ class ClaimArgs(NamedTuple):
         """What a grant of this message asks for."""
         return Pace(self.interval_us, not_before_in_us, self.burst, self.cost, limits=self.limits)
 
-    def terms(
-        self, lease_us: int, lead_us: int, cap: int | None = None, knew_born_us: int | None = None
-    ) -> ClaimTerms:
+    def terms(self, lease_us: int, lead_us: int, knew_born_us: int | None = None) -> ClaimTerms:
         """The terms of this message's claim (under the bucket's ``cap``)."""
         return ClaimTerms(
             self.holder,
             lease_us,
             lead_us,
             self.handoff_us,
-            cap,
+            self.cap,
             burst=self.burst,
             cost=self.cost,
             limits=self.limits,
@@ -93,12 +93,11 @@ class ClaimArgs(NamedTuple):
         store: Store,
         lease_us: int,
         lead_us: int,
-        cap: int | None = None,
         *,
         knew_born_us: int | None = None,
     ) -> Claim:
         """``store.claim`` of this message's slot under its holder (under the bucket's ``cap``)."""
-        terms = self.terms(lease_us, lead_us, cap, knew_born_us)
+        terms = self.terms(lease_us, lead_us, knew_born_us)
         slot = Slot(self.epoch, self.slot_us)
         return store.claim(self.copy, self.interval_us, slot, terms, ticket=self.ticket)
 

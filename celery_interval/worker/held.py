@@ -106,4 +106,5 @@ class Held:
             self.burst,
             self.cost,
             self.limits,
+            self.cap,
         )

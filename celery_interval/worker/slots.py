@@ -130,7 +130,7 @@ class SlotCycle:
                 marks = self.done.take()
                 lead_us, handoff_us = self._reach_us()
                 terms = held.claim_args(handoff_us).terms(
-                    self.settings.lease_us, lead_us, held.cap, self.births.latest_us
+                    self.settings.lease_us, lead_us, self.births.latest_us
                 )
                 grant, claimed = self.store.take(
                     copy, pace, terms, done_first=DoneBatch(marks, self.settings.dedupe_ttl_us)
@@ -210,7 +210,7 @@ class SlotCycle:
         sent_ns = time.monotonic_ns()
         try:
             claim_args = held.claim_args(handoff_us)
-            result = claim_args.claim(self.store, lease_us, lead_us, held.cap, knew_born_us=knew_us)
+            result = claim_args.claim(self.store, lease_us, lead_us, knew_born_us=knew_us)
         except StoreError as exc:
             self.outage.failed(exc)
             self._arm(held, self.outage.backoff_s, self.due)

@@ -155,6 +155,8 @@ def _claim_again(app: Any, claimed: ClaimArgs, late_ns: int, missed_ns: int) -> 
             continue
         if result.outcome is Outcome.WAIT:
             time.sleep(max(0, result.delay_us - settings.lead_us) / 1e6)
+        elif result.outcome is Outcome.FULL:  # the cap's places are all others': one frees
+            time.sleep(result.delay_us / 1e6)
         elif result.outcome is Outcome.PAUSED:
             time.sleep(settings.pause_poll_s)
         elif result.outcome is Outcome.RETICKET:
