@@ -47,6 +47,9 @@ PARKED_HEADER = "interval_parked"
 START_HEADER = "interval_start_ns"
 #: The same start on the store's clock (µs): the ledger's ``start`` of the claim that admitted it.
 STORE_START_HEADER = "interval_start_us"
+#: The worker's estimate of the store clock minus this host's monotonic one (ns), with which a
+#: pool process that claims again maps its new start (``worker.clock.local_ns``).
+CLOCK_HEADER = "interval_clock_offset_ns"
 #: How long the pool process spins before the deadline (ns).
 SPIN_HEADER = "interval_spin_ns"
 #: When the worker's claim came back (monotonic ns).
@@ -64,6 +67,7 @@ MARK_HEADER = "interval_mark"
 INTERNAL_HEADERS = (
     START_HEADER,
     STORE_START_HEADER,
+    CLOCK_HEADER,
     SPIN_HEADER,
     CLAIMED_HEADER,
     TICKET_HEADER,

@@ -4,7 +4,20 @@ from __future__ import annotations
 
 import collections
 
-__all__ = ["StoreClock"]
+__all__ = ["StoreClock", "local_ns"]
+
+
+def local_ns(
+    store_us: int, sent_ns: int, received_ns: int, ahead_us: int, offset_ns: int | None
+) -> int:
+    """The monotonic time of ``store_us``, which the store saw ``ahead_us`` in its future during
+    the round trip ``[sent_ns, received_ns]``, by the store clock's ``offset_ns`` from this
+    host's monotonic one, clamped into that trip (None: no estimate, the trip's latest)."""
+    earliest_ns = sent_ns + ahead_us * 1000
+    latest_ns = received_ns + ahead_us * 1000
+    if offset_ns is None:
+        return latest_ns
+    return min(max(store_us * 1000 - offset_ns, earliest_ns), latest_ns)
 
 
 class StoreClock:
@@ -37,11 +50,10 @@ class StoreClock:
         """Half the best recent round trip (0 before any sample): how long a reply takes."""
         return 0 if self._best is None else self._best[0] // 2000
 
+    def offset_ns(self) -> int | None:
+        """The store clock minus this host's monotonic one (ns) by the best recent sample."""
+        return None if self._best is None else self._best[1]
+
     def local_ns(self, store_us: int, sent_ns: int, received_ns: int, ahead_us: int) -> int:
         """The monotonic time of ``store_us``, which the store saw ``ahead_us`` in its future."""
-        earliest_ns = sent_ns + ahead_us * 1000
-        latest_ns = received_ns + ahead_us * 1000
-        if self._best is None:
-            return latest_ns
-        _, offset_ns = self._best
-        return min(max(store_us * 1000 - offset_ns, earliest_ns), latest_ns)
+        return local_ns(store_us, sent_ns, received_ns, ahead_us, self.offset_ns())

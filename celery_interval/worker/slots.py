@@ -12,6 +12,7 @@ from celery_interval.errors import StoreError
 from celery_interval.headers import (
     CLAIM_HEADER,
     CLAIMED_HEADER,
+    CLOCK_HEADER,
     MARK_HEADER,
     SPIN_HEADER,
     START_HEADER,
@@ -337,6 +338,7 @@ class SlotCycle:
         held.request.request_dict[CLAIMED_HEADER] = time.monotonic_ns()
         held.request.request_dict[START_HEADER] = start_ns
         held.request.request_dict[STORE_START_HEADER] = start_us
+        held.request.request_dict[CLOCK_HEADER] = self.clock.offset_ns()
         held.request.request_dict[SPIN_HEADER] = spin_ns_for(held.interval_us)
         held.request.request_dict[CLAIM_HEADER] = held.claim_args(self._reach_us()[1])
         self.pool.handed(held)

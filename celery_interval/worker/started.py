@@ -18,6 +18,7 @@ from celery_interval.config import settings_of
 from celery_interval.errors import StoreError
 from celery_interval.headers import (
     CLAIM_HEADER,
+    CLOCK_HEADER,
     MARK_HEADER,
     SPIN_HEADER,
     START_HEADER,
@@ -27,6 +28,8 @@ from celery_interval.placement import is_paced
 from celery_interval.schedule import MAX_LEAD_US, Outcome
 from celery_interval.stores import Store, TaskCopy
 from celery_interval.stores.base import ClaimArgs
+from celery_interval.worker.began_notes import note_began
+from celery_interval.worker.clock import local_ns
 
 logger = logging.getLogger("celery_interval")
 
@@ -106,22 +109,27 @@ def before_body(app: Any, request: Any) -> None:
         late_ns = time.monotonic_ns() - start_ns
         missed_ns = missed_after_ns(claimed.interval_us)
         if missed_ns is not None and late_ns > missed_ns:
-            start_ns, start_us = _claim_again(app, claimed, late_ns, missed_ns)
+            offset_ns = request.get(CLOCK_HEADER)
+            offset_ns = offset_ns if isinstance(offset_ns, int) else None
+            start_ns, start_us = _claim_again(app, claimed, late_ns, missed_ns, offset_ns)
             request.update({START_HEADER: start_ns, STORE_START_HEADER: start_us})
         if request.get(MARK_HEADER):
             post = poster(app, claimed.copy)
     wait_until(start_ns, int(request.get(SPIN_HEADER) or 0), post)
 
 
-def _claim_again(app: Any, claimed: ClaimArgs, late_ns: int, missed_ns: int) -> tuple[int, int]:
+def _claim_again(
+    app: Any, claimed: ClaimArgs, late_ns: int, missed_ns: int, offset_ns: int | None = None
+) -> tuple[int, int]:
     """A new start (monotonic ns, and store µs) under the same holder: the store admits one
     an interval after the last start, as for a holder that never heard of its admitted start.
 
-    The store decided somewhere inside the round trip: the body waits for the start as if
-    it decided at the reply (never before the admitted start, at most one round trip after).
-    A start already further in the past than a miss, the decision taken as halfway through
-    the trip (a slow link), is claimed again with the reply's way back added to the handoff,
-    so the body neither runs late nor close to the next start.
+    The store decided somewhere inside the round trip: the start is mapped with the worker's
+    clock estimate ``offset_ns`` (``CLOCK_HEADER``) clamped into the trip, or as if it decided
+    at the reply without one (never before the admitted start, at most one trip after). A
+    start already further in the past than a miss, the decision taken as halfway through the
+    trip (a slow link), is claimed again with the reply's way back added to the handoff, so
+    the body neither runs late nor close to the next start.
     """
     bucket, task_id = claimed.bucket, claimed.task_id
     settings = settings_of(app)
@@ -148,7 +156,10 @@ def _claim_again(app: Any, claimed: ClaimArgs, late_ns: int, missed_ns: int) -> 
             halfway_ns = (sent_ns + received_ns) // 2 + result.delay_us * 1000
             attempts += 1
             if received_ns - halfway_ns <= missed_ns or attempts >= MAX_CLAIMS:
-                return received_ns + result.delay_us * 1000, result.now_us + result.delay_us
+                start_us = result.now_us + result.delay_us
+                return local_ns(
+                    start_us, sent_ns, received_ns, result.delay_us, offset_ns
+                ), start_us
             claimed = claimed._replace(
                 handoff_us=settings.handoff_us + (received_ns - sent_ns) // 2000
             )
@@ -222,7 +233,9 @@ def _post(store: Store, mark: TaskCopy, dedupe_ttl_us: int) -> None:
     runs. Posting never waits for the store, and goes out during the spin because the write
     wakes redis-server, which may take this CPU for a while. If it fails, the body starts
     anyway (its claim was granted) without a mark, as a plain Celery task runs: a copy, which
-    exists only if the ack was lost too, would run again.
+    exists only if the ack was lost too, would run again. Either way the worker is told the
+    body began (``began_notes``): it remembers it even if the channel closed before it heard
+    the process accept the task.
     """
     try:
         store.post_done(mark, dedupe_ttl_us)
@@ -233,6 +246,7 @@ def _post(store: Store, mark: TaskCopy, dedupe_ttl_us: int) -> None:
             mark.task_id,
             exc,
         )
+    note_began(mark)
 
 
 def before_plain_body(task: Any = None, **_: Any) -> None:
