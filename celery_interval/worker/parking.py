@@ -87,11 +87,16 @@ def _queue(name: str) -> Any:
 def log_trail(event: str, messages: Iterable[Any]) -> None:
     """Log ``event`` with the task ids of ``messages`` (kombu messages) at DEBUG, one line."""
     if trail.isEnabledFor(logging.DEBUG):
-        ids = [
-            str((m.headers or {}).get("id") or m.properties.get("correlation_id")) for m in messages
-        ]
+        ids = [_task_id(m) for m in messages]
         if ids:
             trail.debug("interval: %s %d: %s", event, len(ids), " ".join(ids))
+
+
+def _task_id(message: Any) -> str:
+    """A message's task id: its protocol 2 header, else its protocol 1 correlation id."""
+    headers = getattr(message, "headers", None) or {}
+    properties = getattr(message, "properties", None) or {}
+    return str(headers.get("id") or properties.get("correlation_id"))
 
 
 def ack_each(messages: list[tuple[str, Any]]) -> None:

@@ -151,7 +151,7 @@ class IntervalService:
             if held.entry is not None:
                 cancel(self.timer, held.entry)
                 held.entry = None
-        log_trail("connection lost, held", (held.request.message for held in dropped))
+        log_trail("connection lost, held", (getattr(h.request, "message", None) for h in dropped))
         self.paused.clear()
         self.slots.clear()
         self.holding.clear()

@@ -97,8 +97,8 @@ def warm(app: Any) -> None:
 
 def before_body(app: Any, request: Any) -> None:
     """Wait for the start the worker claimed; claim a new one if this process came too late
-    (a pool process replaced, a full pool), which the request then names (``START_HEADER``:
-    the start the body waited for); post the done mark as the wait ends.
+    (a pool process replaced, a full pool), which the request then names on the store's clock
+    (``STORE_START_HEADER``); post the done mark as the wait ends.
 
     Raises ``Ignore`` when the new claim finds the task running or done under another copy.
     """
@@ -112,7 +112,7 @@ def before_body(app: Any, request: Any) -> None:
             offset_ns = request.get(CLOCK_HEADER)
             offset_ns = offset_ns if isinstance(offset_ns, int) else None
             start_ns, start_us = _claim_again(app, claimed, late_ns, missed_ns, offset_ns)
-            request.update({START_HEADER: start_ns, STORE_START_HEADER: start_us})
+            request.update({STORE_START_HEADER: start_us})
         if request.get(MARK_HEADER):
             post = poster(app, claimed.copy)
     wait_until(start_ns, int(request.get(SPIN_HEADER) or 0), post)

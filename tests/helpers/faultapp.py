@@ -48,12 +48,12 @@ if KILL_AFTER_CLAIM:
     _original_start = SlotCycle._start
     _claims = 0
 
-    def _start_or_die(self: SlotCycle, held: Any, start_ns: int) -> None:
+    def _start_or_die(self: SlotCycle, held: Any, *start: int) -> None:
         global _claims
         _claims += 1
         if _claims == KILL_AFTER_CLAIM:
             _die(held.request.id)
-        _original_start(self, held, start_ns)
+        _original_start(self, held, *start)
 
     SlotCycle._start = _start_or_die  # type: ignore[method-assign]
 
