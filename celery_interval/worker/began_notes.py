@@ -83,4 +83,5 @@ class BeganNotes:
                 logger.warning("interval: a pool process's note is not one: %r", line[:200])
                 continue
             self._began(copy)
+        logger.debug("interval: %d body start(s) noted by pool processes", len(lines))
         return len(lines)
