@@ -12,7 +12,11 @@ from celery_interval.stores import mask_url
 from celery_interval.stores.base import TaskCopy
 from celery_interval.worker import started
 from celery_interval.worker.began_notes import BeganNotes
-from celery_interval.worker.brokerloss import BrokerWatch, install_restore_fix
+from celery_interval.worker.brokerloss import (
+    BrokerWatch,
+    install_pop_rescue,
+    install_restore_fix,
+)
 from celery_interval.worker.consumer import service_for
 from celery_interval.worker.delivery import consumed_queue, stamp_consumed_queues
 from celery_interval.worker.parking import ConsumerBroker
@@ -112,6 +116,7 @@ class IntervalStep(bootsteps.StartStopStep):
         self.visibility: VisibilityRefresh | None = None
         self.notes = BeganNotes(lambda copy: _began(c, copy))
         install_restore_fix()
+        install_pop_rescue()
         super().__init__(c, **kwargs)
 
     def start(self, c: Any) -> None:

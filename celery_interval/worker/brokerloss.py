@@ -9,7 +9,13 @@ from typing import Any
 
 from celery.bootsteps import RUN
 
-__all__ = ["BrokerWatch", "ack_through", "install_restore_fix", "restore_bug_present"]
+__all__ = [
+    "BrokerWatch",
+    "ack_through",
+    "install_pop_rescue",
+    "install_restore_fix",
+    "restore_bug_present",
+]
 
 logger = logging.getLogger("celery_interval.worker")
 
@@ -23,6 +29,12 @@ _acked_stranded: set[str] = set()
 _unfinished_acks: set[str] = set()
 #: kombu's own ``Channel._connparams`` once the workaround replaced it.
 _original_connparams: Any = None
+#: Messages a Redis channel popped whose unacked record could not be written (the broker went
+#: between the two round trips): (payload, exchange, routing_key). They exist nowhere else and
+#: go back to the head of their queues at the reconnect.
+_popped: list[tuple[Any, str, str]] = []
+#: kombu's own Redis ``QoS.append`` once ``install_pop_rescue`` wrapped it.
+_original_append: Any = None
 
 
 def restore_bug_present() -> bool:
@@ -111,14 +123,56 @@ def _note_unrestored(c: Any) -> int:
     return len(tags)
 
 
+def install_pop_rescue() -> bool:
+    """Wrap kombu's Redis ``QoS.append`` (that one call), which records a message its channel
+    popped (BRPOP, RPOP) in the ``unacked`` hash in a round trip of its own: when that write
+    fails on a broker connection error, the message is kept here for ``_restore_stranded``
+    instead of lost. Returns False where kombu has no Redis transport."""
+    global _original_append
+    if _original_append is not None:
+        return True
+    try:
+        from kombu.transport import redis as kredis
+        from redis.exceptions import ConnectionError as RedisConnectionError
+        from redis.exceptions import TimeoutError as RedisTimeoutError
+    except ImportError:
+        return False
+    original: Any = kredis.QoS.append
+
+    def append(self: Any, message: Any, delivery_tag: Any) -> Any:
+        try:
+            return original(self, message, delivery_tag)
+        except (RedisConnectionError, RedisTimeoutError, OSError):
+            delivery = message.delivery_info
+            _popped.append((message._raw, delivery["exchange"], delivery["routing_key"]))
+            raise
+
+    _original_append = original
+    kredis.QoS.append = append  # type: ignore[method-assign]
+    return True
+
+
+def _restore_popped(channel: Any, client: Any) -> int:
+    """Push the messages popped as the broker went (``install_pop_rescue``) back to the head
+    of their queues; returns how many."""
+    restored = 0
+    while _popped:
+        payload, exchange, routing_key = _popped[0]
+        channel._do_restore_message(payload, exchange, routing_key, client, leftmost=False)
+        _popped.pop(0)
+        restored += 1
+    return restored
+
+
 def _restore_stranded(c: Any) -> tuple[int, int]:
-    """Put the messages this worker held at the outage back at the head of their queues, now
-    that the broker answers, and complete the acks that did not reach it (those messages ran:
+    """Put the messages this worker held at the outage (and those it popped as the broker
+    went: ``install_pop_rescue``) back at the head of their queues, now that the broker
+    answers, and complete the acks that did not reach it (those messages ran:
     put back, a copy would run again if the store lost its done mark meanwhile), each unless
     it changed hands since (its ``unacked_index`` score is newer: another worker's
     ``restore_visible`` restored it and it was delivered again). Returns how many went back
     and how many acks were completed; tags that could not be handled stay for the next time."""
-    if not _stranded:
+    if not _stranded and not _popped:
         return 0, 0
     channel = getattr(getattr(c, "task_consumer", None), "channel", None)
     qos: Any = getattr(channel, "qos", None)
@@ -126,6 +180,7 @@ def _restore_stranded(c: Any) -> tuple[int, int]:
         return 0, 0
     restored = completed = 0
     with channel.conn_or_acquire() as client:
+        restored += _restore_popped(channel, client)
         for tag, noted_at_s in list(_stranded.items()):
             score = client.zscore(channel.unacked_index_key, tag)
             if score is not None and score <= noted_at_s:

@@ -15,6 +15,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 
 from celery_interval.buckets import overflow_queue_name
 from celery_interval.demo.embedded import RedisProc
+from celery_interval.worker import brokerloss
 from celery_interval.worker.parking import ConsumerBroker
 
 NAME = overflow_queue_name("api", "api")
@@ -112,4 +113,38 @@ def test_a_copy_taken_back_is_recorded_as_kombu_records_it(broker_proc: RedisPro
     conn2, broker2 = _parked(broker_proc, [])
     assert broker2.get(NAME).headers["id"] == "a"
     assert broker2.get(NAME) is None
+    conn2.release()
+
+
+def test_a_task_popped_as_the_broker_went_goes_back_at_the_reconnect(
+    broker_proc: RedisProc, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """kombu pops a delivered message (BRPOP, RPOP), then records it as unacked in a round trip
+    of its own; the broker SIGKILLed between the two left the message nowhere. The worker keeps
+    it (``install_pop_rescue``) and puts it back at the head of its queue when the broker is
+    back, as it does the messages its closed channel could not give back."""
+    assert brokerloss.install_pop_rescue()
+    monkeypatch.setattr(brokerloss, "_popped", [])  # this test's broker's, none other's
+    conn, _ = _parked(broker_proc, ["a", "b"])
+    real = redis.client.Pipeline.execute
+
+    def dies_as_it_records(self: Any, *args: Any, **kwargs: Any) -> Any:
+        broker_proc.kill()
+        raise RedisConnectionError("the broker died")
+
+    monkeypatch.setattr(redis.client.Pipeline, "execute", dies_as_it_records)
+    channel = conn.default_channel
+    with pytest.raises(RedisConnectionError):
+        channel.basic_get(NAME, no_ack=False)  # kombu's virtual get: pop, then record
+    monkeypatch.setattr(redis.client.Pipeline, "execute", real)
+    broker_proc.restart()
+    assert _where(broker_proc) == ({"b"}, set()), "a was in neither place"
+    conn.release()
+    conn2 = kombu.Connection(broker_proc.broker_url_for(1))
+    consumer = SimpleNamespace(task_consumer=SimpleNamespace(channel=conn2.default_channel))
+    assert brokerloss._restore_stranded(consumer) == (1, 0)
+    assert _where(broker_proc) == ({"a", "b"}, set())
+    with redis.Redis.from_url(broker_proc.url_for(1)) as r:
+        head = json.loads(r.lindex(NAME, -1))  # BRPOP takes from this end: next delivered
+        assert head["headers"]["id"] == "a" and head["headers"]["redelivered"]
     conn2.release()
