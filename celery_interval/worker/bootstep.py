@@ -9,9 +9,7 @@ from celery import bootsteps
 
 from celery_interval.placement import is_paced
 from celery_interval.stores import mask_url
-from celery_interval.stores.base import TaskCopy
 from celery_interval.worker import started
-from celery_interval.worker.began_notes import BeganNotes
 from celery_interval.worker.brokerloss import (
     BrokerWatch,
     install_pop_rescue,
@@ -95,13 +93,6 @@ def _warn_rate_limits(app: Any) -> None:
             )
 
 
-def _began(c: Any, copy: TaskCopy) -> None:
-    """A pool process began ``copy``'s body and posted its mark (after its last claim): this
-    worker remembers it as begun and its mark as one to write again at a new birth."""
-    if c.interval_service is not None:
-        c.interval_service.done.began(copy, ended=True)
-
-
 class IntervalStep(bootsteps.StartStopStep):
     """Starts the interval service with the consumer; drops held copies when the channel goes."""
 
@@ -114,7 +105,6 @@ class IntervalStep(bootsteps.StartStopStep):
         self.announced = False
         self.broker = BrokerWatch()
         self.visibility: VisibilityRefresh | None = None
-        self.notes = BeganNotes(lambda copy: _began(c, copy))
         install_restore_fix()
         install_pop_rescue()
         super().__init__(c, **kwargs)
@@ -124,8 +114,6 @@ class IntervalStep(bootsteps.StartStopStep):
         service = service_for(c)
         settings = service.settings
         stamp_consumed_queues(c.task_consumer.channel)
-        if self.notes.fd is not None and c.hub is not None:
-            c.hub.add_reader(self.notes.fd, self.notes.read)
         if self.visibility is None:
             self.visibility = VisibilityRefresh(c.timer)
         self.visibility.start(c.task_consumer.channel)
@@ -151,8 +139,6 @@ class IntervalStep(bootsteps.StartStopStep):
             service.outage.failed(exc)  # the outage's one log line; tasks are held until it ends
 
     def stop(self, c: Any) -> None:
-        if self.notes.fd is not None and c.hub is not None:
-            c.hub.remove_reader(self.notes.fd)
         if self.visibility is not None:
             self.visibility.stop()
         self.broker.stopped(c)

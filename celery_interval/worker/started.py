@@ -28,7 +28,6 @@ from celery_interval.placement import is_paced
 from celery_interval.schedule import MAX_LEAD_US, Outcome
 from celery_interval.stores import Store, TaskCopy
 from celery_interval.stores.base import ClaimArgs
-from celery_interval.worker.began_notes import note_began
 from celery_interval.worker.clock import local_ns
 
 logger = logging.getLogger("celery_interval")
@@ -233,9 +232,7 @@ def _post(store: Store, mark: TaskCopy, dedupe_ttl_us: int) -> None:
     runs. Posting never waits for the store, and goes out during the spin because the write
     wakes redis-server, which may take this CPU for a while. If it fails, the body starts
     anyway (its claim was granted) without a mark, as a plain Celery task runs: a copy, which
-    exists only if the ack was lost too, would run again. Either way the worker is told the
-    body began (``began_notes``): it remembers it even if the channel closed before it heard
-    the process accept the task.
+    exists only if the ack was lost too, would run again.
     """
     try:
         store.post_done(mark, dedupe_ttl_us)
@@ -246,7 +243,6 @@ def _post(store: Store, mark: TaskCopy, dedupe_ttl_us: int) -> None:
             mark.task_id,
             exc,
         )
-    note_began(mark)
 
 
 def before_plain_body(task: Any = None, **_: Any) -> None:
