@@ -133,6 +133,21 @@ def test_a_copy_back_after_the_store_lost_its_state_is_dropped_where_it_ran(
     assert f"task {first} already began here, dropping duplicate copy" in pool.workers[0].log()
 
 
+def two_workers(
+    make_pool: Any, redis_server: Any, store: RedisProc
+) -> tuple[Pool, Worker, Worker, str]:
+    """Worker A on the pool's queue and worker B on another queue, on ``store``; B's tasks are
+    sent into A's bucket. Returns the pool, A, B and B's queue."""
+    pool = make_pool(
+        INTERVAL_S, store=store.url, record_url=redis_server.url_for(5), loglevel="INFO"
+    )
+    pool.recorder.delete(f"record:{pool.queue}")
+    other = f"{pool.queue}-b"  # only worker B consumes it; its tasks are in A's bucket
+    (a,) = pool.start(1, queues=pool.queue)
+    (b,) = pool.start(1, queues=other)
+    return pool, a, b, other
+
+
 def test_a_copy_on_another_worker_after_the_store_lost_its_state_is_dropped(
     make_pool: Any, redis_server: Any
 ) -> None:
@@ -143,13 +158,7 @@ def test_a_copy_on_another_worker_after_the_store_lost_its_state_is_dropped(
     store = RedisProc()
     once = {SEND_HEADER: SEND_ONCE}
     try:
-        pool = make_pool(
-            INTERVAL_S, store=store.url, record_url=redis_server.url_for(5), loglevel="INFO"
-        )
-        pool.recorder.delete(f"record:{pool.queue}")
-        other = f"{pool.queue}-b"  # only worker B consumes it; its tasks are in A's bucket
-        (a,) = pool.start(1, queues=pool.queue)
-        (b,) = pool.start(1, queues=other)
+        pool, a, b, other = two_workers(make_pool, redis_server, store)
         first = pool.app.send_task("workerapp.record", args=(0,), queue=pool.queue, headers=once).id
         in_a_bucket = {BUCKET_HEADER: pool.queue}
         pool.app.send_task("workerapp.record", args=(1,), queue=other, headers=in_a_bucket)
@@ -187,13 +196,7 @@ def test_a_copy_of_a_body_that_ran_on_across_the_state_loss_is_dropped(
     store = RedisProc()
     once = {SEND_HEADER: SEND_ONCE}
     try:
-        pool = make_pool(
-            INTERVAL_S, store=store.url, record_url=redis_server.url_for(5), loglevel="INFO"
-        )
-        pool.recorder.delete(f"record:{pool.queue}")
-        other = f"{pool.queue}-b"  # only worker B consumes it; its tasks are in A's bucket
-        (a,) = pool.start(1, queues=pool.queue)
-        (b,) = pool.start(1, queues=other)
+        pool, a, b, other = two_workers(make_pool, redis_server, store)
         long = pool.app.send_task("workerapp.span", args=(0, 4.0), queue=pool.queue, headers=once)
         pool.wait_records(1, timeout_s=60)
         store.kill()
