@@ -8,7 +8,7 @@ from typing import Any
 
 from celery.exceptions import Retry
 
-from celery_interval.headers import CLAIM_HEADER, MARK_HEADER, START_HEADER
+from celery_interval.headers import CLAIM_HEADER, MARK_HEADER, START_HEADER, STORE_START_HEADER
 from celery_interval.stores.base import ClaimArgs, TaskCopy
 from celery_interval.throttled import Throttled
 from celery_interval.worker.brokerloss import ack_through
@@ -128,7 +128,8 @@ def _acked(service: Any, request_dict: Any, copy: TaskCopy, acks_late: bool) -> 
     if request_dict.get(THROTTLED_KEY):
         return
     ended = bool(acks_late or request_dict.get(ENDED_KEY))
-    service.done.began(copy, ended=ended)
+    start_us = request_dict.get(STORE_START_HEADER)
+    service.done.began(copy, ended=ended, start_us=start_us if isinstance(start_us, int) else None)
     if not ended:
         request_dict[BEGAN_KEY] = copy
     if MARK_HEADER in request_dict:

@@ -36,7 +36,7 @@ class Births:
             self.latest_us = born_us
             return
         self.latest_us = born_us
-        written = self.done.write_again()
+        written = self.done.write_again(born_us)
         logger.warning(
             "interval: the store was born again at %d (it lost its state): the done marks of "
             "%d task(s) that ran here go to it again; new starts wait %.0fs for the other "

@@ -37,14 +37,23 @@ class DoneMarks:
         self._began: OrderedDict[TaskCopy, tuple[float, bool]] = OrderedDict()
         #: Copies whose bodies ran on when the store was born again: marked as they end.
         self._owed: set[TaskCopy] = set()
+        #: The store's birth (its clock, µs) for which the marks were last written again.
+        self._born_us: int | None = None
 
-    def began(self, copy: TaskCopy, *, ended: bool = False) -> None:
+    def began(self, copy: TaskCopy, *, ended: bool = False, start_us: int | None = None) -> None:
         """``copy``'s body began here and its message was acknowledged: a copy of it that the
         broker hands back here is a duplicate even where the store has no done mark (the store
-        lost its state, and a broker killed as the ack came lost the ack)."""
+        lost its state, and a broker killed as the ack came lost the ack). A body admitted
+        (``start_us``, the store's clock) before the birth whose marks were written again
+        posted its mark to the store that was lost: it goes again, now or as the body ends."""
         now_s = time.monotonic()
         self._began.pop(copy, None)
         self._began[copy] = (now_s + self.settings.dedupe_ttl_us / 1e6, ended)
+        if start_us is not None and self._born_us is not None and start_us < self._born_us:
+            if ended:
+                self.add(copy.bucket, copy.task_id, copy.retries)
+            else:
+                self._owed.add(copy)
         while self._began and (
             len(self._began) > BEGAN_KEPT or next(iter(self._began.values()))[0] <= now_s
         ):
@@ -65,11 +74,12 @@ class DoneMarks:
         kept = self._began.get(copy)
         return kept is not None and kept[0] > time.monotonic()
 
-    def write_again(self) -> int:
-        """The store lost its state: the done marks of the bodies that ran here go again with
-        the next flush (not a throttled run's: its copy sent again must run), and those of the
-        bodies still running go as each ends (not now: a pool process that claims again must
-        not meet its own mark). Returns how many go now."""
+    def write_again(self, born_us: int) -> int:
+        """The store lost its state (born again at ``born_us``): the done marks of the bodies
+        that ran here go again with the next flush (not a throttled run's: its copy sent again
+        must run), and those of the bodies still running go as each ends (not now: a pool
+        process that claims again must not meet its own mark). Returns how many go now."""
+        self._born_us = born_us
         now_s = time.monotonic()
         live = [(c, ended) for c, (forget_s, ended) in self._began.items() if forget_s > now_s]
         again = [c for c, ended in live if ended]

@@ -201,6 +201,9 @@ class SlotCycle:
         if held.request.revoked():
             self._hand_over(held)
             return
+        if self._began_here(held):  # its task began here after this copy's grant
+            self._drop_duplicate(held, "already began here")
+            return
         earlier = self.tickets.armed_before(held)
         if earlier is not None:  # it claims first; this one looks again just after
             after_s = max(0, earlier.due_ns - time.monotonic_ns()) / 1e9 + POOL_POLL_S
@@ -373,10 +376,8 @@ class SlotCycle:
 
     def forget_released(self) -> None:
         """Tasks released to the pool but not accepted when the channel closed: Celery drops
-        them from the pool (a process may still run one that was already written to it), and
-        never reports their end. Stop renewing their leases, so that a copy waits for the lease
-        to lapse, not forever (their places in capped buckets too); say which tasks, since their
-        copies start that much later."""
+        them (a process may still run one already written to it) and never reports their end.
+        Their leases and places lapse (a copy waits for the lease, not forever); logged by id."""
         orphans = self.pool.take_unaccepted()
         if not orphans:
             return

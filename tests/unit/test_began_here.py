@@ -97,3 +97,29 @@ def test_a_body_running_as_the_store_was_born_again_gets_its_mark_as_it_ends() -
     m.ended(running)  # once
     assert m.pending == [running]
     assert m._owed == {throttled}  # its body ended in Throttled: no ``ended``, no mark
+
+
+def test_a_body_admitted_before_the_birth_and_acked_after_the_rewrite_gets_its_mark() -> None:
+    """Its mark was posted to the store that lost it, and its ack came after the rewrite: the
+    mark goes again (now if the body ended, as it ends if not); a body admitted after the
+    birth posted its mark to the new store and owes none."""
+    m = marks()
+    births = Births(m)
+    births.saw(1_000)
+    births.saw(2_000)
+    ended, running, after = (TaskCopy("q", t, 0) for t in ("ended", "running", "after"))
+    m.began(ended, ended=True, start_us=1_500)
+    m.began(running, start_us=1_900)
+    m.began(after, start_us=2_100)
+    assert m.pending == [ended]
+    assert m._owed == {running}
+    m.ended(running)
+    m.ended(after)
+    assert m.pending == [ended, running]
+
+
+def test_no_mark_goes_again_before_any_birth_was_seen_again() -> None:
+    m = marks()
+    Births(m).saw(1_000)  # the first birth seen: no state was lost
+    m.began(TaskCopy("q", "t", 0), ended=True, start_us=500)
+    assert m.pending == [] and m._owed == set()

@@ -162,3 +162,22 @@ def test_each_delivery_gets_its_own_holder_even_across_restarts() -> None:
     holders = [s.new_holder() for s in (first, restarted) for _ in range(5000)]
     assert len(set(holders)) == len(holders), "a holder id was given to two deliveries"
     assert all(re.fullmatch(r"w1@test/[0-9a-f]{12}", h) for h in holders), "the audit's format"
+
+
+def test_a_copy_whose_task_began_here_after_its_grant_is_dropped_at_its_claim() -> None:
+    """A copy ticketed before its task's body began here (the broker handed back a message
+    whose ack it lost, and the store lost the done mark with its state): its claim is not
+    sent, and the copy is acked and dropped, not run a second time."""
+    clock = Clock(1_000_000_000)
+    store = MemoryStore(clock)
+    service = make_service(store, [])
+    started: list[str] = []
+    first, copy = held_copy(service, "a", started), held_copy(service, "b", started)
+    service.receive(first)
+    service.receive(copy)
+    assert copy.state is HeldState.GRANTED
+    service.done.began(TaskCopy("api", "b", 0))
+    fire_due(service.timer, clock, within_s=0.5)
+    assert started == ["a"]
+    assert copy.request.acked and not service.holding.held["api"]
+    assert service.holding.stats["api"].duplicates == 1
