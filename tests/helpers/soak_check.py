@@ -12,7 +12,9 @@ The rules, and which promise each checks:
   and its replacement (``<job>/r``, the same task id), which that body may not have sent.
   On a Redis broker a first step that no worker's log ever received is counted apart
   (``popped``): the one message a worker had popped as it was killed, or as the broker died
-  (``tests/helpers/popped.py``); more than one per kill, and one per worker per broker death,
+  (``tests/helpers/popped.py``); so is a retry step whose earlier step ended and which the
+  store's ledger never names (no worker took a ticket for it: its message died in a pop, as
+  the id was received before); more than one per kill, and one per worker per broker death,
   is a loss.
 - **budget** (P5, bursts, costs, extra limits, the outer bucket): the starts the workers
   handed their bodies, on the store's clock (``su``: the admitted start, so no mapping to this
@@ -70,6 +72,8 @@ class Events:
     excused_ids: set[str] = field(default_factory=set)
     #: task ids a worker's log says it received.
     received: set[str] = field(default_factory=set)
+    #: (task id, retries) of each message the store's ledger names.
+    in_ledger: set[tuple[str, int]] = field(default_factory=set)
     #: how many popped messages may be lost (a Redis broker): one per killed worker, and one
     #: per worker at each broker death (the pop's reply dies with the broker); 0 elsewhere.
     pops: int = 0
@@ -157,8 +161,8 @@ def check_once(records: list[Record], events: Events, verdict: Verdict) -> None:
     after_pops: list[str] = []
     for job, steps in sorted(events.expected.items()):
         died_at = _died_mid_body(job, records, events.kills)
-        popped = False  # the job's first step was popped: its later steps never existed
-        for task, retries in steps:
+        popped = False  # a step was popped: the job's later steps never existed
+        for step, (task, retries) in enumerate(steps):
             verdict.steps += 1
             key = (job, task, retries)
             runs = ran[key] - throttled[key]
@@ -177,8 +181,8 @@ def check_once(records: list[Record], events: Events, verdict: Verdict) -> None:
                 job.removesuffix("/r")  # a replacement has its replacer's task id
             ) in events.excused_ids:
                 verdict.excused += 1
-            elif events.pops and retries == 0 and events.ids.get(job) not in events.received:
-                verdict.popped.append(f"{job} {task} retries=0: never received")
+            elif events.pops and _never_reached_a_worker(job, retries, steps[:step], ran, events):
+                verdict.popped.append(f"{job} {task} retries={retries}: never received")
                 popped = True
             else:
                 verdict.lost.append(f"{job} {task} retries={retries}: never ran")
@@ -188,6 +192,21 @@ def check_once(records: list[Record], events: Events, verdict: Verdict) -> None:
         verdict.popped = []
     else:
         verdict.excused += len(after_pops)
+
+
+def _never_reached_a_worker(
+    job: str,
+    retries: int,
+    before: list[tuple[str, int]],
+    ran: Counter[tuple[str, str, int]],
+    events: Events,
+) -> bool:
+    """Whether the job's step ``retries`` may have died in a pop: no worker received its
+    first step; or its previous step ran and the ledger names no ticket of this one."""
+    task_id = events.ids.get(job)
+    if not before:
+        return task_id not in events.received
+    return ran[(job, *before[-1])] > 0 and (task_id, retries) not in events.in_ledger
 
 
 def _across_loss(

@@ -381,6 +381,7 @@ class Soak:
         self._read_ledgers()
         self.events.throttles = throttles(self.ledger, self.wall_offset_ns)
         self.events.excused_ids = died_as_they_began(self.ledger, self.kill_windows_us)
+        self.events.in_ledger = {(e["task"], int(e["r"])) for e in self.ledger.values() if "r" in e}
         self.events.received = received_ids(
             path.read_text(errors="replace") for path in self.tmp.glob("w*.log")
         )

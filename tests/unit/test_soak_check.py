@@ -182,6 +182,28 @@ def test_a_message_no_worker_received_is_popped_once_per_kill_on_redis() -> None
     assert check(records, events, LAYOUT.rule).popped == []
 
 
+def test_a_retry_whose_message_no_worker_took_a_ticket_for_is_popped_on_redis() -> None:
+    """A retry sent by a body that ended, which the ledger never names: its message died in
+    a pop (its id was received before, as the first step). Named in the ledger, or its
+    previous step never ran, it is lost; beyond the pops allowed, too."""
+    first = {**start("j", LAYOUT.main, 0), "id": "id-j"}
+    records = [first, end(first, 5)]
+    events = Events(expected={"j": [("soak.step", 0), ("soak.step", 1), ("soak.step", 2)]})
+    events.ids["j"] = "id-j"
+    events.received = {"id-j"}
+    events.kills = [("w2@x", 10 * MS)]
+    events.pops = 1
+    verdict = check(records, events, LAYOUT.rule)
+    assert verdict.popped == ["j soak.step retries=1: never received"]
+    assert verdict.excused == 1 and verdict.ok  # step 2 never existed
+    events.in_ledger = {("id-j", 1)}
+    verdict = check(records, events, LAYOUT.rule)
+    assert verdict.popped == [] and len(verdict.lost) == 2
+    events.in_ledger = set()
+    events.pops = 0
+    assert len(check(records, events, LAYOUT.rule).lost) == 2
+
+
 def test_a_retry_chain_cut_by_a_kill_mid_body_is_excused() -> None:
     first = start("j", LAYOUT.main, 0)
     events = Events(expected={"j": [("soak.step", 0), ("soak.step", 1)]})
