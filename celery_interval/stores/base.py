@@ -205,6 +205,11 @@ class Store(Protocol):
         each budget's units (``schedule.status``)."""
         ...
 
+    def born_us(self) -> int | None:
+        """The store's birth marker (its clock, µs) as it stands, written by nothing: None
+        before a state-making call wrote it, or on a store that keeps none (a Cluster)."""
+        ...
+
     def ping(self) -> None:
         """Raise ``StoreUnavailable`` unless the store answers; a store may get ready for its
         calls here (connect, load its scripts), so that no early call's round trip carries

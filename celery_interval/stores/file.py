@@ -168,6 +168,11 @@ class FileStore(ModelStore):
         """The JSON file holding ``bucket``'s state and marks."""
         return self.directory / (file_stem(self._key_prefix, bucket) + ".json")
 
+    def born_us(self) -> int | None:
+        path = self.born_path()
+        raw = self._read(path)
+        return None if raw is None else _marker_us(raw, path, "birth marker")
+
     def ping(self) -> None:
         """Raise ``StoreUnavailable`` unless the directory is a writable directory."""
         if not self.directory.is_dir() or not os.access(self.directory, os.W_OK | os.X_OK):

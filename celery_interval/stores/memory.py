@@ -159,6 +159,10 @@ class MemoryStore(NestedSteps):
         else:
             self._reset_us[bucket] = txn.reset_us
 
+    def born_us(self) -> int | None:
+        with self._lock:
+            return self._born
+
     def ping(self) -> None:
         return None
 

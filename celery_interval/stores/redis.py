@@ -262,6 +262,9 @@ class RedisStore:
     def status(self, bucket: str, interval_us: int, pace: Pace | None = None) -> Status:
         return status_from_reply(self._run(self._calls.status(bucket, interval_us, pace)))
 
+    def born_us(self) -> int | None:
+        return self._reads.born_us()
+
     def ping(self) -> None:
         self._link.ping()
 

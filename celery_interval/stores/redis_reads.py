@@ -92,6 +92,15 @@ class RedisReads:
             )
         return tuple(Place(int(score), as_text(name)) for name, score in raw)
 
+    def born_us(self) -> int | None:
+        """The birth marker as it stands (None: not written yet, or a Cluster's: none)."""
+        keys = self._calls.born_keys()
+        if not keys:
+            return None
+        with self._link.errors("born_us"):
+            raw: Any = self._link.client().get(keys[0])
+        return None if raw is None else int(raw)
+
     def read_mark(self, bucket: str, task_id: str, retries: int) -> Mark | None:
         """The stored mark of (task_id, retries), expired or not, or None."""
         with self._link.errors("read_mark"):

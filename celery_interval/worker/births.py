@@ -3,14 +3,22 @@ marks of the bodies that ran here are written again."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
+from typing import Any
 
+from celery_interval.errors import StoreError
 from celery_interval.schedule import MARKS_SETTLE_US
+from celery_interval.stores.base import Store
 from celery_interval.worker.done import DoneMarks
 
 __all__ = ["Births"]
 
 logger = logging.getLogger("celery_interval.worker")
+
+#: How often a worker whose bodies ran reads the store's birth marker (seconds): a third of
+#: the settle window.
+LOOK_S = MARKS_SETTLE_US / 3e6
 
 
 class Births:
@@ -21,15 +29,37 @@ class Births:
     (``schedule.places.marks_settle_until_us``) while each worker that comes back writes again
     the done marks of what ran on it, so that a copy of a task that ran on another worker,
     handed back by the broker, is still dropped.
+
+    A worker whose pool processes are all busy makes no claim of its own, so while bodies
+    that ran here are remembered it also reads the marker every ``LOOK_S`` (``watch``): its
+    marks go again within that, well inside the settle window, claims or not.
     """
 
-    def __init__(self, done: DoneMarks) -> None:
+    def __init__(self, done: DoneMarks, store: Store | None = None, timer: Any = None) -> None:
         self.done = done
+        self.store = store
+        self.timer = timer
         #: The last birth seen (None: none yet, or a store without a marker: a Cluster).
         self.latest_us: int | None = None
+        self._entry: Any = None
+
+    def watch(self) -> None:
+        """A body began here: read the birth marker every ``LOOK_S`` while any is remembered."""
+        if self._entry is None and self.timer is not None:
+            self._entry = self.timer.call_after(LOOK_S, self.look, priority=8)
+
+    def look(self) -> None:
+        """Read the birth marker (a store that fails is read at the next look)."""
+        self._entry = None
+        if self.store is None:
+            return
+        with contextlib.suppress(StoreError):
+            self.saw(self.store.born_us())
+        if self.done.remembers():
+            self.watch()
 
     def saw(self, born_us: int | None) -> None:
-        """A claim's answer carried ``born_us``."""
+        """A claim's answer, or a look, found ``born_us``."""
         if born_us is None or born_us == self.latest_us:
             return
         if self.latest_us is None:

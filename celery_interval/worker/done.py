@@ -69,6 +69,10 @@ class DoneMarks:
             self._owed.discard(copy)
             self.add(copy.bucket, copy.task_id, copy.retries)
 
+    def remembers(self) -> bool:
+        """Whether any body that began here is remembered (its mark may have to go again)."""
+        return bool(self._began)
+
     def began_here(self, copy: TaskCopy) -> bool:
         """Whether ``copy``'s body began here within the dedupe window (``began``)."""
         kept = self._began.get(copy)

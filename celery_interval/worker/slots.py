@@ -39,8 +39,7 @@ __all__ = ["SlotCycle"]
 
 logger = logging.getLogger("celery_interval.worker")
 
-#: A copy whose task runs under another holder's lease looks again at most this late (a done
-#: task's copy is dropped then, an expired lease's copy takes its turn).
+#: A copy whose task runs under another holder's lease looks again at most this late.
 HELD_RECHECK_S = 1.0
 
 
@@ -75,7 +74,7 @@ class SlotCycle:
         self.notify = notify
         self.places = places
         self.clock = StoreClock()
-        self.births = Births(done)
+        self.births = Births(done, store, timer)
         self._epochs: dict[str, int] = {}
         #: Tasks whose claim found their capped bucket FULL, by bucket: the first claims again
         #: at once when a body of the bucket ends here.
@@ -345,6 +344,7 @@ class SlotCycle:
         held.request.request_dict[SPIN_HEADER] = spin_ns_for(held.interval_us)
         held.request.request_dict[CLAIM_HEADER] = held.claim_args(self._reach_us()[1])
         self.pool.handed(held)
+        self.births.watch()
         if held.cap is not None:
             self.places.hold(held.request, held.copy, held.cap)
         if held.acks_late:

@@ -181,3 +181,30 @@ def test_a_copy_whose_task_began_here_after_its_grant_is_dropped_at_its_claim() 
     assert started == ["a"]
     assert copy.request.acked and not service.holding.held["api"]
     assert service.holding.stats["api"].duplicates == 1
+
+
+def test_a_worker_that_claims_nothing_still_writes_its_marks_to_a_store_born_again() -> None:
+    """Its pool processes busy, a worker makes no claim of its own; it reads the store's birth
+    marker while bodies that ran here are remembered, and a new birth sends their done marks
+    to the store again, so a copy handed to another worker is dropped there."""
+    clock = Clock(1_000_000_000)
+    store = MemoryStore(clock)
+    service = make_service(store, [])
+    started: list[str] = []
+    service.receive(held_copy(service, "a", started))
+    fire_due(service.timer, clock, within_s=0.5)
+    assert started == ["a"]
+    service.done.began(TaskCopy("api", "a", 0), ended=True)  # its ack, at its start
+    service.mark_done("api", "a", 0)
+    fire_due(service.timer, clock, within_s=0.5)
+    copy = TaskCopy("api", "a", 0)
+    assert store.grant(copy, Pace(INTERVAL_US)).outcome.name == "DUPLICATE"
+
+    store.__init__(clock)  # type: ignore[misc]  # restarted empty
+    store.grant(TaskCopy("api", "other", 0), Pace(INTERVAL_US))  # another worker's: a birth
+    (look,) = [e for e in service.timer.entries if e[1] == service.slots.births.look]
+    assert look[0] == 1.0
+    service.timer.entries.remove(look)
+    look[1]()
+    fire_due(service.timer, clock, within_s=0.5)
+    assert store.grant(copy, Pace(INTERVAL_US)).outcome.name == "DUPLICATE"

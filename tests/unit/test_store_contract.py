@@ -551,3 +551,18 @@ def test_a_claimer_that_saw_an_earlier_birth_holds_new_starts_for_the_marks_to_s
     assert (late.outcome, late.delay_us) == (Outcome.WAIT, MARKS_SETTLE_US)
     clock.now_us = opened_us + MARKS_SETTLE_US // 2 + MARKS_SETTLE_US
     assert store.claim(c3, I_US, g3.slot, knew_this).outcome is Outcome.OK
+
+
+def test_the_birth_marker_reads_as_claims_find_it_and_no_read_writes_it(
+    store: Store, clock: Clock
+) -> None:
+    """``born_us`` is None until a call making a state writes the marker (a read, and a
+    status, write none), then the birth each claim carries."""
+    assert store.born_us() is None
+    store.status("api", I_US)
+    assert store.born_us() is None
+    copy = TaskCopy("api", "t1", 0)
+    g = store.grant(copy, Pace(I_US))
+    wait(clock, g.delay_us)
+    claim = store.claim(copy, I_US, g.slot, ClaimTerms("w1", LEASE_US))
+    assert claim.born_us is not None and store.born_us() == claim.born_us
