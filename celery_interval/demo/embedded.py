@@ -33,10 +33,17 @@ def find_redis_server() -> str:
     return path
 
 
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+#: The highest port a Redis Cluster node takes: its bus listens 10,000 ports higher.
+CLUSTER_PORT_MAX = 55535
+
+
+def _free_port(highest: int = 65535) -> int:
+    while True:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.bind(("127.0.0.1", 0))
+            port = int(s.getsockname()[1])
+        if port <= highest:
+            return port
 
 
 def _ping(address: tuple[str, int] | str, timeout_s: float = 0.2) -> bool:
@@ -108,7 +115,7 @@ class RedisProc:
         last_error = ""
         for _ in range(1 if fixed_port or self.socket_path else 5):
             if not fixed_port and not self.socket_path:
-                self.port = _free_port()
+                self.port = _free_port(CLUSTER_PORT_MAX if self.cluster else 65535)
             where = (
                 ["--port", "0", "--unixsocket", self.socket_path, "--unixsocketperm", "700"]
                 if self.socket_path
