@@ -128,7 +128,11 @@ def both(app: Celery, name: str, **options: Any) -> Callable[[Callable[..., Any]
     def register(fn: Callable[..., Any]) -> None:
         for kind in KINDS:
             base = IntervalTask if kind == "i" else Task
-            app.task(base=base, bind=True, name=f"compat.{kind}.{name}", **options)(fn)
+            # not shared: every app made later in the process would take each define()'s
+            # callables, and warn of the same name twice
+            app.task(base=base, bind=True, shared=False, name=f"compat.{kind}.{name}", **options)(
+                fn
+            )
 
     return register
 
