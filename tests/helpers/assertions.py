@@ -35,6 +35,14 @@ BODY_FLOOR_SHARE = 0.97
 NOISE_FACTOR = 2
 
 
+#: How early a body may read the store's clock against its admitted start: the worker maps
+#: the start onto its clock within half a round trip to the store.
+MAPPING_SLACK_US = 3_000
+#: A body this late after its admitted start was mapped with the wrong clock (the faked
+#: worker is 7 s ahead), not run late by a loaded machine.
+MAPPED_LATE_S = 2.0
+
+
 def allowed_late_starts(
     pool: Pool, records: list[dict[str, Any]], interval_s: float, *, one_host_clock: bool = True
 ) -> tuple[float, str]:
@@ -56,10 +64,11 @@ def assert_body_gaps(
 ) -> None:
     """Deadlines and body starts on this host's monotonic clock, or (``one_host_clock=False``:
     a worker's clocks are faked) body starts on the store's. What the library hands out is
-    exact: every deadline clears the floor and no body starts before its deadline. How late
-    the OS then runs a body depends on the machine's load, so on one host clock it is printed
-    beside the probe's noise, not asserted; with faked clocks, where no deadline can be read,
-    the late starts are held to what the probe saw."""
+    exact: every deadline clears the floor and no body starts before its deadline (with
+    faked clocks: no body reads the store's clock before its admitted start, less the clock
+    mapping's error, nor a whole ``MAPPED_LATE_S`` after it, as a start mapped with the wrong
+    clock would). How late the OS then runs a body depends on the machine's load: printed
+    beside the probe's noise, not asserted."""
     if one_host_clock:
         deadlines = sorted(r["deadline_ns"] // 1000 for r in records)
         deadline_gaps = [b - a for a, b in itertools.pairwise(deadlines)]
@@ -75,13 +84,15 @@ def assert_body_gaps(
     else:
         times = sorted(r["us"] for r in records)
         body_gaps = [b - a for a, b in itertools.pairwise(times)]
+        off = [
+            r
+            for r in records
+            if not -MAPPING_SLACK_US <= r["us"] - r["su"] <= round(MAPPED_LATE_S * 1e6)
+        ]
+        assert not off, f"bodies far from their admitted starts: {off[:3]}"
     too_close = [g for g in body_gaps if g < body_floor_us(interval_s)]
-    allowed, noise = allowed_late_starts(pool, records, interval_s, one_host_clock=one_host_clock)
+    _allowed, noise = allowed_late_starts(pool, records, interval_s, one_host_clock=one_host_clock)
     print(f"BODY GAPS {len(too_close)} of {len(body_gaps)} below the floor; {noise}")
-    assert one_host_clock or len(too_close) <= allowed, (
-        f"{len(too_close)} of {len(body_gaps)} body gaps below the floor ({noise}): "
-        f"{sorted(too_close)[:5]}"
-    )
 
 
 def assert_spacing(

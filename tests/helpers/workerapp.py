@@ -51,6 +51,7 @@ def _record(task: Any, kind: str, *extra: Any) -> None:
         "args": list(extra),
         "mono_ns": mono_ns,
         "deadline_ns": task.request.get("interval_start_ns"),
+        "su": task.request.get("interval_start_us"),  # the admitted start, the store's clock
         "handoff_ms": (
             (task.request.get("prerun_ns") or 0) - (task.request.get("interval_claimed_ns") or 0)
         )
