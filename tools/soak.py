@@ -14,6 +14,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from tests.helpers.soak_check import Events, check, describe
 from tests.helpers.soak_config import Layout
 from tests.helpers.soak_faults import FAULTS, schedule_json, schedule_text
+from tests.helpers.soak_ledger import resent_unseen
 from tests.helpers.soak_run import Result, Soak
 
 
@@ -48,6 +49,7 @@ def recheck(path: Path) -> int:
     """Check again the record and events a run left in ``path/soak.json``."""
     dump = json.loads((path / "soak.json").read_text())
     raw = dump["events"]
+    ledger = {(e["bucket"], e["id"].encode()): e for e in dump["ledger"]}
     events = Events(
         expected={job: [tuple(step) for step in steps] for job, steps in raw["expected"].items()},
         revoked=set(raw["revoked"]),
@@ -56,11 +58,14 @@ def recheck(path: Path) -> int:
         ids=raw["ids"],
         excused_ids=set(raw["excused_ids"]),
         received=set(raw.get("received", ())),
+        in_ledger={(e["task"], int(e["r"])) for e in ledger.values() if "r" in e},
+        resent_unseen=resent_unseen(ledger),
         pops=int(raw.get("pops") or 0),
         losses=raw["losses"],
         pauses=[tuple(p) for p in raw["pauses"]],
         overrides=[tuple(o) for o in raw["overrides"]],
         throttles=[tuple(t) for t in raw["throttles"]],
+        wall_offset_ns=int(dump["wall_offset_ns"]),
     )
     verdict = check(dump["records"], events, Layout(dump["prefix"]).rule)
     print(

@@ -13,9 +13,9 @@ The rules, and which promise each checks:
   On a Redis broker a first step that no worker's log ever received is counted apart
   (``popped``): the one message a worker had popped as it was killed, or as the broker died
   (``tests/helpers/popped.py``); so is a retry step whose earlier step ended and which the
-  store's ledger never names (no worker took a ticket for it: its message died in a pop, as
-  the id was received before); more than one per kill, and one per worker per broker death,
-  is a loss.
+  store's ledger never names, and a throttled step whose last ledger entry is its throttle
+  (no worker took a ticket for the copy sent again: it died in a pop, its id received
+  before); more than one per kill, and one per worker per broker death, is a loss.
 - **budget** (P5, bursts, costs, extra limits, the outer bucket): the starts the workers
   handed their bodies, on the store's clock (``su``: the admitted start, so no mapping to this
   host's clock and no machine load enters), fed in order to the store's GCRA rule with the
@@ -23,7 +23,9 @@ The rules, and which promise each checks:
   tenant's starts also feed its outer bucket's budget. Checked across state loss (the store
   promises it).
 - **override**: while ``set_interval`` is in force and the store kept its state since, two
-  consecutive starts are the longer interval apart on the store's clock (less the slack).
+  consecutive starts are the longer interval apart on the store's clock (less the slack); a
+  start is in the window by when the store admitted it (``su``, mapped to this host's clock
+  with ``wall_offset_ns``), not by its deadline, which a re-claimed start leaves behind.
 - **cap** (P10): at no instant more bodies of the capped bucket between their recorded start
   and end than the cap; a killed worker's body ends at its kill.
 - **pause** (P3): no deadline from the pause's return plus ``MAX_LEAD_US`` to the unpause
@@ -45,6 +47,9 @@ from typing import Any
 from tests.helpers.soak_config import Rule
 
 MAX_LEAD_NS = 20_000_000
+#: A throttled run's copy goes to the broker as the run ends: a worker killed this soon after
+#: may have popped it.
+RESENT_POP_NS = 2_000_000_000
 #: How far a store-clock time may be off once mapped to this host's monotonic clock.
 CLOCKS_SLACK_NS = 3_000_000
 
@@ -74,6 +79,9 @@ class Events:
     received: set[str] = field(default_factory=set)
     #: (task id, retries) of each message the store's ledger names.
     in_ledger: set[tuple[str, int]] = field(default_factory=set)
+    #: (task id, retries) whose last ledger entry is a throttle: no ticket for the copy sent
+    #: again.
+    resent_unseen: set[tuple[str, int]] = field(default_factory=set)
     #: how many popped messages may be lost (a Redis broker): one per killed worker, and one
     #: per worker at each broker death (the pop's reply dies with the broker); 0 elsewhere.
     pops: int = 0
@@ -85,6 +93,8 @@ class Events:
     overrides: list[tuple[str, int, int, int]] = field(default_factory=list)
     #: (bucket, store time ns, retry_after ns) of each throttle in the ledger.
     throttles: list[tuple[str, int, int]] = field(default_factory=list)
+    #: The store's wall clock (ns) less this host's monotonic one, as the run measured it.
+    wall_offset_ns: int = 0
 
 
 @dataclass
@@ -122,6 +132,13 @@ def by_store_start(starts: list[Record]) -> list[Record]:
     return [{**r, "su": None} for r in sorted(starts, key=deadline)]
 
 
+def admitted_ns(record: Record, wall_offset_ns: int) -> int:
+    """When the store admitted a start, on this host's monotonic clock (its deadline where the
+    record names no store start)."""
+    su = record.get("su")
+    return int(su) * 1000 - wall_offset_ns if su is not None else deadline(record)
+
+
 def starts_of(records: Iterable[Record]) -> list[Record]:
     return sorted((r for r in records if r["k"] == "start"), key=deadline)
 
@@ -152,12 +169,14 @@ def check(records: list[Record], events: Events, rule_of: Callable[[str], Rule])
 def check_once(records: list[Record], events: Events, verdict: Verdict) -> None:
     ran: Counter[tuple[str, str, int]] = Counter()
     throttled: Counter[tuple[str, str, int]] = Counter()
+    throttled_at: dict[tuple[str, str, int], int] = {}
     for r in records:
         key = (r["job"], r["task"], int(r["r"]))
         if r["k"] == "start":
             ran[key] += 1
         elif r["k"] == "throttled":
             throttled[key] += 1
+            throttled_at[key] = max(throttled_at.get(key, 0), int(r["mono"]))
     after_pops: list[str] = []
     for job, steps in sorted(events.expected.items()):
         died_at = _died_mid_body(job, records, events.kills)
@@ -181,7 +200,9 @@ def check_once(records: list[Record], events: Events, verdict: Verdict) -> None:
                 job.removesuffix("/r")  # a replacement has its replacer's task id
             ) in events.excused_ids:
                 verdict.excused += 1
-            elif events.pops and _never_reached_a_worker(job, retries, steps[:step], ran, events):
+            elif events.pops and _never_reached_a_worker(
+                job, retries, steps[:step], ran, events, throttled_at=throttled_at.get(key)
+            ):
                 verdict.popped.append(f"{job} {task} retries={retries}: never received")
                 popped = True
             else:
@@ -200,10 +221,17 @@ def _never_reached_a_worker(
     before: list[tuple[str, int]],
     ran: Counter[tuple[str, str, int]],
     events: Events,
+    *,
+    throttled_at: int | None = None,
 ) -> bool:
     """Whether the job's step ``retries`` may have died in a pop: no worker received its
-    first step; or its previous step ran and the ledger names no ticket of this one."""
+    first step; or its previous step ran and the ledger names no ticket of this one; or it
+    was throttled (at ``throttled_at``), a worker was killed within ``RESENT_POP_NS`` after,
+    and the ledger names no ticket of the copy sent again."""
     task_id = events.ids.get(job)
+    if throttled_at is not None:
+        killed = any(0 <= at - throttled_at <= RESENT_POP_NS for _name, at in events.kills)
+        return killed and (task_id, retries) in events.resent_unseen
     if not before:
         return task_id not in events.received
     return ran[(job, *before[-1])] > 0 and (task_id, retries) not in events.in_ledger
@@ -332,7 +360,7 @@ def check_overrides(by_bucket: dict[str, list[Record]], events: Events) -> list[
         floor_us = interval_us - slack_us(interval_us)
         for a, b in itertools.pairwise(by_store_start(by_bucket.get(bucket, []))):
             if (
-                from_ns + MAX_LEAD_NS < deadline(b) < until_ns
+                from_ns + MAX_LEAD_NS < admitted_ns(b, events.wall_offset_ns) < until_ns
                 and store_start_us(b) - store_start_us(a) < floor_us
             ):
                 found.append(_violation("override", bucket, f"gap below {interval_us}us", [a, b]))

@@ -56,3 +56,18 @@ def died_as_they_began(ledger: Ledger, kill_windows_us: list[tuple[str, int, int
             ):
                 found.add(e["task"])
     return found
+
+
+def resent_unseen(ledger: Ledger) -> set[tuple[str, int]]:
+    """(task id, retries) whose last entry, in stream order, is a throttle: no worker took a
+    ticket for the copy its worker sent again."""
+    last: dict[tuple[str, int], str] = {}
+    for _key, e in sorted(ledger.items(), key=lambda kv: _order(kv[0][1])):
+        if "task" in e and "r" in e:
+            last[(e["task"], int(e["r"]))] = e.get("op", "")
+    return {key for key, op in last.items() if op == "throttle"}
+
+
+def _order(entry_id: bytes) -> tuple[int, int]:
+    ms, _, seq = entry_id.partition(b"-")
+    return int(ms), int(seq or 0)

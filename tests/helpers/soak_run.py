@@ -29,7 +29,13 @@ from tests.helpers.soak_check import Events, Verdict, check
 from tests.helpers.soak_config import API_RATE, MAIN_SLOW_S, Layout
 from tests.helpers.soak_faults import FAULTS, Broker, Event, SlowLink, StoreProc, cut_clients
 from tests.helpers.soak_faults import schedule as make_schedule
-from tests.helpers.soak_ledger import Ledger, died_as_they_began, read_ledgers, throttles
+from tests.helpers.soak_ledger import (
+    Ledger,
+    died_as_they_began,
+    read_ledgers,
+    resent_unseen,
+    throttles,
+)
 from tests.helpers.soak_plan import TENANT_KEYS, batch
 from tests.helpers.soakapp import RECORD_KEY, make_app
 
@@ -380,8 +386,10 @@ class Soak:
     def _from_ledger(self) -> None:
         self._read_ledgers()
         self.events.throttles = throttles(self.ledger, self.wall_offset_ns)
+        self.events.wall_offset_ns = self.wall_offset_ns
         self.events.excused_ids = died_as_they_began(self.ledger, self.kill_windows_us)
         self.events.in_ledger = {(e["task"], int(e["r"])) for e in self.ledger.values() if "r" in e}
+        self.events.resent_unseen = resent_unseen(self.ledger)
         self.events.received = received_ids(
             path.read_text(errors="replace") for path in self.tmp.glob("w*.log")
         )

@@ -142,6 +142,22 @@ def test_set_interval_is_held_while_in_force() -> None:
     assert check(records, events, LAYOUT.rule).ok
 
 
+def test_an_override_holds_starts_by_when_the_store_admitted_them() -> None:
+    """A re-claimed start keeps its missed deadline (inside the override) but was admitted
+    after the unset, 30 ms after the previous start: not a violation. The same start admitted
+    inside the window is one."""
+    wall_offset_ns = 5_000 * MS  # the store's clock reads this far ahead of this host's
+    first = start("a", LAYOUT.main, 250, su=(250 * MS + wall_offset_ns) // 1000)
+    reclaimed = start("b", LAYOUT.main, 120, su=(280 * MS + wall_offset_ns) // 1000)
+    records = [first, reclaimed]
+    events = expecting(records)
+    events.wall_offset_ns = wall_offset_ns
+    events.overrides = [(LAYOUT.main, 100 * MS, 260 * MS, 60_000)]
+    assert check(records, events, LAYOUT.rule).ok
+    events.overrides = [(LAYOUT.main, 100 * MS, 300 * MS, 60_000)]
+    assert {v["rule"] for v in check(records, events, LAYOUT.rule).violations} == {"override"}
+
+
 def test_lost_doubled_revoked_and_excused() -> None:
     records = spaced(LAYOUT.main, 30, 3)
     events = expecting(records)
@@ -202,6 +218,27 @@ def test_a_retry_whose_message_no_worker_took_a_ticket_for_is_popped_on_redis() 
     events.in_ledger = set()
     events.pops = 0
     assert len(check(records, events, LAYOUT.rule).lost) == 2
+
+
+def test_a_throttled_copy_no_worker_took_a_ticket_for_is_popped_after_a_kill() -> None:
+    """A throttled run's copy sent again, whose last ledger entry is the throttle, with a
+    worker killed just after (it popped the copy): popped. Without the kill near, or with a
+    ticket for the copy in the ledger, it is lost."""
+    first = {**start("h", LAYOUT.throttled, 0), "id": "id-h", "task": "soak.call_api"}
+    throttled = {**first, "k": "throttled", "mono": 10 * MS}
+    records = [first, throttled]
+    events = Events(expected={"h": [("soak.call_api", 0)]}, ids={"h": "id-h"})
+    events.received = {"id-h"}
+    events.pops = 1
+    events.resent_unseen = {("id-h", 0)}
+    events.kills = [("w3@x", 30 * MS)]
+    verdict = check(records, events, LAYOUT.rule)
+    assert verdict.popped == ["h soak.call_api retries=0: never received"] and verdict.ok
+    events.kills = [("w3@x", 3_000 * MS)]
+    assert check(records, events, LAYOUT.rule).lost == ["h soak.call_api retries=0: never ran"]
+    events.kills = [("w3@x", 30 * MS)]
+    events.resent_unseen = set()
+    assert len(check(records, events, LAYOUT.rule).lost) == 1
 
 
 def test_a_retry_chain_cut_by_a_kill_mid_body_is_excused() -> None:
