@@ -91,6 +91,11 @@ class MemoryStore(NestedSteps):
         with self._locked(bucket, write=False) as txn:
             return txn.state
 
+    def read_mark(self, bucket: str, task_id: str, retries: int) -> Mark | None:
+        """The stored mark of (task_id, retries), expired or not, or None."""
+        with self._locked(bucket, write=False) as txn:
+            return txn.mark(task_id, retries)
+
     def read_places(self, bucket: str) -> Places:
         """The bucket's places as stored (expired ones until an operation drops them)."""
         with self._locked(bucket, write=False) as txn:

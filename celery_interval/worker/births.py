@@ -39,8 +39,12 @@ class Births:
         self.done = done
         self.store = store
         self.timer = timer
-        #: The last birth seen (None: none yet, or a store without a marker: a Cluster).
+        #: The last birth a claim's answer carried, which the next claims carry (None: none
+        #: yet, or a store without a marker: a Cluster). A birth only read (``look``) waits
+        #: for a claim to carry it, so the first claim still opens the settle window.
         self.latest_us: int | None = None
+        #: The last birth seen, by a claim or a read.
+        self._known_us: int | None = None
         self._entry: Any = None
 
     def watch(self) -> None:
@@ -54,18 +58,19 @@ class Births:
         if self.store is None:
             return
         with contextlib.suppress(StoreError):
-            self.saw(self.store.born_us())
+            self.saw(self.store.born_us(), claimed=False)
         if self.done.remembers():
             self.watch()
 
-    def saw(self, born_us: int | None) -> None:
-        """A claim's answer, or a look, found ``born_us``."""
-        if born_us is None or born_us == self.latest_us:
+    def saw(self, born_us: int | None, *, claimed: bool = True) -> None:
+        """A claim's answer (``claimed``), or a look, found ``born_us``."""
+        if born_us is None:
             return
-        if self.latest_us is None:
+        if claimed:
             self.latest_us = born_us
+        known, self._known_us = self._known_us, born_us
+        if known is None or born_us == known:
             return
-        self.latest_us = born_us
         written = self.done.write_again(born_us)
         logger.warning(
             "interval: the store was born again at %d (it lost its state): the done marks of "

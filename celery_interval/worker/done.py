@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections import OrderedDict
 from typing import Any
 
 from celery_interval.config import Settings
 from celery_interval.errors import StoreError
+from celery_interval.schedule import Done
 from celery_interval.stores.base import Store, TaskCopy
 from celery_interval.worker.outage import StoreOutage
 from celery_interval.worker.timer import cancel
@@ -68,6 +70,25 @@ class DoneMarks:
         if copy in self._owed:
             self._owed.discard(copy)
             self.add(copy.bucket, copy.task_id, copy.retries)
+
+    def look_for_marks(self, copies: list[TaskCopy], gaps_s: tuple[float, ...]) -> None:
+        """Tasks released to the pool but never reported (the channel closed): a process may
+        have begun one and posted its mark. A read after each of ``gaps_s`` (seconds, one
+        after another) that finds the mark remembers the copy as begun and ended here, so its
+        mark goes again if the store is born again and a copy handed back here is dropped."""
+        if copies and gaps_s:
+            self.timer.call_after(gaps_s[0], self._read_marks, (copies, gaps_s[1:]), priority=8)
+
+    def _read_marks(self, copies: list[TaskCopy], later_s: tuple[float, ...]) -> None:
+        read = getattr(self.store, "read_mark", None)
+        left = list(copies)
+        if read is not None:
+            with contextlib.suppress(StoreError):
+                for copy in copies:
+                    if isinstance(read(copy.bucket, copy.task_id, copy.retries), Done):
+                        self.began(copy, ended=True)
+                        left.remove(copy)
+        self.look_for_marks(left, later_s)
 
     def remembers(self) -> bool:
         """Whether any body that began here is remembered (its mark may have to go again)."""

@@ -101,7 +101,12 @@ class IntervalService:
 
     def receive(self, held: Held) -> None:
         """Take a new message: raise prefetch for it, queue it for a ticket (an ETA or countdown
-        task once it is due), apply the hold caps; or park it, when this worker cannot hold it."""
+        task once it is due), apply the hold caps; or park it, when this worker cannot hold it.
+        A copy of what began here is dropped at once (the store may have lost its mark)."""
+        if self.slots.began_here(held):
+            self.holding.add(held)
+            self.slots.drop_duplicate(held, "already began here")
+            return
         if self.overflow is not None and self.overflow.parks(held):
             return
         self.holding.add(held)

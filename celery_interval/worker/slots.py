@@ -124,7 +124,7 @@ class SlotCycle:
                 and not self.pool.waiting
                 and not self.tickets.armed(held)  # an earlier ticket claims first
                 and not held.request.revoked()
-                and not self._began_here(held)  # no start for a copy of what ran here
+                and not self.began_here(held)  # no start for a copy of what ran here
             ):
                 op = "take"
                 marks = self.done.take()
@@ -158,11 +158,11 @@ class SlotCycle:
     ) -> None:
         stats = self.holding.stats[held.bucket]
         if grant.outcome is Outcome.DUPLICATE:
-            self._drop_duplicate(held, "already done")
+            self.drop_duplicate(held, "already done")
             return
-        if grant.outcome is Outcome.OK and self._began_here(held):  # the store lost its mark
+        if grant.outcome is Outcome.OK and self.began_here(held):  # the store lost its mark
             self.done.add(held.bucket, held.task_id, held.retries)
-            self._drop_duplicate(held, "already began here")
+            self.drop_duplicate(held, "already began here")
             return
         if grant.outcome is Outcome.HELD:
             self._wait_for_lease(held, grant.delay_us, self._requeue)
@@ -200,8 +200,8 @@ class SlotCycle:
         if held.request.revoked():
             self._hand_over(held)
             return
-        if self._began_here(held):  # its task began here after this copy's grant
-            self._drop_duplicate(held, "already began here")
+        if self.began_here(held):  # its task began here after this copy's grant
+            self.drop_duplicate(held, "already began here")
             return
         earlier = self.tickets.armed_before(held)
         if earlier is not None:  # it claims first; this one looks again just after
@@ -226,8 +226,7 @@ class SlotCycle:
         )
 
     def _hand_over(self, held: Held) -> None:
-        """A ticketed task was revoked or expired: the next task queued here for its bucket
-        takes its ticket and slot, so no interval goes unused (without one, the slot passes)."""
+        """A ticketed task was revoked or expired: the next one queued here takes its slot."""
         self._forget(held)
         successor = self.tickets.successor(held.bucket)
         if successor is None:
@@ -307,13 +306,13 @@ class SlotCycle:
             else:
                 self._requeue(held)
         else:
-            self._drop_duplicate(held, "already done elsewhere")
+            self.drop_duplicate(held, "already done elsewhere")
 
-    def _began_here(self, held: Held) -> bool:
+    def began_here(self, held: Held) -> bool:
         """A copy of what began here (not a throttled task's copy sent again: it must run)."""
         return not held.resent and self.done.began_here(held.copy)
 
-    def _drop_duplicate(self, held: Held, why: str) -> None:
+    def drop_duplicate(self, held: Held, why: str) -> None:
         """Ack and forget a copy of a task that ran (or runs) under another copy."""
         self.holding.stats[held.bucket].duplicates += 1
         logger.info(
@@ -384,6 +383,7 @@ class SlotCycle:
         for held in orphans:
             self.leases.drop(held.key)
             self.places.drop(held.request)
+        self.done.look_for_marks([h.copy for h in orphans], (1.0, self.settings.lease_us / 1e6))
         logger.warning(
             "interval: connection lost with %d task(s) released to the pool but not yet accepted "
             "(%s): their copies wait for the lease (up to %.0fs) before they can run",

@@ -200,11 +200,63 @@ def test_a_worker_that_claims_nothing_still_writes_its_marks_to_a_store_born_aga
     copy = TaskCopy("api", "a", 0)
     assert store.grant(copy, Pace(INTERVAL_US)).outcome.name == "DUPLICATE"
 
+    births = service.slots.births
+    first_birth_us = births.latest_us
+    assert first_birth_us is not None
     store.__init__(clock)  # type: ignore[misc]  # restarted empty
     store.grant(TaskCopy("api", "other", 0), Pace(INTERVAL_US))  # another worker's: a birth
-    (look,) = [e for e in service.timer.entries if e[1] == service.slots.births.look]
+    (look,) = [e for e in service.timer.entries if e[1] == births.look]
     assert look[0] == 1.0
     service.timer.entries.remove(look)
     look[1]()
     fire_due(service.timer, clock, within_s=0.5)
     assert store.grant(copy, Pace(INTERVAL_US)).outcome.name == "DUPLICATE"
+    # its next claim still carries the first birth, so it opens the settle window for the
+    # workers that have not looked yet
+    assert births.latest_us == first_birth_us
+
+
+def test_a_copy_of_what_began_here_is_dropped_as_it_arrives() -> None:
+    """Before any ticket or parking: parked, it could reach a worker that does not know it
+    ran, after the store lost its mark."""
+    clock = Clock(1_000_000_000)
+    store = MemoryStore(clock)
+    service = make_service(store, [])
+    started: list[str] = []
+    service.done.began(TaskCopy("api", "a", 0), ended=True)
+    copy = held_copy(service, "a", started)
+    service.receive(copy)
+    assert copy.request.acked and not service.holding.held["api"]
+    assert service.holding.stats["api"].duplicates == 1
+    assert store.read_state("api") is None  # no grant asked
+    fire_due(service.timer, clock, within_s=0.5)
+    assert started == []
+
+
+def test_a_task_the_pool_never_accepted_is_remembered_once_its_mark_is_found() -> None:
+    """A process may have begun it and posted its mark: the worker reads the marks of such
+    tasks a second after the channel closed and again at the lease's end, and remembers the
+    ones marked, so their marks go again if the store is born again."""
+    clock = Clock(1_000_000_000)
+    store = MemoryStore(clock)
+    service = make_service(store, [])
+    started: list[str] = []
+    for task_id in ("a", "b", "c"):
+        service.receive(held_copy(service, task_id, started))
+        fire_due(service.timer, clock, within_s=0.5)
+    assert started == ["a", "b", "c"]
+    service.timer.entries.clear()
+    service.connection_lost()
+    store.done([TaskCopy("api", "b", 0)], 7_200_000_000)  # b's process posted its mark
+    (first,) = [e for e in service.timer.entries if e[1] == service.done._read_marks]
+    assert first[0] == 1.0
+    service.timer.entries.remove(first)
+    first[1](*first[2])
+    assert [service.done.began_here(TaskCopy("api", t, 0)) for t in "abc"] == [False, True, False]
+    store.done([TaskCopy("api", "c", 0)], 7_200_000_000)  # c's began later
+    (second,) = [e for e in service.timer.entries if e[1] == service.done._read_marks]
+    assert second[0] == service.settings.lease_us / 1e6
+    service.timer.entries.remove(second)
+    second[1](*second[2])
+    assert service.done.began_here(TaskCopy("api", "c", 0))
+    assert not [e for e in service.timer.entries if e[1] == service.done._read_marks]
