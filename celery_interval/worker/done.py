@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import time
 from collections import OrderedDict
 from typing import Any
@@ -80,15 +79,23 @@ class DoneMarks:
             self.timer.call_after(gaps_s[0], self._read_marks, (copies, gaps_s[1:]), priority=8)
 
     def _read_marks(self, copies: list[TaskCopy], later_s: tuple[float, ...]) -> None:
-        read = getattr(self.store, "read_mark", None)
         left = list(copies)
-        if read is not None:
-            with contextlib.suppress(StoreError):
-                for copy in copies:
-                    if isinstance(read(copy.bucket, copy.task_id, copy.retries), Done):
-                        self.began(copy, ended=True)
-                        left.remove(copy)
+        for copy in copies:
+            if self.marked(copy):
+                self.began(copy, ended=True)
+                left.remove(copy)
         self.look_for_marks(left, later_s)
+
+    def marked(self, copy: TaskCopy) -> bool:
+        """Whether the store holds ``copy``'s done mark now (False if it cannot say: a store
+        without reads, or one that fails)."""
+        read = getattr(self.store, "read_mark", None)
+        if read is None:
+            return False
+        try:
+            return isinstance(read(copy.bucket, copy.task_id, copy.retries), Done)
+        except StoreError:
+            return False
 
     def remembers(self) -> bool:
         """Whether any body that began here is remembered (its mark may have to go again)."""

@@ -102,10 +102,12 @@ class IntervalService:
     def receive(self, held: Held) -> None:
         """Take a new message: raise prefetch for it, queue it for a ticket (an ETA or countdown
         task once it is due), apply the hold caps; or park it, when this worker cannot hold it.
-        A copy of what began here is dropped at once (the store may have lost its mark)."""
-        if self.slots.began_here(held):
+        A copy of what began here, or a redelivered copy whose done mark the store holds, asks
+        for its grant at once, which drops it (and says so in the ledger): held or parked, it
+        could outlive the store's state."""
+        if self.slots.began_here(held) or (_redelivered(held) and self.done.marked(held.copy)):
             self.holding.add(held)
-            self.slots.drop_duplicate(held, "already began here")
+            self.slots.grant(held)
             return
         if self.overflow is not None and self.overflow.parks(held):
             return
@@ -213,3 +215,9 @@ class IntervalService:
         """Per-bucket figures for ``inspect interval_stats`` (see ``stats.interval_stats``)."""
         running = self.places.by_bucket()
         return interval_stats(self.holding, self.overflow, running, top, match, buckets, tasks)
+
+
+def _redelivered(held: Held) -> bool:
+    """A copy the broker hands out again (not a throttled task's copy sent again: it runs)."""
+    info = getattr(held.request, "delivery_info", None) or {}
+    return bool(info.get("redelivered")) and not held.resent

@@ -80,7 +80,7 @@ class SlotCycle:
         #: at once when a body of the bucket ends here.
         self._full: dict[str, set[Held]] = {}
         self.pool = Pool(timer, pool_slots, claim=self._claim)
-        self.tickets = Tickets(timer, self.pool, grant=self._grant, forget=self._forget)
+        self.tickets = Tickets(timer, self.pool, grant=self.grant, forget=self._forget)
 
     def admit(self, held: Held) -> None:
         """Queue a newly held task for a ticket (an ETA or countdown task once it is due)."""
@@ -107,7 +107,7 @@ class SlotCycle:
             self._full[bucket] = set(waiting) - {first}
             self.due(first)
 
-    def _grant(self, held: Held) -> None:
+    def grant(self, held: Held) -> None:
         """Take a ticket; with a pool process free, claim it in the same trip if it is due."""
         held.state = HeldState.GRANTING
         held_us = (time.monotonic_ns() - held.received_ns) // 1000
@@ -140,7 +140,7 @@ class SlotCycle:
         except StoreError as exc:
             self.done.put_back(marks)
             self.outage.failed(exc)
-            self._arm(held, self.outage.backoff_s, self._grant)
+            self._arm(held, self.outage.backoff_s, self.grant)
             return
         except Exception:
             self.done.put_back(marks)  # the marks go with the next flush
@@ -302,7 +302,7 @@ class SlotCycle:
                 result.epoch,
             )
             if held.ticketed:
-                self._grant(held)
+                self.grant(held)
             else:
                 self._requeue(held)
         else:

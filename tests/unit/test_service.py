@@ -217,20 +217,21 @@ def test_a_worker_that_claims_nothing_still_writes_its_marks_to_a_store_born_aga
 
 
 def test_a_copy_of_what_began_here_is_dropped_as_it_arrives() -> None:
-    """Before any ticket or parking: parked, it could reach a worker that does not know it
-    ran, after the store lost its mark."""
+    """Its grant is asked at once (the ledger says what happened to it), before any parking:
+    parked, it could reach a worker that does not know it ran, after the store lost its mark;
+    the store having lost the mark here, the worker drops it and writes the mark again."""
     clock = Clock(1_000_000_000)
     store = MemoryStore(clock)
-    service = make_service(store, [])
+    service = make_service(store, ["busy", "busy"])  # no free process: no ticket now
     started: list[str] = []
     service.done.began(TaskCopy("api", "a", 0), ended=True)
     copy = held_copy(service, "a", started)
     service.receive(copy)
     assert copy.request.acked and not service.holding.held["api"]
     assert service.holding.stats["api"].duplicates == 1
-    assert store.read_state("api") is None  # no grant asked
     fire_due(service.timer, clock, within_s=0.5)
     assert started == []
+    assert store.grant(TaskCopy("api", "a", 0), Pace(INTERVAL_US)).outcome.name == "DUPLICATE"
 
 
 def test_a_task_the_pool_never_accepted_is_remembered_once_its_mark_is_found() -> None:
@@ -260,3 +261,19 @@ def test_a_task_the_pool_never_accepted_is_remembered_once_its_mark_is_found() -
     second[1](*second[2])
     assert service.done.began_here(TaskCopy("api", "c", 0))
     assert not [e for e in service.timer.entries if e[1] == service.done._read_marks]
+
+
+def test_a_redelivered_copy_whose_mark_the_store_holds_is_dropped_as_it_arrives() -> None:
+    """Its mark is read as it arrives, and its grant asked at once, which drops it: held or
+    parked meanwhile, the copy could outlive the store's state (and its mark). A throttled
+    task's copy sent again is not read: it runs."""
+    clock = Clock(1_000_000_000)
+    store = MemoryStore(clock)
+    service = make_service(store, ["busy", "busy"])  # no free process: no ticket now
+    started: list[str] = []
+    store.done([TaskCopy("api", "a", 0)], 7_200_000_000)
+    copy = held_copy(service, "a", started)
+    copy.request.delivery_info = {"redelivered": True}  # type: ignore[attr-defined]
+    service.receive(copy)
+    assert copy.request.acked and service.holding.stats["api"].duplicates == 1
+    assert not service.holding.held["api"]
