@@ -39,6 +39,8 @@ def report(result: Result) -> None:
     print(json.dumps(schedule_json(result.schedule)))
     for line in result.verdict.lost[:20] + result.verdict.doubled[:20]:
         print(f"  {line}")
+    for line in result.verdict.forgotten[:20]:
+        print(f"  beyond the promise: {line}")
     for violation in result.verdict.violations[:10]:
         print(describe(violation))
     for finding in result.findings[:5]:
@@ -72,9 +74,10 @@ def recheck(path: Path) -> int:
         f"{path}: steps={verdict.steps} ran={verdict.ran} revoked={verdict.revoked} "
         f"excused={verdict.excused} popped={len(verdict.popped)} "
         f"violations={len(verdict.violations)} "
-        f"lost={len(verdict.lost)} doubled={len(verdict.doubled)}"
+        f"lost={len(verdict.lost)} doubled={len(verdict.doubled)} "
+        f"forgotten={len(verdict.forgotten)}"
     )
-    for line in verdict.lost[:20] + verdict.doubled[:20]:
+    for line in verdict.lost[:20] + verdict.doubled[:20] + verdict.forgotten[:20]:
         print(f"  {line}")
     for violation in verdict.violations[:10]:
         print(describe(violation))
@@ -102,7 +105,16 @@ def main(argv: list[str] | None = None) -> int:
     unknown = set(kinds) - set(FAULTS)
     if unknown:
         parser.error(f"unknown fault kinds: {sorted(unknown)}")
-    kinds_of_total = ("jobs", "steps", "faults", "popped", "violations", "lost", "doubled")
+    kinds_of_total = (
+        "jobs",
+        "steps",
+        "faults",
+        "popped",
+        "violations",
+        "lost",
+        "doubled",
+        "forgotten",
+    )
     totals = dict.fromkeys(kinds_of_total, 0)
     began = time.monotonic()
     burners = [
@@ -138,6 +150,7 @@ def run_seeds(
         totals["violations"] += len(v.violations)
         totals["lost"] += len(v.lost)
         totals["doubled"] += len(v.doubled)
+        totals["forgotten"] += len(v.forgotten)
         if not result.ok:
             failed.append(seed)
     return failed

@@ -72,19 +72,19 @@ class DoneMarks:
 
     def look_for_marks(self, copies: list[TaskCopy], gaps_s: tuple[float, ...]) -> None:
         """Tasks released to the pool but never reported (the channel closed): a process may
-        have begun one and posted its mark. A read after each of ``gaps_s`` (seconds, one
-        after another) that finds the mark remembers the copy as begun and ended here, so its
-        mark goes again if the store is born again and a copy handed back here is dropped."""
-        if copies and gaps_s:
-            self.timer.call_after(gaps_s[0], self._read_marks, (copies, gaps_s[1:]), priority=8)
-
-    def _read_marks(self, copies: list[TaskCopy], later_s: tuple[float, ...]) -> None:
-        left = list(copies)
+        have begun one and posted its mark. A read now, and after each of ``gaps_s`` (seconds,
+        one after another), that finds the mark remembers the copy as begun and ended here, so
+        its mark goes again if the store is born again and a copy handed back here is dropped.
+        The first read is not left to the timer: Celery stops it while it reconnects to the
+        broker, and a store that loses its state meanwhile would take marks readable now."""
+        left = []
         for copy in copies:
             if self.marked(copy):
                 self.began(copy, ended=True)
-                left.remove(copy)
-        self.look_for_marks(left, later_s)
+            else:
+                left.append(copy)
+        if left and gaps_s:
+            self.timer.call_after(gaps_s[0], self.look_for_marks, (left, gaps_s[1:]), priority=8)
 
     def marked(self, copy: TaskCopy) -> bool:
         """Whether the store holds ``copy``'s done mark now (False if it cannot say: a store

@@ -107,6 +107,10 @@ class Verdict:
     #: first steps no worker received, at most one per killed worker (a Redis broker's pop).
     popped: list[str] = field(default_factory=list)
     doubled: list[str] = field(default_factory=list)
+    #: steps that ran twice beyond the promise (P4): the worker their first body ran on was
+    #: killed, and then the store lost its state, before the second began; nothing that
+    #: remembered the body was left.
+    forgotten: list[str] = field(default_factory=list)
     violations: list[dict[str, Any]] = field(default_factory=list)
 
     @property
@@ -185,7 +189,12 @@ def check_once(records: list[Record], events: Events, verdict: Verdict) -> None:
             verdict.steps += 1
             key = (job, task, retries)
             runs = ran[key] - throttled[key]
-            if runs > 1:
+            if runs > 1 and _forgotten(key, records, events):
+                verdict.forgotten.append(
+                    f"{job} {task} retries={retries}: ran {runs} times (its first worker "
+                    "killed, then the store's state lost, before the second)"
+                )
+            elif runs > 1:
                 verdict.doubled.append(
                     f"{job} {task} retries={retries}: ran {runs} times"
                     + _across_loss(job, task, retries, records, events.losses)
@@ -249,6 +258,21 @@ def _across_loss(
     if any(times[0] < t < times[-1] for t in losses):
         return " (across a store state loss: a copy of its message met no done mark)"
     return ""
+
+
+def _forgotten(key: tuple[str, str, int], records: list[Record], events: Events) -> bool:
+    """Whether the first body of the step ``key`` was remembered nowhere when its second began:
+    its worker SIGKILLed after it began, then a store state loss, both before the second."""
+    starts = sorted(
+        (r for r in records if r["k"] == "start" and (r["job"], r["task"], r["r"]) == key),
+        key=lambda r: int(r["mono"]),
+    )
+    first, second_ns = starts[0], int(starts[1]["mono"])
+    return any(
+        host == first["host"] and int(first["mono"]) <= killed_ns <= lost_ns < second_ns
+        for host, killed_ns in events.kills
+        for lost_ns in events.losses
+    )
 
 
 def _died_mid_body(

@@ -62,7 +62,7 @@ class Result:
             f"revoked={v.revoked} excused={v.excused} popped={len(v.popped)} "
             f"faults: {faults or 'none'} | "
             f"violations={len(v.violations)} lost={len(v.lost)} doubled={len(v.doubled)} "
-            f"worker_exits={len(self.findings)}"
+            f"forgotten={len(v.forgotten)} worker_exits={len(self.findings)}"
         )
 
     @property

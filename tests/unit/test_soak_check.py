@@ -274,6 +274,23 @@ def test_a_throttled_start_is_not_a_run() -> None:
     assert verdict.ok and verdict.ran == 1
 
 
+def test_a_body_its_worker_and_the_store_both_forgot_is_beyond_the_promise() -> None:
+    """Doubled across a state loss is a failure while the first body's worker lived; its
+    worker killed, then the state lost, before the second run, it is counted apart."""
+    first = start("a", LAYOUT.main, 0)
+    after = {**start("a", LAYOUT.main, 900), "host": "w2@x"}
+    records = [first, end(first, 5), after, end(after, 905)]
+    events = expecting([first])
+    events.losses = [500 * MS]
+    verdict = check(records, events, LAYOUT.rule)
+    assert len(verdict.doubled) == 1 and not verdict.forgotten, "its worker remembered it"
+    events.kills = [("w1@x", 600 * MS)]
+    assert len(check(records, events, LAYOUT.rule).doubled) == 1, "killed after the loss"
+    events.kills = [("w1@x", 400 * MS)]
+    verdict = check(records, events, LAYOUT.rule)
+    assert not verdict.doubled and len(verdict.forgotten) == 1 and verdict.ok
+
+
 def test_a_capped_task_that_ran_twice_has_two_bodies_not_one_long_one() -> None:
     """Each start ends at the end its own worker recorded after it."""
     first = start("c", LAYOUT.capped, 0)
