@@ -163,7 +163,7 @@ def receive_many(
 def test_interval_stats_of_thousands_of_buckets_is_capped() -> None:
     """The top buckets by held tasks, each listing its first tasks by ticket; the total counts
     every bucket that matched; a bad argument is an error reply."""
-    store = MemoryStore()
+    store = MemoryStore(lambda: 1_000_000_000)  # a stopped clock: no slot comes while it runs
     service = make_service(store, [])
     service.slots.pool.free = lambda: 1_000  # every held task takes a ticket
     store.pause("api", INTERVAL_US)

@@ -437,4 +437,5 @@ def test_two_apps_with_their_own_prefixes_share_one_redis(
     assert keys and all(k.startswith(("appa:", "appb:")) for k in keys), keys
     for name, started in (("appa", 6), ("appb", 4)):
         ledger = RedisStore.from_url(redis_server.url_for(0), key_prefix=f"{name}:").ledger(queue)
-        assert [f["op"] for _, f in ledger].count("claim:OK") == started
+        # a task whose pool process came late claims a new start: its task counts once
+        assert len({f["task"] for _, f in ledger if f["op"] == "claim:OK"}) == started
