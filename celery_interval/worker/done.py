@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import threading
 import time
-from collections import OrderedDict
+from collections import OrderedDict, deque
+from collections.abc import Callable
 from typing import Any
 
 from celery_interval.config import Settings
@@ -22,11 +24,31 @@ DONE_FLUSH_S = 0.0
 #: dedupe window.
 BEGAN_KEPT = 20_000
 
+#: When (seconds, one after another) the marks of tasks released to the pool but never
+#: reported are read again, after the read as the channel closes; a last read at the lease's end.
+ORPHAN_READS_S = (0.25, 1.0)
+#: Runs ``fn(*args)`` after ``delay_s`` seconds on a thread of its own.
+Later = Callable[..., None]
+
+
+def on_a_thread(delay_s: float, fn: Callable[..., None], *args: Any) -> None:
+    """``Later`` by a daemon ``threading.Timer``: it runs while the event loop does not."""
+    thread = threading.Timer(delay_s, fn, args)
+    thread.daemon = True
+    thread.start()
+
 
 class DoneMarks:
     """The done marks not yet sent: flushed on the loop's next turn, or carried by a take."""
 
-    def __init__(self, settings: Settings, store: Store, timer: Any, outage: StoreOutage) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        store: Store,
+        timer: Any,
+        outage: StoreOutage,
+        later: Later = on_a_thread,
+    ) -> None:
         self.settings = settings
         self.store = store
         self.timer = timer
@@ -40,6 +62,11 @@ class DoneMarks:
         self._owed: set[TaskCopy] = set()
         #: The store's birth (its clock, µs) for which the marks were last written again.
         self._born_us: int | None = None
+        #: When (monotonic s) the marks were last written again.
+        self._rewritten_s = float("-inf")
+        self._later = later
+        #: Copies whose marks a read on another thread found, with when it read them.
+        self._found: deque[tuple[TaskCopy, float]] = deque()
 
     def began(self, copy: TaskCopy, *, ended: bool = False, start_us: int | None = None) -> None:
         """``copy``'s body began here and its message was acknowledged: a copy of it that the
@@ -70,21 +97,46 @@ class DoneMarks:
             self._owed.discard(copy)
             self.add(copy.bucket, copy.task_id, copy.retries)
 
-    def look_for_marks(self, copies: list[TaskCopy], gaps_s: tuple[float, ...]) -> None:
+    def look_for_marks(
+        self, copies: list[TaskCopy], gaps_s: tuple[float, ...] | None = None
+    ) -> None:
         """Tasks released to the pool but never reported (the channel closed): a process may
-        have begun one and posted its mark. A read now, and after each of ``gaps_s`` (seconds,
-        one after another), that finds the mark remembers the copy as begun and ended here, so
-        its mark goes again if the store is born again and a copy handed back here is dropped.
-        The first read is not left to the timer: Celery stops it while it reconnects to the
-        broker, and a store that loses its state meanwhile would take marks readable now."""
+        have begun one and posted its mark, now or soon after. A read now, and after each of
+        ``gaps_s`` (seconds, one after another; by default ``ORPHAN_READS_S`` and then at the
+        lease's end), that finds the mark remembers the copy as
+        begun and ended here, so its mark goes again if the store is born again and a copy
+        handed back here is dropped. The later reads run on a thread of their own: Celery runs
+        no timer while it reconnects to the broker, and a store that loses its state meanwhile
+        would take marks readable before."""
+        if gaps_s is None:
+            gaps_s = (*ORPHAN_READS_S, self.settings.lease_us / 1e6)
+        left = [copy for copy in copies if not self.marked(copy)]
+        for copy in copies:
+            if copy not in left:
+                self.began(copy, ended=True)
+        if left and gaps_s:
+            self._later(gaps_s[0], self._read_later, left, gaps_s[1:])
+
+    def _read_later(self, copies: list[TaskCopy], gaps_s: tuple[float, ...]) -> None:
+        """``look_for_marks``'s later reads (on their own thread): what they find waits in
+        ``_found`` for the loop thread (``_take_found``)."""
         left = []
         for copy in copies:
             if self.marked(copy):
-                self.began(copy, ended=True)
+                self._found.append((copy, time.monotonic()))
             else:
                 left.append(copy)
         if left and gaps_s:
-            self.timer.call_after(gaps_s[0], self.look_for_marks, (left, gaps_s[1:]), priority=8)
+            self._later(gaps_s[0], self._read_later, left, gaps_s[1:])
+
+    def _take_found(self) -> None:
+        """Remember the copies the later reads found; a mark read before the marks were last
+        written again (a birth came meanwhile) goes again now."""
+        while self._found:
+            copy, read_s = self._found.popleft()
+            self.began(copy, ended=True)
+            if read_s < self._rewritten_s:
+                self.add(copy.bucket, copy.task_id, copy.retries)
 
     def marked(self, copy: TaskCopy) -> bool:
         """Whether the store holds ``copy``'s done mark now (False if it cannot say: a store
@@ -99,10 +151,12 @@ class DoneMarks:
 
     def remembers(self) -> bool:
         """Whether any body that began here is remembered (its mark may have to go again)."""
+        self._take_found()
         return bool(self._began)
 
     def began_here(self, copy: TaskCopy) -> bool:
         """Whether ``copy``'s body began here within the dedupe window (``began``)."""
+        self._take_found()
         kept = self._began.get(copy)
         return kept is not None and kept[0] > time.monotonic()
 
@@ -111,8 +165,9 @@ class DoneMarks:
         that ran here go again with the next flush (not a throttled run's: its copy sent again
         must run), and those of the bodies still running go as each ends (not now: a pool
         process that claims again must not meet its own mark). Returns how many go now."""
+        self._take_found()
         self._born_us = born_us
-        now_s = time.monotonic()
+        now_s = self._rewritten_s = time.monotonic()
         live = [(c, ended) for c, (forget_s, ended) in self._began.items() if forget_s > now_s]
         again = [c for c, ended in live if ended]
         self._owed.update(c for c, ended in live if not ended)

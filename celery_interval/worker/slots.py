@@ -383,7 +383,7 @@ class SlotCycle:
         for held in orphans:
             self.leases.drop(held.key)
             self.places.drop(held.request)
-        self.done.look_for_marks([h.copy for h in orphans], (1.0, self.settings.lease_us / 1e6))
+        self.done.look_for_marks([h.copy for h in orphans])
         logger.warning(
             "interval: connection lost with %d task(s) released to the pool but not yet accepted "
             "(%s): their copies wait for the lease (up to %.0fs) before they can run",

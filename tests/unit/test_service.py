@@ -9,6 +9,7 @@ from celery_interval.schedule import ClaimTerms, Pace
 from celery_interval.stores.base import TaskCopy
 from celery_interval.stores.memory import MemoryStore
 from celery_interval.worker.held import Held, HeldState
+from celery_interval.worker.service import IntervalService
 from tests.helpers.fakeclock import Clock
 from tests.helpers.fakes import INTERVAL_US, fire_due, held_copy, make_service
 from tests.helpers.logs import worker_log
@@ -234,35 +235,52 @@ def test_a_copy_of_what_began_here_is_dropped_as_it_arrives() -> None:
     assert store.grant(TaskCopy("api", "a", 0), Pace(INTERVAL_US)).outcome.name == "DUPLICATE"
 
 
-def test_a_task_the_pool_never_accepted_is_remembered_once_its_mark_is_found() -> None:
-    """A process may have begun it and posted its mark: the worker reads the marks of such
-    tasks as the channel closes, a second after and again at the lease's end, and remembers
-    the ones marked, so their marks go again if the store is born again."""
+class Later:
+    """``DoneMarks``' later reads, run when the test says (``run_next``), not on a thread."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[float, Any, tuple[Any, ...]]] = []
+
+    def __call__(self, delay_s: float, fn: Any, *args: Any) -> None:
+        self.calls.append((delay_s, fn, args))
+
+    def run_next(self) -> float:
+        delay_s, fn, args = self.calls.pop(0)
+        fn(*args)
+        return delay_s
+
+
+def orphans(*task_ids: str) -> tuple[Clock, MemoryStore, IntervalService, Later]:
+    """A worker whose tasks ``task_ids`` were released to the pool, then its channel closed."""
     clock = Clock(1_000_000_000)
     store = MemoryStore(clock)
     service = make_service(store, [])
+    later = service.done._later = Later()
     started: list[str] = []
-    for task_id in ("a", "b", "c"):
+    for task_id in task_ids:
         service.receive(held_copy(service, task_id, started))
         fire_due(service.timer, clock, within_s=0.5)
-    assert started == ["a", "b", "c"]
+    assert started == list(task_ids)
     service.timer.entries.clear()
+    return clock, store, service, later
+
+
+def test_a_task_the_pool_never_accepted_is_remembered_once_its_mark_is_found() -> None:
+    """A process may have begun it and posted its mark: the worker reads the marks of such
+    tasks as the channel closes, then a quarter second, a second and a lease later, and
+    remembers the ones marked, so their marks go again if the store is born again."""
+    _clock, store, service, later = orphans("a", "b", "c")
     store.done([TaskCopy("api", "a", 0)], 7_200_000_000)  # a's process posted its mark
     service.connection_lost()
     assert service.done.began_here(TaskCopy("api", "a", 0)), "read as the channel closed"
     store.done([TaskCopy("api", "b", 0)], 7_200_000_000)  # b's process posted its mark
-    (first,) = [e for e in service.timer.entries if e[1] == service.done.look_for_marks]
-    assert first[0] == 1.0
-    service.timer.entries.remove(first)
-    first[1](*first[2])
+    assert later.run_next() == 0.25
     assert [service.done.began_here(TaskCopy("api", t, 0)) for t in "abc"] == [True, True, False]
+    assert later.run_next() == 1.0
     store.done([TaskCopy("api", "c", 0)], 7_200_000_000)  # c's began later
-    (second,) = [e for e in service.timer.entries if e[1] == service.done.look_for_marks]
-    assert second[0] == service.settings.lease_us / 1e6
-    service.timer.entries.remove(second)
-    second[1](*second[2])
+    assert later.run_next() == service.settings.lease_us / 1e6
     assert service.done.began_here(TaskCopy("api", "c", 0))
-    assert not [e for e in service.timer.entries if e[1] == service.done.look_for_marks]
+    assert not later.calls, "every copy was found"
 
 
 def test_an_unreported_task_whose_mark_is_in_the_store_is_remembered_before_a_reconnect() -> None:
@@ -270,23 +288,27 @@ def test_an_unreported_task_whose_mark_is_in_the_store_is_remembered_before_a_re
     meanwhile must not take the only trace of a body that began here. The mark is read as the
     channel closes, so it goes again to the store born again, and a copy handed back is
     dropped here."""
-    clock = Clock(1_000_000_000)
-    store = MemoryStore(clock)
-    service = make_service(store, [])
-    started: list[str] = []
-    service.receive(held_copy(service, "a", started))
-    fire_due(service.timer, clock, within_s=0.5)
-    assert started == ["a"]
-    service.timer.entries.clear()
+    clock, store, service, later = orphans("a")
     store.done([TaskCopy("api", "a", 0)], 7_200_000_000)  # its process posted the mark
     service.connection_lost()  # the pool never reported it: released, not accepted
-    store._marks.clear()  # the store loses its marks before any timer runs again
-    for entry in list(service.timer.entries):
-        if entry[1] == service.done.look_for_marks:
-            service.timer.entries.remove(entry)
-            entry[1](*entry[2])  # later reads find nothing: the marks are gone
+    store._marks.clear()  # the store loses its marks before the loop runs again
+    assert not later.calls, "found at once"
     assert service.done.began_here(TaskCopy("api", "a", 0))
     assert service.done.write_again(clock() + 1) == 1, "its mark goes again to the new store"
+
+
+def test_a_mark_posted_after_the_channel_closed_is_read_while_the_loop_waits() -> None:
+    """The body began just after the channel closed (its process was handed it before): the
+    read a quarter second later, on its own thread, finds the mark while Celery reconnects;
+    the loop takes it when it runs again, and a birth seen meanwhile sends the mark again."""
+    clock, store, service, later = orphans("a", "b")
+    service.connection_lost()
+    store.done([TaskCopy("api", "a", 0), TaskCopy("api", "b", 0)], 7_200_000_000)
+    later.run_next()  # on its thread, during the reconnect: both found
+    store._marks.clear()  # then the store loses its state
+    assert service.done.write_again(clock() + 1) == 2, "both marks go again"
+    assert service.done.began_here(TaskCopy("api", "a", 0))
+    assert not later.calls
 
 
 def test_a_redelivered_copy_whose_mark_the_store_holds_is_dropped_as_it_arrives() -> None:
