@@ -1,0 +1,126 @@
+"""The fair share model: an outer bucket's starts divided among waiting keys by weight."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from celery_interval.schedule.fair import FairShare, Tag, started, turn
+from tests.helpers.fair_sim import T0_US, Key, fluid_shares, simulate
+
+SPACING_US = 20_000  # the shared limit: 50 starts a second
+SECOND_US = 1_000_000
+
+
+def jain(values: list[float]) -> float:
+    return sum(values) ** 2 / (len(values) * sum(v * v for v in values))
+
+
+def test_equal_keys_share_alike_and_the_limit_is_used_in_full() -> None:
+    run = simulate({k: Key() for k in "abc"}, SPACING_US, 10 * SECOND_US, 3_000, 20_000)
+    counts = run.counts()
+    assert sum(counts.values()) >= 0.99 * 10 * SECOND_US / SPACING_US
+    assert max(counts.values()) - min(counts.values()) <= 1
+    assert [t for t, _ in run.starts] == sorted(t for t, _ in run.starts)
+    gaps = [b - a for (a, _), (b, _) in zip(run.starts, run.starts[1:], strict=False)]
+    assert min(gaps) >= SPACING_US, "the outer's interval holds"
+
+
+def test_weights_divide_the_starts_in_proportion() -> None:
+    keys = {"a": Key(weight=1), "b": Key(weight=2), "c": Key(weight=3)}
+    counts = simulate(keys, SPACING_US, 12 * SECOND_US, 3_000, 20_000).counts()
+    total = sum(counts.values())
+    for k, key in keys.items():
+        assert abs(counts[k] - total * key.weight / 6) <= 2, counts
+
+
+def test_a_key_its_own_interval_holds_below_its_share_gets_all_it_wants() -> None:
+    """Max-min: ``a`` wants 10 a second of a 50-a-second limit; the others split the rest."""
+    keys = {"a": Key(own_us=100_000), "b": Key(), "c": Key()}
+    counts = simulate(keys, SPACING_US, 10 * SECOND_US, 3_000, 20_000).counts()
+    assert counts["a"] >= 0.98 * 100
+    assert abs(counts["b"] - counts["c"]) <= 1
+    assert sum(counts.values()) >= 0.99 * 500
+
+
+def test_a_small_key_behind_a_flood_finishes_at_its_share() -> None:
+    """20 tasks arriving at 5 s behind a flood that has had the limit to itself: half the
+    limit each, so 20 starts in about 40 intervals, not behind the flood's backlog."""
+    keys = {"flood": Key(), "small": Key(tasks=20, arrive_us=5 * SECOND_US)}
+    run = simulate(keys, SPACING_US, 10 * SECOND_US, 3_000, 20_000)
+    small = [t for t, k in run.starts if k == "small"]
+    assert len(small) == 20
+    alone_at_share_us = 20 * 2 * SPACING_US
+    assert small[-1] - (T0_US + 5 * SECOND_US) <= 2 * alone_at_share_us
+    assert sum(run.counts().values()) >= 0.99 * 500
+
+
+def test_a_key_that_stops_claiming_holds_the_others_up_only_briefly() -> None:
+    """Its worker died while it waited its turn: the budget is taken by the others once it
+    has been free half an interval, and the key stops counting as waiting."""
+    keys = {"a": Key(), "b": Key(), "gone": Key(stop_us=2 * SECOND_US)}
+    run = simulate(keys, SPACING_US, 6 * SECOND_US, 3_000, 20_000)
+    after = run.counts(2 * SECOND_US + 200_000, 6 * SECOND_US)
+    assert after["gone"] == 0
+    assert after["a"] + after["b"] >= 0.99 * (3.8 * SECOND_US / SPACING_US) - 1
+    assert "gone" not in {t.key for t in run.fair.tags if t.want_until_us >= T0_US + 6 * SECOND_US}
+
+
+def test_a_key_back_from_idle_keeps_no_credit() -> None:
+    """``late`` had nothing to do for 5 s: it then shares alike, it does not catch up."""
+    keys = {"busy": Key(), "late": Key(arrive_us=5 * SECOND_US)}
+    counts = simulate(keys, SPACING_US, 7 * SECOND_US, 3_000, 20_000).counts(5 * SECOND_US)
+    assert abs(counts["late"] - counts["busy"]) <= 2, counts
+
+
+def test_fifty_small_keys_arriving_over_a_flood_each_get_their_share() -> None:
+    """The benchmark's shape, in the model: a flood, 50 keys of 20 tasks arriving over 10 s,
+    weights 1, 2 and 3. In every 2-second window, every key that waited the whole window got
+    at least 0.9 of its weighted share of the starts, and the limit was used in full."""
+    keys = {"flood": Key(weight=1)}
+    keys |= {f"k{i}": Key(weight=1 + i % 3, tasks=20, arrive_us=i * 200_000) for i in range(50)}
+    run = simulate(keys, SPACING_US, 20 * SECOND_US, 3_000, 20_000)
+    window_us = 2 * SECOND_US
+    starts = {k: [t - T0_US for t, kk in run.starts if kk == k] for k in keys}
+    for from_us in range(0, 20 * SECOND_US, window_us):
+        counts = run.counts(from_us, from_us + window_us)
+        assert sum(counts.values()) >= 0.98 * window_us / SPACING_US
+        fluid = fluid_shares(keys, SPACING_US, from_us, from_us + window_us)
+        backlogged = [
+            k
+            for k, key in keys.items()
+            if key.arrive_us <= from_us and starts[k] and starts[k][-1] >= from_us + window_us
+        ]
+        assert backlogged, from_us
+        short = {k: (counts[k], fluid[k]) for k in backlogged if counts[k] < 0.9 * fluid[k] - 1}
+        assert not short, (from_us, short)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    weights=st.lists(st.integers(1, 5), min_size=2, max_size=8),
+    latency_us=st.integers(0, 15_000),
+)
+def test_random_weights_share_in_proportion_and_use_the_limit(
+    weights: list[int], latency_us: int
+) -> None:
+    keys = {f"k{i}": Key(weight=w) for i, w in enumerate(weights)}
+    run = simulate(keys, SPACING_US, 8 * SECOND_US, latency_us, 20_000)
+    counts = run.counts(SECOND_US)
+    total = sum(counts.values())
+    assert total >= 0.98 * 7 * SECOND_US / SPACING_US
+    normalized = [counts[k] / keys[k].weight for k in keys]
+    assert jain(normalized) >= 0.98, counts
+
+
+def test_a_turn_waits_for_the_keys_before_it_and_none_waits_for_a_key_gone() -> None:
+    fair = FairShare(v_us=100, tags=(Tag("a", 100, T0_US + 50_000, 1),))
+    fair, wait_us = turn(fair, "b", 1, T0_US, SPACING_US, 0)
+    assert wait_us == 0, "b's start tag is a's: a tie goes to the one that claims"
+    fair = started(fair, "b", 1, 1, SPACING_US, T0_US)
+    fair, wait_us = turn(fair, "b", 1, T0_US + 1, SPACING_US, SPACING_US)
+    assert wait_us == SPACING_US + SPACING_US * 7 // 8, "the budget's, then most of a's start"
+    _, wait_us = turn(fair, "b", 1, T0_US + 60_000, SPACING_US, 0)
+    assert wait_us == 0, "a stopped waiting"
+    _, wait_us = turn(fair, "b", 1, T0_US + 2, SPACING_US, -SPACING_US // 2)
+    assert wait_us == 0, "the budget was free half an interval: b takes it"
