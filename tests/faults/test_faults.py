@@ -21,9 +21,9 @@ from celery_interval.stores.keys import mark_key
 from tests.helpers.assertions import (
     assert_body_gaps,
     assert_claims_spaced,
+    assert_deadlines,
     assert_exactly_once,
     assert_one_ok_claim_each,
-    body_floor_us,
     utilization,
 )
 from tests.helpers.brokerproc import RabbitNode
@@ -273,12 +273,11 @@ def test_sigkill_one_then_two_of_three_workers(make_pool: Any, broker: str) -> N
     history = [r for r in records if r["id"] in doubled]
     assert not doubled, history + [e for e in ledger(pool) if e.get("task") in doubled]
     assert_exactly_once(records, ran_ids)
-    deadline_gaps = deadline_gaps_us(records)
     claim_gaps = assert_claims_spaced(pool, INTERVAL_S)
     name = f"test_sigkill_one_then_two_of_three_workers[{broker}]"
     publish(name, records, ran_ids, claim_gaps)
     print(f"FIGURES {name}: died as their bodies began (copies dropped): {len(died)}")
-    assert min(deadline_gaps) >= body_floor_us(INTERVAL_S)
+    assert_deadlines(records, INTERVAL_S)
 
 
 def test_acks_late_task_killed_mid_body_runs_again(make_pool: Any) -> None:
@@ -503,7 +502,7 @@ def test_store_unreachable_for_seconds_keeps_its_state(make_pool: Any, redis_ser
     assert len(epochs) == 1, f"the state was kept, yet epochs {epochs}"
     deadline_gaps = deadline_gaps_us(records)
     publish("test_store_unreachable_for_seconds_keeps_its_state", records, ids, deadline_gaps)
-    assert min(deadline_gaps) >= body_floor_us(INTERVAL_S)
+    assert_deadlines(records, INTERVAL_S)
     assert_one_line_per_outage(pool, records, stopped_at_ns)
     for worker in pool.workers:
         assert "new epoch" not in worker.log()
@@ -524,5 +523,4 @@ def test_a_worker_behind_a_slow_link_to_the_store(make_pool: Any, redis_server: 
     assert_one_ok_claim_each(pool, ids)
     claim_gaps = assert_claims_spaced(pool, INTERVAL_S)
     publish("test_a_worker_behind_a_slow_link_to_the_store", records, ids, claim_gaps)
-    deadline_gaps = deadline_gaps_us(records)
-    assert min(deadline_gaps) >= body_floor_us(INTERVAL_S)
+    assert_deadlines(records, INTERVAL_S)
