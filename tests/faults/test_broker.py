@@ -161,6 +161,17 @@ def broadcast(pool: Pool, command: str, timeout_s: float = 30.0) -> None:
             time.sleep(0.5)
 
 
+@contextlib.contextmanager
+def paused_through(pool: Pool) -> Iterator[None]:
+    """The queue paused around a fault that ``rabbitmqctl`` brings (its command line takes
+    seconds on a loaded machine, the whole run's length): tasks are still held, paused, when
+    it comes. Unpaused once the workers are back."""
+    broadcast(pool, "pause_queue")
+    yield
+    wait_logged(pool, BACK)
+    broadcast(pool, "unpause_queue")
+
+
 def assert_survived(pool: Pool, ids: list[str], name: str) -> list[int]:
     """Every worker alive and said once that the broker went and once that it came back; each
     task started once; claims spaced by the interval on the store's clock. Returns how many
@@ -269,9 +280,10 @@ def test_rabbitmq_node_stop_app_start_app(make_broker_pool: Any, live_rabbit: Ra
     queues when the connections closed; the workers reconnect and take them again."""
     pool = make_broker_pool(live_rabbit.url)
     ids = start_and_wait(pool)
-    live_rabbit.stop_app()
-    time.sleep(3.0)
-    live_rabbit.start_app()
+    with paused_through(pool):
+        live_rabbit.stop_app()
+        time.sleep(3.0)
+        live_rabbit.start_app()
     assert_survived(pool, ids, "test_rabbitmq_node_stop_app_start_app")
 
 
@@ -289,7 +301,8 @@ def test_rabbitmq_connections_closed(make_broker_pool: Any, live_rabbit: RabbitN
     """``rabbitmqctl close_all_connections`` with the node up: the workers reconnect."""
     pool = make_broker_pool(live_rabbit.url)
     ids = start_and_wait(pool)
-    live_rabbit.close_connections()
+    with paused_through(pool):
+        live_rabbit.close_connections()
     assert_survived(pool, ids, "test_rabbitmq_connections_closed")
 
 
