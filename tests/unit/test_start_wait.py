@@ -84,7 +84,7 @@ def _late_to_its_process(later_start: bool) -> tuple[list[int], int, int, Any]:
     app.conf.update(interval_store_url="memory://", interval_queues={"b": 0.05})
     starts: list[int] = []
 
-    @app.task(base=IntervalTask, bind=True, name="startwait.missed")
+    @app.task(base=IntervalTask, bind=True, name="startwait.missed", shared=False)
     def missed(self: Any) -> None:
         starts.append(time.monotonic_ns())
 
