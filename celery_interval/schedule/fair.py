@@ -4,8 +4,9 @@ Start-time fair queuing over the outer bucket's starts. Each inner bucket (a *ke
 finish tag in the outer's *fair time* (µs of the outer's interval, scaled by weight): a start
 of ``cost`` by a key of ``weight`` begins at ``max(its finish tag, V)`` and moves the tag on by
 ``cost * spacing_us // weight``; ``V``, the fair time, is the largest start tag admitted. A key
-*waits* from a claim that came due (within its lead of a start its own limits allow) until it
-starts, or until ``want_until_us`` passes without it claiming again.
+*waits* from a claim that came due (within its lead of a start its own limits allow), and
+after each start from when its own limits allow the next (``due_us``: a backlogged key
+claims again by then), until ``want_until_us`` passes without it claiming again.
 
 A claim of a key that its own limits admit asks for its *turn* (``turn``), whether or not
 the outer's budget is free yet, and so the key waits: it is its turn when no other waiting
@@ -35,6 +36,9 @@ WANT_GRACE_INTERVALS = 4
 #: A key told to wait its turn comes back after this share of the estimate: keys ahead of it
 #: may run out of work sooner, and a claim that comes early only asks again.
 TURN_EARLY_NUM, TURN_EARLY_DEN = 7, 8
+#: The shortest: a claim that is not its key's turn is never admitted, however soon the
+#: turn is expected.
+MIN_TURN_WAIT_US = 5000
 #: The longest wait a turn asks for before the claim looks again, µs.
 MAX_TURN_WAIT_US = 1_000_000
 
@@ -42,12 +46,14 @@ MAX_TURN_WAIT_US = 1_000_000
 @dataclass(frozen=True, slots=True, order=True)
 class Tag:
     """A key's place in the fair share: its finish tag (fair time, µs), until when it counts
-    as waiting (the store's clock, µs; 0: not waiting) and its weight."""
+    as waiting (the store's clock, µs; 0: not waiting), its weight, and from when it may start
+    again by its own limits (the store's clock: before then it waits for nothing here)."""
 
     key: str
     finish_us: int
     want_until_us: int
     weight: int
+    due_us: int = 0
 
 
 @dataclass(frozen=True)
@@ -109,25 +115,39 @@ def turn(
     it may claim again: the budget's wait, or the turn's estimate if later)."""
     tag = fair.tag_of(key, weight)
     mine_us = _start_tag(fair, tag)
-    others = [t for t in fair.tags if t.key != key and t.want_until_us >= now_us]
+    free_by_us = now_us + max(free_in_us, lead_us)
+    others = [
+        t
+        for t in fair.tags
+        if t.key != key and t.want_until_us >= now_us and t.due_us <= free_by_us
+    ]
     first_us = min((_start_tag(fair, t) for t in others), default=mine_us)
     wait_us = max(0, free_in_us - lead_us)
     if mine_us > first_us and free_in_us > -idle_us_of(spacing_us):
         ahead = sum(_starts_before(fair, t, mine_us, spacing_us) for t in others)
         ahead_us = ahead * spacing_us * TURN_EARLY_NUM // TURN_EARLY_DEN
-        wait_us = min(max(0, free_in_us + ahead_us - lead_us), MAX_TURN_WAIT_US)
+        wait_us = min(max(MIN_TURN_WAIT_US, free_in_us + ahead_us - lead_us), MAX_TURN_WAIT_US)
     want_until_us = now_us + wait_us + WANT_GRACE_INTERVALS * spacing_us
-    return _with(fair, replace(tag, want_until_us=want_until_us), now_us), wait_us
+    return _with(fair, replace(tag, want_until_us=want_until_us, due_us=now_us), now_us), wait_us
 
 
 def started(
-    fair: FairShare, key: str, weight: int, cost: int, spacing_us: int, now_us: int
+    fair: FairShare,
+    key: str,
+    weight: int,
+    cost: int,
+    spacing_us: int,
+    now_us: int,
+    due_us: int,
 ) -> FairShare:
     """The fair share after ``key`` started ``cost`` units: its tag moves on by its weighted
-    share of the outer's interval, the fair time to its start tag, and it waits no more
-    (a claim of its next task makes it wait again)."""
+    share of the outer's interval, the fair time to its start tag; it may start again from
+    ``due_us`` by its own limits, and counts as waiting from then (for its next task) until
+    a claim of it or a few intervals say otherwise."""
     tag = fair.tag_of(key, weight)
     start_us = _start_tag(fair, tag)
     finish_us = start_us + max(1, cost) * spacing_us // max(1, weight)
     fair = replace(fair, v_us=max(fair.v_us, start_us))
-    return _with(fair, replace(tag, finish_us=finish_us, want_until_us=0), now_us)
+    want_until_us = max(now_us, due_us) + WANT_GRACE_INTERVALS * spacing_us
+    after = replace(tag, finish_us=finish_us, want_until_us=want_until_us, due_us=due_us)
+    return _with(fair, after, now_us)

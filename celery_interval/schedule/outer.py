@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from celery_interval.schedule import burst, core, limits
+from celery_interval.schedule import burst, core, fair, limits
 from celery_interval.schedule.pace import effective_interval
 from celery_interval.schedule.state import (
     BucketState,
@@ -42,7 +42,14 @@ from celery_interval.schedule.state import (
     virtual_now,
 )
 
-__all__ = ["Outer", "claim_nested", "grant_nested", "status_nested", "take_nested"]
+__all__ = [
+    "Outer",
+    "claim_fair",
+    "claim_nested",
+    "grant_nested",
+    "status_nested",
+    "take_nested",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,15 +140,24 @@ def grant_nested(
     *,
     born_us: int,
     outer_born_us: int,
+    shared: bool = False,
 ) -> tuple[BucketState, Mark | None, BucketState, Grant]:
     """``grant`` of the inner bucket at the outer budget's next slot at the earliest; a new
     ticket reserves its slot in both (``_reserved``). Returns (inner, mark, outer, grant).
-    An interactive share (``pace.share``) does not apply: the start takes a ticket in line."""
+    An interactive share (``pace.share``) does not apply: the start takes a ticket in line.
+    ``shared`` (a fair share, ``claim_fair``): no slot is reserved in the outer's grants, in
+    the order the grants came; the slot is no sooner than the outer's start budget allows,
+    and the claims take turns."""
     pace = replace(pace, share=None)
     inner, outer_state, shift_us = _both(
         inner, outer_state, now_us, pace.interval_us, outer, born_us, outer_born_us
     )
     v = virtual_now(inner, now_us)
+    if shared:
+        floor_us = _earliest(outer_state, outer, pace.cost) - shift_us
+        floored = replace(pace, not_before_in_us=max(pace.not_before_in_us, floor_us - v))
+        inner, mark, granted = core.grant(inner, mark, now_us, floored, born_us=born_us)
+        return inner, mark, outer_state, _paused(granted, outer_state)
     floor_us = _slot(outer_state, v + shift_us, outer, pace.cost) - shift_us
     floored = replace(pace, not_before_in_us=max(pace.not_before_in_us, floor_us - v))
     ticket = inner.ticket
@@ -188,6 +204,84 @@ def claim_nested(
         start_us = v + claimed.delay_us + shift_us
         outer_state = _started(outer_state, start_us, outer, terms.cost)
     return inner, after, outer_state, claimed
+
+
+def claim_fair(
+    inner: BucketState | None,
+    mark: Mark | None,
+    outer_state: BucketState | None,
+    share: fair.FairShare,
+    now_us: int,
+    slot: Slot,
+    terms: ClaimTerms,
+    outer: Outer,
+    key: str,
+    weight: int,
+    *,
+    interval_us: int,
+    born_us: int,
+    outer_born_us: int,
+    step: ClaimStep | None = None,
+) -> tuple[BucketState, Mark | None, BucketState, fair.FairShare, Claim]:
+    """``claim_nested`` of the inner bucket ``key`` (its ``weight``) under the outer's fair
+    share (``schedule.fair``): a claim that its own bucket admits, or that only the outer's
+    budget holds back, asks for its turn; a start that is not yet its turn is not admitted
+    (WAIT for the turn's estimate: neither record changes, the share notes the key waits),
+    and an admitted one moves the key's tag. Returns (inner, mark, outer, share, claim)."""
+    inner, outer_state, shift_us = _both(
+        inner, outer_state, now_us, interval_us, outer, born_us, outer_born_us
+    )
+    after_inner, after, outer_after, claimed = claim_nested(
+        inner, mark, outer_state, now_us, slot, terms, outer,
+        interval_us=interval_us, born_us=born_us, outer_born_us=outer_born_us, step=step,
+    )  # fmt: skip
+    new_start = claimed.outcome is Outcome.OK and isinstance(after, Lease) and after != mark
+    if not new_start and not _held_by_outer(
+        inner, mark, outer_state, now_us, slot, terms, outer, interval_us, born_us, step
+    ):
+        return after_inner, after, outer_after, share, claimed
+    spacing_us = effective_interval(outer_state, outer.interval_us)
+    v_outer = virtual_now(inner, now_us) + shift_us
+    free_in_us = _earliest(outer_state, outer, terms.cost) - v_outer
+    lead_us = clamp_lead(terms.lead_us)
+    share, wait_us = fair.turn(share, key, weight, now_us, spacing_us, free_in_us, lead_us)
+    if new_start and wait_us == 0:
+        own_us = max(1, terms.cost) * effective_interval(after_inner, interval_us)
+        due_us = now_us + claimed.delay_us + own_us
+        share = fair.started(share, key, weight, terms.cost, spacing_us, now_us, due_us)
+        return after_inner, after, outer_after, share, claimed
+    wait_us = max(wait_us, claimed.delay_us if claimed.outcome is Outcome.WAIT else 0)
+    return (
+        inner,
+        live(mark, now_us),
+        outer_state,
+        share,
+        Claim(Outcome.WAIT, inner.epoch, wait_us, now_us),
+    )
+
+
+def _held_by_outer(
+    inner: BucketState,
+    mark: Mark | None,
+    outer_state: BucketState,
+    now_us: int,
+    slot: Slot,
+    terms: ClaimTerms,
+    outer: Outer,
+    interval_us: int,
+    born_us: int,
+    step: ClaimStep | None,
+) -> bool:
+    """Whether the inner bucket alone would admit a new start now: the outer's budget (or no
+    budget at all) is all that holds the claim back."""
+    alone = replace(outer, interval_us=1, burst=max(1, terms.cost), limits=())
+    _, after, _, claimed = claim_nested(
+        inner, mark, None, now_us, slot, terms, alone,
+        interval_us=interval_us, born_us=born_us, outer_born_us=0, step=step,
+    )  # fmt: skip
+    if outer_state.paused_at_real_us is not None:
+        return False
+    return claimed.outcome is Outcome.OK and isinstance(after, Lease) and after != mark
 
 
 def take_nested(

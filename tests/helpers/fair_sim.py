@@ -6,6 +6,7 @@ from __future__ import annotations
 import heapq
 from collections import Counter
 from dataclasses import dataclass, field
+from typing import Any
 
 from celery_interval.schedule.fair import FairShare, started, turn
 
@@ -70,7 +71,8 @@ def simulate(
             heapq.heappush(events, (now_us + wait_us + latency_us, k))
             continue
         start_us = max(now_us, earliest_us, own_at[k])
-        run.fair = started(run.fair, k, key.weight, 1, spacing_us, now_us)
+        start_us = max(now_us, earliest_us, own_at[k])
+        run.fair = started(run.fair, k, key.weight, 1, spacing_us, now_us, start_us + key.own_us)
         run.starts.append((start_us, k))
         last_us, left[k] = start_us, left[k] - 1
         own_at[k] = start_us + key.own_us
@@ -99,3 +101,54 @@ def fluid_shares(
             room -= sum(given.values())
             active = {k for k in active if left[k] > 1e-9}
     return got
+
+
+def simulate_nested(
+    keys: dict[str, Key], outer_us: int, until_us: int, lead_us: int = 20_000
+) -> Run:
+    """The same run through the model's own steps: each key an inner bucket of an outer one
+    (interval ``outer_us``), its worker granting its next task (``grant_nested``, shared)
+    and claiming it (``claim_fair``) ``lead_us`` before its slot, again after each WAIT.
+    Starts are the admitted ones, on the store's clock."""
+    from celery_interval.schedule import ClaimTerms, Outcome, Pace
+    from celery_interval.schedule.outer import Outer, claim_fair, grant_nested
+
+    outer = Outer("acct", outer_us)
+    run = Run()
+    inners: dict[str, Any] = dict.fromkeys(keys)
+    marks: dict[tuple[str, int], Any] = {}
+    outer_state = None
+    left = {k: key.tasks for k, key in keys.items()}
+    events = [(T0_US + key.arrive_us, k, "grant", None) for k, key in keys.items()]
+    heapq.heapify(events)
+    while events:
+        now_us, k, kind, slot = heapq.heappop(events)
+        key = keys[k]
+        if now_us > T0_US + until_us:
+            break
+        task = key.tasks - left[k]
+        pace = Pace(key.own_us or 1)
+        if kind == "grant":
+            inners[k], marks[k, task], outer_state, granted = grant_nested(
+                inners[k], marks.get((k, task)), outer_state, now_us, pace, outer,
+                born_us=0, outer_born_us=0, shared=True,
+            )  # fmt: skip
+            at_us = now_us + max(0, granted.delay_us - lead_us)
+            heapq.heappush(events, (at_us, k, "claim", granted.slot))
+            continue
+        run.claims += 1
+        terms = ClaimTerms(f"w/{k}", 30_000_000, lead_us)
+        inners[k], marks[k, task], outer_state, run.fair, claimed = claim_fair(
+            inners[k], marks.get((k, task)), outer_state, run.fair, now_us, slot, terms,
+            outer, k, key.weight, interval_us=pace.interval_us, born_us=0, outer_born_us=0,
+        )  # fmt: skip
+        if claimed.outcome is Outcome.WAIT:
+            heapq.heappush(events, (now_us + max(1, claimed.delay_us), k, kind, slot))
+            continue
+        assert claimed.outcome is Outcome.OK, claimed
+        run.starts.append((now_us + claimed.delay_us, k))
+        left[k] -= 1
+        if left[k] > 0:
+            heapq.heappush(events, (now_us + claimed.delay_us, k, "grant", None))
+    run.starts.sort()
+    return run

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import itertools
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from celery_interval.schedule.fair import FairShare, Tag, started, turn
-from tests.helpers.fair_sim import T0_US, Key, fluid_shares, simulate
+from tests.helpers.fair_sim import T0_US, Key, fluid_shares, simulate, simulate_nested
 
 SPACING_US = 20_000  # the shared limit: 50 starts a second
 SECOND_US = 1_000_000
@@ -22,8 +24,7 @@ def test_equal_keys_share_alike_and_the_limit_is_used_in_full() -> None:
     assert sum(counts.values()) >= 0.99 * 10 * SECOND_US / SPACING_US
     assert max(counts.values()) - min(counts.values()) <= 1
     assert [t for t, _ in run.starts] == sorted(t for t, _ in run.starts)
-    gaps = [b - a for (a, _), (b, _) in zip(run.starts, run.starts[1:], strict=False)]
-    assert min(gaps) >= SPACING_US, "the outer's interval holds"
+    assert min(_gaps([t for t, _ in run.starts])) >= SPACING_US, "the outer's interval holds"
 
 
 def test_weights_divide_the_starts_in_proportion() -> None:
@@ -117,10 +118,65 @@ def test_a_turn_waits_for_the_keys_before_it_and_none_waits_for_a_key_gone() -> 
     fair = FairShare(v_us=100, tags=(Tag("a", 100, T0_US + 50_000, 1),))
     fair, wait_us = turn(fair, "b", 1, T0_US, SPACING_US, 0)
     assert wait_us == 0, "b's start tag is a's: a tie goes to the one that claims"
-    fair = started(fair, "b", 1, 1, SPACING_US, T0_US)
+    fair = started(fair, "b", 1, 1, SPACING_US, T0_US, T0_US + 1)
     fair, wait_us = turn(fair, "b", 1, T0_US + 1, SPACING_US, SPACING_US)
     assert wait_us == SPACING_US + SPACING_US * 7 // 8, "the budget's, then most of a's start"
     _, wait_us = turn(fair, "b", 1, T0_US + 60_000, SPACING_US, 0)
     assert wait_us == 0, "a stopped waiting"
     _, wait_us = turn(fair, "b", 1, T0_US + 2, SPACING_US, -SPACING_US // 2)
     assert wait_us == 0, "the budget was free half an interval: b takes it"
+
+
+def _gaps(times: list[int]) -> list[int]:
+    return [b - a for a, b in itertools.pairwise(times)]
+
+
+def test_nested_claims_take_turns_and_every_limit_holds() -> None:
+    """The model's own steps (``grant_nested`` shared, ``claim_fair``): the shares as above,
+    the outer's interval exact between all starts, each key's own interval between its own."""
+    keys = {
+        "a": Key(weight=1),
+        "b": Key(weight=2),
+        "c": Key(weight=3),
+        "slow": Key(weight=3, own_us=100_000),
+    }
+    run = simulate_nested(keys, SPACING_US, 10 * SECOND_US)
+    counts = run.counts()
+    assert min(_gaps([t for t, _ in run.starts])) >= SPACING_US
+    assert min(_gaps([t for t, k in run.starts if k == "slow"])) >= 100_000
+    assert counts["slow"] >= 0.98 * 100, "held below its share by its own interval: all of it"
+    rest = sum(counts[k] for k in "abc")
+    assert sum(counts.values()) >= 0.98 * 500
+    for k in "abc":
+        assert abs(counts[k] - rest * keys[k].weight / 6) <= 3, counts
+
+
+def test_nested_small_key_behind_a_flood() -> None:
+    keys = {"flood": Key(), "small": Key(tasks=20, arrive_us=5 * SECOND_US)}
+    run = simulate_nested(keys, SPACING_US, 10 * SECOND_US)
+    small = [t for t, k in run.starts if k == "small"]
+    assert len(small) == 20 and small[-1] - (T0_US + 5 * SECOND_US) <= 2 * 20 * 2 * SPACING_US
+    assert min(_gaps([t for t, _ in run.starts])) >= SPACING_US
+
+
+def test_a_claim_again_of_an_admitted_start_takes_no_turn() -> None:
+    """A holder's claim again of its admitted start (a lost reply) is answered OK as before,
+    and the share does not count it twice."""
+    from celery_interval.schedule import ClaimTerms, Outcome, Pace
+    from celery_interval.schedule.outer import Outer, claim_fair, grant_nested
+
+    outer = Outer("acct", SPACING_US)
+    inner, mark, outer_state, granted = grant_nested(
+        None, None, None, T0_US, Pace(1), outer, born_us=0, outer_born_us=0, shared=True
+    )
+    terms = ClaimTerms("w/1", 30_000_000, 20_000)
+    steps = []
+    share = FairShare()
+    for _ in range(2):
+        inner, mark, outer_state, share, claimed = claim_fair(
+            inner, mark, outer_state, share, T0_US, granted.slot, terms, outer, "k", 1,
+            interval_us=1, born_us=0, outer_born_us=0,
+        )  # fmt: skip
+        steps.append((claimed.outcome, share))
+    assert [o for o, _ in steps] == [Outcome.OK, Outcome.OK]
+    assert steps[0][1] == steps[1][1], "the claim again moved no tag"
