@@ -227,7 +227,10 @@ def claim_fair(
     share (``schedule.fair``): a claim that its own bucket admits, or that only the outer's
     budget holds back, asks for its turn; a start that is not yet its turn is not admitted
     (WAIT for the turn's estimate: neither record changes, the share notes the key waits),
-    and an admitted one moves the key's tag. Returns (inner, mark, outer, share, claim)."""
+    and an admitted one moves the key's tag. Returns (inner, mark, outer, share, claim).
+    ``step`` runs more than once on the same records (to ask whether the inner bucket alone
+    admits the start): a store's step must leave nothing behind but its result (the model
+    stores' capped step writes the places it takes: restore them on a refusal)."""
     inner, outer_state, shift_us = _both(
         inner, outer_state, now_us, interval_us, outer, born_us, outer_born_us
     )
