@@ -62,16 +62,18 @@ def ledger_starts(app: Any, bucket: str) -> list[Start]:
 def wait_for_starts(
     app: Any, bucket: str, count: int, timeout_s: float = 30.0, poll_s: float = 0.05
 ) -> list[Start]:
-    """Poll ``bucket``'s ledger until ``count`` tasks have started (readmits not counted);
-    an ``AssertionError`` after ``timeout_s`` says how many did."""
+    """Poll ``bucket``'s ledger until ``count`` tasks have started (a task that started
+    again under its ticket, a readmit, counts once); an ``AssertionError`` after
+    ``timeout_s`` says how many did."""
     deadline = time.monotonic() + timeout_s
     while True:
         starts = ledger_starts(app, bucket)
-        if len({s.task_id for s in starts if not s.readmit}) >= count:
+        started = len({s.task_id for s in starts})
+        if started >= count:
             return starts
         if time.monotonic() >= deadline:
             raise AssertionError(
-                f"only {len(starts)} of {count} starts in bucket {bucket!r} after {timeout_s}s"
+                f"only {started} of {count} tasks started in bucket {bucket!r} after {timeout_s}s"
             )
         time.sleep(poll_s)
 
