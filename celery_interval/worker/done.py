@@ -160,6 +160,15 @@ class DoneMarks:
         kept = self._began.get(copy)
         return kept is not None and kept[0] > time.monotonic()
 
+    def again_if_ended(self, copy: TaskCopy) -> None:
+        """A copy of what began here came back with no mark in the store: the mark goes again
+        only if that body ended here. A throttled run's entry never ends (its copy sent again
+        must run: a mark now would drop it as done), a running body posts its own."""
+        self._take_found()
+        kept = self._began.get(copy)
+        if kept is not None and kept[1] and kept[0] > time.monotonic():
+            self.add(copy.bucket, copy.task_id, copy.retries)
+
     def write_again(self, born_us: int) -> int:
         """The store lost its state (born again at ``born_us``): the done marks of the bodies
         that ran here go again with the next flush (not a throttled run's: its copy sent again

@@ -160,8 +160,8 @@ class SlotCycle:
         if grant.outcome is Outcome.DUPLICATE:
             self.drop_duplicate(held, "already done")
             return
-        if grant.outcome is Outcome.OK and self.began_here(held):  # the store lost its mark
-            self.done.add(held.bucket, held.task_id, held.retries)
+        if grant.outcome is Outcome.OK and self.began_here(held):  # the store lost its mark?
+            self.done.again_if_ended(held.copy)  # not a throttled or running body's
             self.drop_duplicate(held, "already began here")
             return
         if grant.outcome is Outcome.HELD:

@@ -325,3 +325,19 @@ def test_a_redelivered_copy_whose_mark_the_store_holds_is_dropped_as_it_arrives(
     service.receive(copy)
     assert copy.request.acked and service.holding.stats["api"].duplicates == 1
     assert not service.holding.held["api"]
+
+
+def test_a_stale_copy_of_a_throttled_run_writes_no_mark_for_the_copy_sent_again() -> None:
+    """A body began here and was throttled (its copy sent again must run); a stale copy of the
+    same message (parked twice across a broker restart) comes back here: it is dropped, and
+    no done mark is written, which would drop the copy sent again as done."""
+    clock = Clock(1_000_000_000)
+    store = MemoryStore(clock)
+    service = make_service(store, [])
+    started: list[str] = []
+    service.done.began(TaskCopy("api", "a", 0), ended=False)  # accepted, then throttled
+    stale = held_copy(service, "a", started)
+    service.receive(stale)
+    fire_due(service.timer, clock, within_s=0.5)
+    assert stale.request.acked and started == []
+    assert store.grant(TaskCopy("api", "a", 0), Pace(INTERVAL_US)).outcome.name == "OK"
