@@ -24,6 +24,26 @@ def received_list(log: str) -> list[str]:
     return [match.group(1) for match in _RECEIVED.finditer(log)]
 
 
+#: The DEBUG trail of held messages going back to the broker as a connection is lost.
+_RETURNED = re.compile(r"interval: connection lost, (?:held|taken back) \d+: ([0-9a-f -]+)")
+
+
+def held_at_the_end(logs: Iterable[str]) -> set[str]:
+    """Task ids some worker log last says it received, not that their messages went back to
+    the broker with a lost connection (the DEBUG trail): a message that went back may be
+    popped by a worker killed as it took it again, which no log then shows."""
+    held: set[str] = set()
+    for log in logs:
+        mine: set[str] = set()
+        for line in log.splitlines():
+            if (received := _RECEIVED.search(line)) is not None:
+                mine.add(received.group(1))
+            elif (returned := _RETURNED.search(line)) is not None:
+                mine.difference_update(returned.group(1).split())
+        held |= mine
+    return held
+
+
 def received_ids(logs: Iterable[str]) -> set[str]:
     """Every task id a worker log says it received."""
     return {task_id for log in logs for task_id in received_list(log)}

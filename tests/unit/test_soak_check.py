@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from tests.helpers.popped import held_at_the_end
 from tests.helpers.soak_check import Events, check, describe
 from tests.helpers.soak_config import Layout
 
@@ -300,3 +301,19 @@ def test_a_capped_task_that_ran_twice_has_two_bodies_not_one_long_one() -> None:
     records += [end(r, r["dl"] / MS + 5) for r in between]
     verdict = check(records, expecting([first, *between]), LAYOUT.rule)
     assert not verdict.violations and len(verdict.doubled) == 1
+
+
+def test_a_message_back_in_the_broker_counts_as_not_in_a_workers_hands() -> None:
+    """Received, then back in the broker with the worker's lost connection (its DEBUG trail):
+    a worker killed as it popped it again takes it unseen, so it is not counted as received;
+    received again later, it is."""
+    a, b = "0" * 8 + "-0000-0000-0000-" + "0" * 12, "1" * 8 + "-1111-1111-1111-" + "1" * 12
+    log = (
+        f"[x: INFO/MainProcess] Task soak.capped[{a}] received\n"
+        f"[x: INFO/MainProcess] Task soak.capped[{b}] received\n"
+        f"[x: DEBUG/MainProcess] interval: connection lost, held 2: {a} {b}\n"
+    )
+    assert held_at_the_end([log]) == set()
+    again = f"[y: INFO/MainProcess] Task soak.capped[{b}] received\n"
+    assert held_at_the_end([log, again]) == {b}
+    assert held_at_the_end([log + again]) == {b}
