@@ -40,13 +40,17 @@ class Throttled(Exception):
             )
         self.retry_after_s = float(retry_after_s)
         self.reason = reason
+        #: False once the task was sent again as a plain copy (the store could not keep its
+        #: place): the worker must not drop that copy as one of a body that began there.
+        self.place_kept = True
         super().__init__(
             f"throttled for {self.retry_after_s:g}s" + (f": {reason}" if reason else "")
         )
 
     def __reduce__(self) -> tuple[Any, ...]:
-        """Pickled by its wait and reason (a pool process sends it to its worker)."""
-        return (_throttled, (self.retry_after_s, self.reason))
+        """Pickled by its wait, reason and whether its place was kept (a pool process sends it
+        to its worker)."""
+        return (_throttled, (self.retry_after_s, self.reason, self.place_kept))
 
     @property
     def retry_after_us(self) -> int:
@@ -68,8 +72,10 @@ class Throttled(Exception):
         return cls(min(max(0.0, wait_s), MAX_INTERVAL_S), reason=reason)
 
 
-def _throttled(retry_after_s: float, reason: str) -> Throttled:
-    return Throttled(retry_after_s, reason=reason)
+def _throttled(retry_after_s: float, reason: str, place_kept: bool = True) -> Throttled:
+    exc = Throttled(retry_after_s, reason=reason)
+    exc.place_kept = place_kept
+    return exc
 
 
 def _header(headers: Any, name: str) -> str | None:

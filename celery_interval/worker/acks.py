@@ -14,11 +14,13 @@ from celery_interval.throttled import Throttled
 from celery_interval.worker.brokerloss import ack_through
 from celery_interval.worker.started import missed_after_ns
 
-__all__ = ["THROTTLED_KEY", "body_ended", "throttled_run", "track_ack"]
+__all__ = ["SENT_PLAIN", "THROTTLED_KEY", "body_ended", "throttled_run", "track_ack"]
 
 
-#: Set on a request whose run raised ``Throttled``: the same copy was sent again to run.
+#: Set on a request whose run raised ``Throttled``: the same copy was sent again to run
+#: (``SENT_PLAIN`` when it went as a plain copy, its place not kept).
 THROTTLED_KEY = "interval_throttled"
+SENT_PLAIN = "sent plain"
 #: The copy of an acknowledged request whose done mark waits for the body's end.
 PENDING_MARK_KEY = "interval_mark_at_end"
 #: The ack of a task whose pool process reached it late, run when its body ends.
@@ -45,6 +47,8 @@ def body_ended(service: Any, request: Any) -> None:
     began = request_dict.pop(BEGAN_KEY, None)
     if began is not None and not throttled:
         service.done.ended(began)
+    elif began is not None and throttled == SENT_PLAIN:
+        service.done.forget(began)  # that copy carries no resend header: it must not drop
     service.body_ended(request)
 
 
@@ -56,10 +60,14 @@ def reached_late(request_dict: Any, late_ns: int) -> bool:
     return missed_ns is not None and late_ns > missed_ns // 2
 
 
-def throttled_run(exc_info: Any) -> bool:
-    """Whether a run ended in the ``Retry`` that ``Throttled`` raises."""
+def throttled_run(exc_info: Any) -> bool | str:
+    """Whether a run ended in the ``Retry`` that ``Throttled`` raises: ``SENT_PLAIN`` when its
+    copy went again as a plain message (the store could not keep its place), else a bool."""
     exc = getattr(exc_info, "exception", None)
-    return isinstance(exc, Retry) and isinstance(getattr(exc, "exc", None), Throttled)
+    cause = getattr(exc, "exc", None)
+    if not isinstance(exc, Retry) or not isinstance(cause, Throttled):
+        return False
+    return True if cause.place_kept else SENT_PLAIN
 
 
 def track_ack(req: Any, service: Any, copy: TaskCopy, acks_late: bool) -> None:

@@ -97,6 +97,12 @@ class DoneMarks:
             self._owed.discard(copy)
             self.add(copy.bucket, copy.task_id, copy.retries)
 
+    def forget(self, copy: TaskCopy) -> None:
+        """``copy``'s body ended in a throttle whose copy went again as a plain message: that
+        copy must run, here too (the store, not this memory, keeps it from running twice)."""
+        self._began.pop(copy, None)
+        self._owed.discard(copy)
+
     def look_for_marks(
         self, copies: list[TaskCopy], gaps_s: tuple[float, ...] | None = None
     ) -> None:

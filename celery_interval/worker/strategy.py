@@ -240,8 +240,9 @@ def _freeing_pool(
                     pool_freed(self)
 
         def on_failure(self, exc_info: Any, *args: Any, **kwargs: Any) -> Any:
-            if throttled_run(exc_info):  # its ack must not mark the copy sent again done
-                self.request_dict[THROTTLED_KEY] = True
+            throttled = throttled_run(exc_info)
+            if throttled:  # its ack must not mark the copy sent again done
+                self.request_dict[THROTTLED_KEY] = throttled
             try:
                 return super().on_failure(exc_info, *args, **kwargs)
             finally:

@@ -51,6 +51,7 @@ def throttled(task: Any, exc: Throttled) -> NoReturn:
         headers[RESEND_HEADER] = True
     else:
         options["countdown"] = exc.retry_after_s
+        exc.place_kept = False
     sig = task.signature_from_request(request, retries=request.retries, **options)
     sig.set(headers={**(sig.options.get("headers") or {}), **headers})
     policy = until_sent(f"interval {claimed.bucket}: throttled", request.id)

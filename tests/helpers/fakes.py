@@ -134,3 +134,14 @@ def fire_due(timer: Timer, clock: Clock, within_s: float) -> None:
         timer.entries.remove(entry)
         clock.now_us += round(entry[0] * 1e6)
         entry[1](*entry[2])
+
+
+def run_until(timer: Timer, clock: Clock, done: Any, *, steps: int = 1_000) -> None:
+    """Fire the timer's entries, soonest first, moving the store clock, until ``done()``."""
+    for _ in range(steps):
+        if done() or not timer.entries:
+            return
+        entry = min(timer.entries, key=lambda e: e[0])
+        timer.entries.remove(entry)
+        clock.now_us += round(entry[0] * 1e6)
+        entry[1](*entry[2])

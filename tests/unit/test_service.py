@@ -5,13 +5,15 @@ from __future__ import annotations
 import re
 from typing import Any
 
+import pytest
+
 from celery_interval.schedule import ClaimTerms, Pace
 from celery_interval.stores.base import TaskCopy
 from celery_interval.stores.memory import MemoryStore
 from celery_interval.worker.held import Held, HeldState
 from celery_interval.worker.service import IntervalService
 from tests.helpers.fakeclock import Clock
-from tests.helpers.fakes import INTERVAL_US, fire_due, held_copy, make_service
+from tests.helpers.fakes import INTERVAL_US, fire_due, held_copy, make_service, run_until
 from tests.helpers.logs import worker_log
 
 
@@ -341,3 +343,31 @@ def test_a_stale_copy_of_a_throttled_run_writes_no_mark_for_the_copy_sent_again(
     fire_due(service.timer, clock, within_s=0.5)
     assert stale.request.acked and started == []
     assert store.grant(TaskCopy("api", "a", 0), Pace(INTERVAL_US)).outcome.name == "OK"
+
+
+@pytest.mark.parametrize("sent_plain", [True, False])
+def test_a_throttled_run_sent_again_as_a_plain_copy_runs_again_here(sent_plain: bool) -> None:
+    """A body was throttled with the store failing: its copy went again as a plain message
+    (no resend header, same retries). Back on this worker, that copy runs: the memory of the
+    body that began here is dropped as the body ends. A throttle whose place was kept leaves
+    the memory, so a stale copy of the old message is still dropped."""
+    from celery_interval.worker.acks import BEGAN_KEY, SENT_PLAIN, THROTTLED_KEY, body_ended
+
+    clock = Clock(1_000_000_000)
+    store = MemoryStore(clock)
+    service = make_service(store, [])
+    started: list[str] = []
+    service.receive(held_copy(service, "a", started))
+    fire_due(service.timer, clock, within_s=0.5)
+    assert started == ["a"]
+    copy = TaskCopy("api", "a", 0)
+    first = held_copy(service, "a", started).request
+    service.done.began(copy, ended=False)
+    first.request_dict.update({BEGAN_KEY: copy, THROTTLED_KEY: SENT_PLAIN if sent_plain else True})
+    body_ended(service, first)
+    again = held_copy(service, "a", started)
+    service.receive(again)
+    fire_due(service.timer, clock, within_s=0.5)
+    assert again.request.acked is not sent_plain  # dropped as begun here, or waits its turn
+    run_until(service.timer, clock, lambda: len(started) > 1 or clock.now_us > 1_100_000_000)
+    assert started == (["a", "a"] if sent_plain else ["a"])

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import pickle
 import shutil
 import threading
 import time
@@ -366,9 +367,12 @@ def test_a_throttle_the_store_refuses_sends_the_task_again_after_the_wait(
             sig.options = dict(options)
             return sig
 
-    with scripts_refused(client), pytest.raises(Retry):
+    with scripts_refused(client), pytest.raises(Retry) as raised:
         throttled(Task(), Throttled(2.0))
     assert len(sent) == 1 and sent[0]["countdown"] == 2.0, sent
+    # its worker learns (through the pickled exception) that the copy went plain
+    cause = pickle.loads(pickle.dumps(raised.value)).exc
+    assert isinstance(cause, Throttled) and cause.place_kept is False
 
 
 def test_refusals_between_answers_log_one_refusal_and_one_end() -> None:
