@@ -48,6 +48,7 @@ __all__ = [
     "claim_nested",
     "grant_nested",
     "status_nested",
+    "take_fair",
     "take_nested",
 ]
 
@@ -56,18 +57,25 @@ __all__ = [
 class Outer:
     """The outer bucket whose budget an inner bucket's tasks also spend: its name, its
     configured interval (a ``set_interval`` override of the outer wins), burst and extra
-    limits."""
+    limits, and the inner bucket's weight in the outer's fair share (``claim_fair``; None:
+    the outer's starts go to whichever claim fits first)."""
 
     bucket: str
     interval_us: int
     burst: int = 1
     limits: Limits = ()
+    weight: int | None = None
 
 
 #: A claim of the inner bucket under ``ClaimTerms`` (the cap's ``claim_capped`` in a store):
 #: (state, mark, terms) → (state, mark, claim).
 ClaimStep = Callable[
     [BucketState, "Mark | None", ClaimTerms], "tuple[BucketState, Mark | None, Claim]"
+]
+#: A take's claim of its granted slot: (inner, mark, outer, slot) → (inner, mark, outer, claim).
+SlotClaim = Callable[
+    [BucketState, "Mark | None", BucketState, Slot],
+    "tuple[BucketState, Mark | None, BucketState, Claim]",
 ]
 
 
@@ -140,20 +148,19 @@ def grant_nested(
     *,
     born_us: int,
     outer_born_us: int,
-    shared: bool = False,
 ) -> tuple[BucketState, Mark | None, BucketState, Grant]:
     """``grant`` of the inner bucket at the outer budget's next slot at the earliest; a new
     ticket reserves its slot in both (``_reserved``). Returns (inner, mark, outer, grant).
     An interactive share (``pace.share``) does not apply: the start takes a ticket in line.
-    ``shared`` (a fair share, ``claim_fair``): no slot is reserved in the outer's grants, in
-    the order the grants came; the slot is no sooner than the outer's start budget allows,
-    and the claims take turns."""
+    Under a fair share (``outer.weight``, ``claim_fair``) no slot is reserved in the outer's
+    grants, in the order the grants came: the slot is no sooner than the outer's start
+    budget allows, and the claims take turns."""
     pace = replace(pace, share=None)
     inner, outer_state, shift_us = _both(
         inner, outer_state, now_us, pace.interval_us, outer, born_us, outer_born_us
     )
     v = virtual_now(inner, now_us)
-    if shared:
+    if outer.weight is not None:
         floor_us = _earliest(outer_state, outer, pace.cost) - shift_us
         floored = replace(pace, not_before_in_us=max(pace.not_before_in_us, floor_us - v))
         inner, mark, granted = core.grant(inner, mark, now_us, floored, born_us=born_us)
@@ -200,7 +207,7 @@ def claim_nested(
     v = virtual_now(inner, now_us)
     floor_us = _earliest(outer_state, outer, terms.cost) - shift_us
     inner, after, claimed = step(inner, mark, replace(terms, not_before_us=floor_us))
-    if claimed.outcome is Outcome.OK and isinstance(after, Lease) and after != mark:
+    if _new_start(claimed, after, mark, now_us):
         start_us = v + claimed.delay_us + shift_us
         outer_state = _started(outer_state, start_us, outer, terms.cost)
     return inner, after, outer_state, claimed
@@ -216,36 +223,43 @@ def claim_fair(
     terms: ClaimTerms,
     outer: Outer,
     key: str,
-    weight: int,
     *,
     interval_us: int,
     born_us: int,
     outer_born_us: int,
     step: ClaimStep | None = None,
+    refused: Callable[[], None] | None = None,
 ) -> tuple[BucketState, Mark | None, BucketState, fair.FairShare, Claim]:
-    """``claim_nested`` of the inner bucket ``key`` (its ``weight``) under the outer's fair
-    share (``schedule.fair``): a claim that its own bucket admits, or that only the outer's
-    budget holds back, asks for its turn; a start that is not yet its turn is not admitted
-    (WAIT for the turn's estimate: neither record changes, the share notes the key waits),
-    and an admitted one moves the key's tag. Returns (inner, mark, outer, share, claim).
-    ``step`` runs more than once on the same records (to ask whether the inner bucket alone
-    admits the start): a store's step must leave nothing behind but its result (the model
-    stores' capped step writes the places it takes: restore them on a refusal)."""
-    inner, outer_state, shift_us = _both(
+    """``claim_nested`` of the inner bucket ``key`` (its weight ``outer.weight``) under the
+    outer's fair share (``schedule.fair``): a claim that its own bucket admits, or that only
+    the outer's budget holds back, asks for its turn; a start that is not yet its turn is not
+    admitted (WAIT for the turn's estimate: neither record changes, the share notes the key
+    waits), and an admitted one moves the key's tag. Returns (inner, mark, outer, share, claim).
+    ``step`` may run twice on the same records (the second time to ask whether the inner
+    bucket alone admits the start); a start it admitted that is not the key's turn calls
+    ``refused``, for a store to undo what ``step`` wrote beside its result (the cap's places).
+    """
+    weight = 1 if outer.weight is None else outer.weight
+    inner, outer_state, _ = _both(
         inner, outer_state, now_us, interval_us, outer, born_us, outer_born_us
     )
     after_inner, after, outer_after, claimed = claim_nested(
         inner, mark, outer_state, now_us, slot, terms, outer,
         interval_us=interval_us, born_us=born_us, outer_born_us=outer_born_us, step=step,
     )  # fmt: skip
-    new_start = claimed.outcome is Outcome.OK and isinstance(after, Lease) and after != mark
-    if not new_start and not _held_by_outer(
-        inner, mark, outer_state, now_us, slot, terms, outer, interval_us, born_us, step
-    ):
-        return after_inner, after, outer_after, share, claimed
+    new_start = _new_start(claimed, after, mark, now_us)
+    if not new_start:
+        if outer_state.paused_at_real_us is not None:
+            return after_inner, after, outer_after, share, claimed
+        alone = replace(outer, interval_us=1, burst=max(1, terms.cost), limits=(), weight=None)
+        _, alone_after, _, alone_claimed = claim_nested(
+            inner, mark, None, now_us, slot, terms, alone,
+            interval_us=interval_us, born_us=born_us, outer_born_us=0, step=step,
+        )  # fmt: skip
+        if not _new_start(alone_claimed, alone_after, mark, now_us):
+            return after_inner, after, outer_after, share, claimed
     spacing_us = effective_interval(outer_state, outer.interval_us)
-    v_outer = virtual_now(inner, now_us) + shift_us
-    free_in_us = _earliest(outer_state, outer, terms.cost) - v_outer
+    free_in_us = _earliest(outer_state, outer, terms.cost) - virtual_now(outer_state, now_us)
     lead_us = clamp_lead(terms.lead_us)
     share, wait_us = fair.turn(share, key, weight, now_us, spacing_us, free_in_us, lead_us)
     if new_start and wait_us == 0:
@@ -253,38 +267,18 @@ def claim_fair(
         due_us = now_us + claimed.delay_us + own_us
         share = fair.started(share, key, weight, terms.cost, spacing_us, now_us, due_us)
         return after_inner, after, outer_after, share, claimed
+    if refused is not None:
+        refused()
     wait_us = max(wait_us, claimed.delay_us if claimed.outcome is Outcome.WAIT else 0)
+    waits = replace(claimed, outcome=Outcome.WAIT, epoch=inner.epoch, delay_us=wait_us)
+    return inner, live(mark, now_us), outer_state, share, waits
+
+
+def _new_start(claimed: Claim, after: Mark | None, before: Mark | None, now_us: int) -> bool:
+    """Whether a claim admitted a new start (not a holder's claim again of its own)."""
     return (
-        inner,
-        live(mark, now_us),
-        outer_state,
-        share,
-        Claim(Outcome.WAIT, inner.epoch, wait_us, now_us),
+        claimed.outcome is Outcome.OK and isinstance(after, Lease) and after != live(before, now_us)
     )
-
-
-def _held_by_outer(
-    inner: BucketState,
-    mark: Mark | None,
-    outer_state: BucketState,
-    now_us: int,
-    slot: Slot,
-    terms: ClaimTerms,
-    outer: Outer,
-    interval_us: int,
-    born_us: int,
-    step: ClaimStep | None,
-) -> bool:
-    """Whether the inner bucket alone would admit a new start now: the outer's budget (or no
-    budget at all) is all that holds the claim back."""
-    alone = replace(outer, interval_us=1, burst=max(1, terms.cost), limits=())
-    _, after, _, claimed = claim_nested(
-        inner, mark, None, now_us, slot, terms, alone,
-        interval_us=interval_us, born_us=born_us, outer_born_us=0, step=step,
-    )  # fmt: skip
-    if outer_state.paused_at_real_us is not None:
-        return False
-    return claimed.outcome is Outcome.OK and isinstance(after, Lease) and after != mark
 
 
 def take_nested(
@@ -299,10 +293,12 @@ def take_nested(
     born_us: int,
     outer_born_us: int,
     step: Callable[[Slot], ClaimStep] | None = None,
+    claimer: SlotClaim | None = None,
 ) -> tuple[BucketState, Mark | None, BucketState, Grant, Claim | None]:
-    """``take`` of a nested bucket: ``grant_nested``, then ``claim_nested`` in the same step
-    when the slot is due within ``terms.lead_us`` and neither bucket is paused; HELD (no
-    ticket) while another holder's lease is live. ``step`` makes the inner claim of a slot."""
+    """``take`` of a nested bucket: ``grant_nested``, then ``claim_nested`` (or ``claimer``)
+    in the same step when the slot is due within ``terms.lead_us`` and neither bucket is
+    paused; HELD (no ticket) while another holder's lease is live. ``step`` makes the inner
+    claim of a slot."""
     inner, outer_state, _ = _both(
         inner, outer_state, now_us, pace.interval_us, outer, born_us, outer_born_us
     )
@@ -316,6 +312,9 @@ def take_nested(
     due = granted.delay_us <= clamp_lead(terms.lead_us)
     if granted.outcome is not Outcome.OK or granted.paused or not due:
         return inner, mark, outer_state, granted, None
+    if claimer is not None:
+        inner, mark, outer_state, claimed = claimer(inner, mark, outer_state, granted.slot)
+        return inner, mark, outer_state, granted, claimed
     inner, mark, outer_state, claimed = claim_nested(
         inner,
         mark,
@@ -330,6 +329,43 @@ def take_nested(
         step=None if step is None else step(granted.slot),
     )
     return inner, mark, outer_state, granted, claimed
+
+
+def take_fair(
+    inner: BucketState | None,
+    mark: Mark | None,
+    outer_state: BucketState | None,
+    share: fair.FairShare,
+    now_us: int,
+    pace: Pace,
+    terms: ClaimTerms,
+    outer: Outer,
+    key: str,
+    *,
+    born_us: int,
+    outer_born_us: int,
+    step: Callable[[Slot], ClaimStep] | None = None,
+    refused: Callable[[], None] | None = None,
+) -> tuple[BucketState, Mark | None, BucketState, fair.FairShare, Grant, Claim | None]:
+    """``take_nested`` whose claim is ``claim_fair``'s. Returns (inner, mark, outer, share,
+    grant, claim)."""
+    shares = [share]
+
+    def claim(
+        inner: BucketState, mark: Mark | None, outer_state: BucketState, slot: Slot
+    ) -> tuple[BucketState, Mark | None, BucketState, Claim]:
+        inner, mark, outer_state, shares[0], claimed = claim_fair(
+            inner, mark, outer_state, shares[0], now_us, slot, terms, outer, key,
+            interval_us=pace.interval_us, born_us=born_us, outer_born_us=outer_born_us,
+            step=None if step is None else step(slot), refused=refused,
+        )  # fmt: skip
+        return inner, mark, outer_state, claimed
+
+    inner, mark, outer_state, granted, claimed = take_nested(
+        inner, mark, outer_state, now_us, pace, terms, outer,
+        born_us=born_us, outer_born_us=outer_born_us, step=step, claimer=claim,
+    )  # fmt: skip
+    return inner, mark, outer_state, shares[0], granted, claimed
 
 
 def status_nested(inner: Status, outer_status: Status, outer: Outer) -> Status:

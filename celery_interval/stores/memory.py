@@ -6,7 +6,7 @@ import heapq
 import threading
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 
 from celery_interval.schedule import BucketState, Mark, Places
 from celery_interval.stores._apply import BucketTxn
@@ -83,6 +83,7 @@ class MemoryStore(NestedSteps):
         self._reset_us: dict[str, int] = {}
         self._marks: dict[tuple[str, str, int], Mark] = {}
         self._places: dict[str, Places] = {}
+        self._shares = {}
         #: Which buckets have parked tasks (every worker of this process shares it).
         self.overflow_index = MemoryOverflowIndex()
 
@@ -163,6 +164,9 @@ class MemoryStore(NestedSteps):
             self._reset_us.pop(bucket, None)
         else:
             self._reset_us[bucket] = txn.reset_us
+
+    def _lock_shares(self) -> AbstractContextManager[object]:
+        return self._lock
 
     def born_us(self) -> int | None:
         with self._lock:

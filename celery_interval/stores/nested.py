@@ -15,8 +15,10 @@ from celery_interval.schedule import (
     Pace,
     Slot,
     claim_capped,
+    live_places,
 )
 from celery_interval.schedule import outer as nesting
+from celery_interval.schedule.fair import FairShare
 from celery_interval.schedule.outer import ClaimStep, Outer
 from celery_interval.stores._apply import (
     BucketTxn,
@@ -46,6 +48,17 @@ class NestedSteps(ModelStore):
     exit."""
 
     _nesting: Nesting | None = None
+    #: Each fair outer bucket's share (``schedule.fair``), by the outer's name.
+    _shares: dict[str, FairShare]
+
+    def read_fair(self, outer: str) -> FairShare:
+        """An outer bucket's fair share as stored (empty: none); for tests and status."""
+        with self._lock_shares():
+            return self._shares.get(outer, FairShare())
+
+    def _lock_shares(self) -> AbstractContextManager[object]:
+        """What guards ``_shares`` outside a step (a store that keeps none says so)."""
+        raise ConfigurationError(f"{type(self).__name__} keeps no fair shares")
 
     def _nested(self, bucket: str) -> Outer | None:
         return None if self._nesting is None else self._nesting(bucket)
@@ -117,19 +130,23 @@ class NestedSteps(ModelStore):
         """``schedule.outer.claim_nested`` (under the inner bucket's cap, ``terms.cap``);
         ``ticket`` is for a store's ledger only."""
         with self._pair(copy, outer) as (txn, out):
-            state, mark, outer_state, claimed = nesting.claim_nested(
-                txn.state,
-                txn.mark(copy.task_id, copy.retries),
-                out.state,
-                txn.now_us,
-                slot,
-                terms,
-                outer,
-                interval_us=interval_us,
-                born_us=_born_us(txn),
-                outer_born_us=_born_us(out),
-                step=_capped(txn, copy, interval_us, terms)(slot),
-            )
+            step = _capped(txn, copy, interval_us, terms)(slot)
+            args = (txn.state, txn.mark(copy.task_id, copy.retries), out.state)
+            born_us, outer_born_us = _born_us(txn), _born_us(out)
+            if outer.weight is None:
+                state, mark, outer_state, claimed = nesting.claim_nested(
+                    *args, txn.now_us, slot, terms, outer,
+                    interval_us=interval_us, step=step,
+                    born_us=born_us, outer_born_us=outer_born_us,
+                )  # fmt: skip
+            else:
+                share = self._shares.get(outer.bucket, FairShare())
+                state, mark, outer_state, share, claimed = nesting.claim_fair(
+                    *args, share, txn.now_us, slot, terms, outer, copy.bucket,
+                    interval_us=interval_us, step=step, refused=_unplaced(txn, terms),
+                    born_us=born_us, outer_born_us=outer_born_us,
+                )  # fmt: skip
+                self._shares[outer.bucket] = share
             _save(txn, out, copy, (state, mark, outer_state), interval_us, outer)
             return claimed
 
@@ -138,20 +155,42 @@ class NestedSteps(ModelStore):
     ) -> tuple[Grant, Claim | None]:
         """``schedule.outer.take_nested``: a grant, and its claim when due, in one step."""
         with self._pair(copy, outer) as (txn, out):
-            state, mark, outer_state, granted, claimed = nesting.take_nested(
-                txn.state,
-                txn.mark(copy.task_id, copy.retries),
-                out.state,
-                txn.now_us,
-                pace,
-                terms,
-                outer,
-                born_us=_born_us(txn),
-                outer_born_us=_born_us(out),
-                step=_capped(txn, copy, pace.interval_us, terms),
-            )
+            args = (txn.state, txn.mark(copy.task_id, copy.retries), out.state)
+            born_us, outer_born_us = _born_us(txn), _born_us(out)
+            step = _capped(txn, copy, pace.interval_us, terms)
+            if outer.weight is None:
+                state, mark, outer_state, granted, claimed = nesting.take_nested(
+                    *args,
+                    txn.now_us,
+                    pace,
+                    terms,
+                    outer,
+                    step=step,
+                    born_us=born_us,
+                    outer_born_us=outer_born_us,
+                )
+            else:
+                share = self._shares.get(outer.bucket, FairShare())
+                state, mark, outer_state, share, granted, claimed = nesting.take_fair(
+                    *args, share, txn.now_us, pace, terms, outer, copy.bucket,
+                    step=step, refused=_unplaced(txn, terms),
+                    born_us=born_us, outer_born_us=outer_born_us,
+                )  # fmt: skip
+                self._shares[outer.bucket] = share
             _save(txn, out, copy, (state, mark, outer_state), pace.interval_us, outer)
             return granted, claimed
+
+
+def _unplaced(txn: BucketTxn, terms: ClaimTerms) -> Callable[[], None]:
+    """Undo a capped step's places when its start was not the key's turn
+    (``claim_fair``'s ``refused``): as they were, less those expired (the step dropped them,
+    as claim.lua's cap check does)."""
+    before = txn.places
+
+    def refused() -> None:
+        txn.places = before if terms.cap is None else live_places(before, txn.now_us)
+
+    return refused
 
 
 def _capped(txn: BucketTxn, copy: TaskCopy, interval_us: int, terms: ClaimTerms) -> _SlotStep:

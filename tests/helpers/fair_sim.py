@@ -113,7 +113,6 @@ def simulate_nested(
     from celery_interval.schedule import ClaimTerms, Outcome, Pace
     from celery_interval.schedule.outer import Outer, claim_fair, grant_nested
 
-    outer = Outer("acct", outer_us)
     run = Run()
     inners: dict[str, Any] = dict.fromkeys(keys)
     marks: dict[tuple[str, int], Any] = {}
@@ -128,10 +127,11 @@ def simulate_nested(
             break
         task = key.tasks - left[k]
         pace = Pace(key.own_us or 1)
+        outer = Outer("acct", outer_us, weight=key.weight)
         if kind == "grant":
             inners[k], marks[k, task], outer_state, granted = grant_nested(
                 inners[k], marks.get((k, task)), outer_state, now_us, pace, outer,
-                born_us=0, outer_born_us=0, shared=True,
+                born_us=0, outer_born_us=0,
             )  # fmt: skip
             at_us = now_us + max(0, granted.delay_us - lead_us)
             heapq.heappush(events, (at_us, k, "claim", granted.slot))
@@ -140,7 +140,7 @@ def simulate_nested(
         terms = ClaimTerms(f"w/{k}", 30_000_000, lead_us)
         inners[k], marks[k, task], outer_state, run.fair, claimed = claim_fair(
             inners[k], marks.get((k, task)), outer_state, run.fair, now_us, slot, terms,
-            outer, k, key.weight, interval_us=pace.interval_us, born_us=0, outer_born_us=0,
+            outer, k, interval_us=pace.interval_us, born_us=0, outer_born_us=0,
         )  # fmt: skip
         if claimed.outcome is Outcome.WAIT:
             heapq.heappush(events, (now_us + max(1, claimed.delay_us), k, kind, slot))

@@ -165,16 +165,16 @@ def test_a_claim_again_of_an_admitted_start_takes_no_turn() -> None:
     from celery_interval.schedule import ClaimTerms, Outcome, Pace
     from celery_interval.schedule.outer import Outer, claim_fair, grant_nested
 
-    outer = Outer("acct", SPACING_US)
+    outer = Outer("acct", SPACING_US, weight=1)
     inner, mark, outer_state, granted = grant_nested(
-        None, None, None, T0_US, Pace(1), outer, born_us=0, outer_born_us=0, shared=True
+        None, None, None, T0_US, Pace(1), outer, born_us=0, outer_born_us=0
     )
     terms = ClaimTerms("w/1", 30_000_000, 20_000)
     steps = []
     share = FairShare()
     for _ in range(2):
         inner, mark, outer_state, share, claimed = claim_fair(
-            inner, mark, outer_state, share, T0_US, granted.slot, terms, outer, "k", 1,
+            inner, mark, outer_state, share, T0_US, granted.slot, terms, outer, "k",
             interval_us=1, born_us=0, outer_born_us=0,
         )  # fmt: skip
         steps.append((claimed.outcome, share))
