@@ -18,11 +18,13 @@ from celery_interval.schedule import (
     Status,
     Unset,
 )
+from celery_interval.schedule.fair import FairShare, Tag
 from celery_interval.stores.tats import limits_arg
 
 __all__ = [
     "as_text",
     "claim_of",
+    "decode_fair",
     "decode_mark",
     "flag_of",
     "grant_of",
@@ -142,3 +144,14 @@ def decode_mark(raw: str | bytes | None) -> Mark | None:
         holder, *times = value[2:].rsplit("|", 2)
         return Lease(holder, int(times[0]), int(times[1]))
     raise StoreError(f"malformed interval mark {value!r}")
+
+
+def decode_fair(fields: dict[str, str]) -> FairShare:
+    """An outer bucket's fair share from its hash (fair.lua): ``v`` and ``k:<key>`` fields of
+    ``finish|want_until|weight|due``."""
+    tags = []
+    for name, value in fields.items():
+        if name.startswith("k:"):
+            finish_us, want_until_us, weight, due_us = (int(x) for x in value.split("|"))
+            tags.append(Tag(name[2:], finish_us, want_until_us, weight, due_us))
+    return FairShare(int(fields.get("v", 0)), tuple(sorted(tags)))

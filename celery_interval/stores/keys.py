@@ -63,6 +63,11 @@ def state_key(prefix: str, bucket: str, outer: str | None = None) -> str:
     return f"{_head(prefix, bucket, outer)}:s"
 
 
+def fair_key(prefix: str, outer: str) -> str:
+    """The hash holding an outer bucket's fair share (``schedule.fair``; fair.lua)."""
+    return f"{_head(prefix, outer, None)}:f"
+
+
 def mark_key(prefix: str, bucket: str, task_id: str, retries: int, outer: str | None = None) -> str:
     """The string holding the lease or done mark of one (task_id, retries) in ``bucket``."""
     return f"{_head(prefix, bucket, outer)}:m:{task_id}:{retries}"

@@ -22,6 +22,7 @@ from celery_interval.schedule import (
     Status,
     Unset,
 )
+from celery_interval.schedule.fair import FairShare
 from celery_interval.schedule.outer import Outer
 from celery_interval.stores.base import DoneBatch, TaskCopy
 from celery_interval.stores.codec import (
@@ -170,6 +171,10 @@ class RedisStore:
     def read_places(self, bucket: str) -> Places:
         """The bucket's places as stored (expired ones until a script drops them)."""
         return self._reads.read_places(bucket)
+
+    def read_fair(self, outer: str) -> FairShare:
+        """An outer bucket's fair share as stored (empty: none)."""
+        return self._reads.read_fair(outer)
 
     def read_mark(self, bucket: str, task_id: str, retries: int) -> Mark | None:
         """The stored mark of (task_id, retries), expired or not, or None."""

@@ -115,8 +115,9 @@ class ScriptCalls:
         """A nested script's keys, once the store is found to nest the bucket in ``outer``."""
         check_nesting(self._nesting, copy.bucket, outer)
         task_keys = self._task_keys(copy)
-        outer_key = keys.state_key(self.prefix, keys.validate_bucket(outer.bucket))
-        return nested_keys(task_keys, outer_key)
+        outer_name = keys.validate_bucket(outer.bucket)
+        outer_key = keys.state_key(self.prefix, outer_name)
+        return nested_keys(task_keys, outer_key, keys.fair_key(self.prefix, outer_name))
 
     # -- grants, claims and takes -------------------------------------------------------
 
@@ -129,7 +130,7 @@ class ScriptCalls:
 
     def grant_nested(self, copy: TaskCopy, pace: Pace, outer: Outer) -> Named:
         """grant_nested.lua's call: grant.lua's, then the outer's key and arguments."""
-        args = [*self._grant_args(copy, pace), *outer_args(outer)]
+        args = [*self._grant_args(copy, pace), *outer_args(outer, copy.bucket)]
         return self._call("grant_nested", self._nested_keys(copy, outer), args)
 
     def claim(
@@ -155,7 +156,7 @@ class ScriptCalls:
         """claim_nested.lua's call: claim.lua's, then the outer's key and arguments."""
         args = [
             *self._claim_args(copy, interval_us, slot, terms, ticket),
-            *outer_args(outer),
+            *outer_args(outer, copy.bucket),
             knew_arg(terms),
         ]
         return self._call("claim_nested", self._nested_keys(copy, outer), args)
@@ -170,7 +171,7 @@ class ScriptCalls:
     def take_nested(self, copy: TaskCopy, pace: Pace, terms: ClaimTerms, outer: Outer) -> Named:
         """take_nested.lua's call: take.lua's, then the outer's key and arguments."""
         _name, _keys, args = self._plain_take(copy, pace, terms)
-        args = [*args[:-1], *outer_args(outer), args[-1]]  # knew_arg stays last
+        args = [*args[:-1], *outer_args(outer, copy.bucket), args[-1]]  # knew_arg stays last
         return "take_nested", self._nested_keys(copy, outer), args
 
     def _plain_take(self, copy: TaskCopy, pace: Pace, terms: ClaimTerms) -> Named:

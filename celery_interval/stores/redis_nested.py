@@ -44,13 +44,14 @@ def check_nesting(nesting: Nesting | None, bucket: str, outer: Outer) -> None:
         )
 
 
-def nested_keys(task_keys: list[str], outer_key: str) -> list[str]:
+def nested_keys(task_keys: list[str], outer_key: str, fair_key: str) -> list[str]:
     """A nested script's keys: the inner bucket's four (``keys.task_keys``), the outer's state
-    key, then the birth marker's if any."""
-    return [*task_keys[:4], outer_key, *task_keys[4:]]
+    key and its fair share's, then the birth marker's if any."""
+    return [*task_keys[:4], outer_key, fair_key, *task_keys[4:]]
 
 
-def outer_args(outer: Outer) -> list[str | int]:
+def outer_args(outer: Outer, bucket: str) -> list[str | int]:
     """A nested script's arguments after the plain script's: the outer's interval_us, burst
-    and extra limits."""
-    return [outer.interval_us, outer.burst, limits_arg(outer.limits)]
+    and extra limits, then ``bucket``'s weight and name in its fair share ('': none)."""
+    fair: list[str | int] = ["", ""] if outer.weight is None else [outer.weight, bucket]
+    return [outer.interval_us, outer.burst, limits_arg(outer.limits), *fair]

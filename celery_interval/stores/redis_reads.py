@@ -6,7 +6,9 @@ from typing import Any
 
 from celery_interval.errors import StoreError
 from celery_interval.schedule import BucketState, Mark, Place, Places
-from celery_interval.stores.codec import as_text, decode_mark
+from celery_interval.schedule.fair import FairShare
+from celery_interval.stores import keys
+from celery_interval.stores.codec import as_text, decode_fair, decode_mark
 from celery_interval.stores.redis_calls import ScriptCalls
 from celery_interval.stores.redis_link import RedisLink
 from celery_interval.stores.tats import decode_tats
@@ -91,6 +93,13 @@ class RedisReads:
                 self._calls.places_key(bucket), 0, -1, withscores=True
             )
         return tuple(Place(int(score), as_text(name)) for name, score in raw)
+
+    def read_fair(self, outer: str) -> FairShare:
+        """An outer bucket's fair share as stored (empty: none; fair.lua's hash)."""
+        with self._link.errors("read_fair"):
+            key = keys.fair_key(self._calls.prefix, keys.validate_bucket(outer))
+            raw: dict[Any, Any] = self._link.client().hgetall(key)
+        return decode_fair({as_text(k): as_text(v) for k, v in raw.items()})
 
     def born_us(self) -> int | None:
         """The birth marker as it stands (None: not written yet, or a Cluster's: none)."""

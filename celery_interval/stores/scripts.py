@@ -71,7 +71,7 @@ def script_source(name: str, fenced: bool = False) -> str:
         raise ValueError(f"unknown script {name!r}")
     parts: tuple[str, ...] = ("lib", "limits", name)
     if name in _RUN_OPS or name in NESTED_SCRIPTS:
-        nested = ("outer",) if name in NESTED_SCRIPTS else ()
+        nested = ("fair", "outer") if name in NESTED_SCRIPTS else ()
         parts = ("lib", "limits", "front", "ops", *nested, name)
     flag = f"local FENCED = {'true' if fenced else 'false'}"
     return "\n".join([flag, *(_lua_text(part) for part in parts)])

@@ -96,7 +96,9 @@ limit_sets = st.sampled_from(
 Paced = tuple[int, Limits] | None
 paceds = st.one_of(st.none(), st.tuples(bursts, limit_sets))
 #: The outer bucket of the nested ones: its interval, burst and limits drawn as a bucket's.
-outers = st.builds(Outer, st.just("api"), intervals_us, bursts, limit_sets)
+outers = st.builds(
+    Outer, st.just("api"), intervals_us, bursts, limit_sets, st.sampled_from([None, None, 1, 3])
+)
 #: A grant's or take's outer: mostly the stores' nesting (a plain call), sometimes drawn.
 maybe_outers = st.one_of(st.none(), outers)
 #: An interactive start's share (``slot()`` of a bucket with one, ``schedule.front``): mostly none
@@ -793,6 +795,7 @@ class Differential(RuleBasedStateMachine):
                 for retry in RETRIES:
                     expected = self.model._marks.get((bucket, task, retry))
                     assert self.redis.read_mark(bucket, task, retry) == expected
+        assert self.redis.read_fair("api") == self.model.read_fair("api")
 
 
 def _state_key(bucket: str) -> str:

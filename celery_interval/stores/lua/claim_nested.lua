@@ -1,3 +1,3 @@
 -- claim_nested.lua: schedule.outer.claim_nested (outer.lua's nested_claim_op, whose comment
 -- gives KEYS, ARGV and the reply).
-return nested_claim_op(KEYS, claimer_args(ARGV, KEYS[6], KEYS[7]))
+return nested_claim_op(KEYS, claimer_args(ARGV, KEYS[7], KEYS[8]))

@@ -320,16 +320,17 @@ local function claim_terms(a, s, m)
 end
 
 -- schedule.core._earliest: the earliest start (virtual) of c: the bucket's budget (or the
--- missed start, if it moves), every extra limit, the outer bucket's not_before, a reserved slot
+-- missed start, if it moves), every extra limit, the outer bucket's not_before (not when
+-- alone: the bucket's own earliest), a reserved slot
 -- (h), the end of a throttle's wait (w), and (for a ticket) its slot, pushed by u unless a front
 -- grant.
-local function claim_earliest(a, s, c)
+local function claim_earliest(a, s, c, alone)
   local primary = earliest_start(s, c.spacing, a.burst, a.cost)
   if c.moves then
     primary = c.missed.start
   end
   local earliest = lim_earliest_start(s, a.limits, a.cost, primary)
-  if a.not_before ~= nil then
+  if a.not_before ~= nil and not alone then
     earliest = math.max(earliest, a.not_before)
   end
   if s.h ~= nil and not c.front then
@@ -399,6 +400,9 @@ end
 -- place name (task_id:retries), ARGV[16] burst, ARGV[17] cost (units; absent: 1), ARGV[18]
 -- the bucket's extra limits (as grant_op's ARGV[10]), ARGV[19] no start before this virtual
 -- time of the bucket (absent or '': none; an outer bucket's budget, outer.lua)
+-- gate (a fair share's, outer.lua; nil: none): a start the bucket alone admits (or only the
+-- outer's budget holds back) asks gate.turn() for its turn, a WAIT (ledger turn=1) unless 0;
+-- a start made tells gate.started(delay_us, its own spacing for its cost).
 -- Under a cap (schedule.claim_capped), a claim that would start takes (or renews) its place;
 -- when the live places are all others' it is FULL (delay: until the first expires, at most
 -- PLACE_POLL_US) and changes nothing else; expired places are dropped then. Until
@@ -421,7 +425,7 @@ end
 -- missed one, the bucket's last start), for WAIT, FULL and HELD delay; burst and cost on
 -- every claim of a bucket with a burst or a task with a cost (absent: 1); limits (as ARGV[18])
 -- on every claim of a bucket with extra limits.
-local function claim_op(keys, argv)
+local function claim_op(keys, argv, gate)
   local a = claim_args(argv)
   local s, m = claim_load(keys, a)
   local settled = claim_settled(keys, a, s, m)
@@ -435,6 +439,11 @@ local function claim_op(keys, argv)
   local earliest = claim_earliest(a, s, c)
   local lead = clamp_lead(a.lead)
   if c.v + lead < earliest then
+    if gate ~= nil and c.v + lead >= claim_earliest(a, s, c, true)
+        and claim_marks_settling(keys, a) == 0 and claim_full_wait(keys, a) == nil then
+      local turn = math.max(gate.turn(), earliest - c.v)
+      return claim_reply(keys, a, s, c.slot, 'WAIT', turn, { 'delay', turn, 'turn', 1 })
+    end
     return claim_reply(keys, a, s, c.slot, 'WAIT', earliest - c.v, { 'delay', earliest - c.v })
   end
   local settling = claim_marks_settling(keys, a)
@@ -445,11 +454,18 @@ local function claim_op(keys, argv)
   if wait ~= nil then
     return claim_reply(keys, a, s, c.slot, 'FULL', wait, { 'delay', wait })
   end
+  local turn = gate ~= nil and gate.turn() or 0
+  if turn > 0 then
+    return claim_reply(keys, a, s, c.slot, 'WAIT', turn, { 'delay', turn, 'turn', 1 })
+  end
   claim_seat(keys, a)
   local start = math.max(c.v + math.min(math.max(0, a.handoff), lead, c.spacing), earliest)
   -- late: the virtual start past the slot (a ticket's pushed by u: before claim_pushed's push)
   local late = math.max(0, start - c.slot - (c.front and 0 or s.u))
   claim_started(keys, a, s, c, start)
+  if gate ~= nil then
+    gate.started(start - c.v, math.max(1, a.cost) * effective_interval(s, a.interval))
+  end
   local extra = { 'start', a.now + start - c.v, 'late', late }
   if c.missed ~= nil then
     extra[#extra + 1] = 'readmit'

@@ -1,21 +1,23 @@
 -- outer.lua: schedule.outer — a nested (inner) bucket's grants and starts also count in its
 -- outer bucket's budget, kept in the outer's own state hash (its grants' tat t, its starts' l,
--- q and z, its extra limits' x). RedisStore prepends lib.lua, limits.lua and ops.lua to the
--- scripts that run these: grant_nested.lua, claim_nested.lua and take_nested.lua.
--- KEYS[1..4] as grant_op's, KEYS[5] the outer bucket's state hash, KEYS[6] the birth marker
--- and KEYS[7] the done marks' settle window's end (both absent on a Cluster). On a Cluster every key must be in one hash slot: a nested bucket's
+-- q and z, its extra limits' x). RedisStore prepends lib.lua, limits.lua, ops.lua and fair.lua
+-- to the scripts that run these: grant_nested.lua, claim_nested.lua and take_nested.lua.
+-- KEYS[1..4] as grant_op's, KEYS[5] the outer bucket's state hash, KEYS[6] its fair share
+-- (fair.lua), KEYS[7] the birth marker and KEYS[8] the done marks' settle window's end (both
+-- absent on a Cluster). On a Cluster every key must be in one hash slot: a nested bucket's
 -- keys carry its outer bucket's hash tag (stores/keys.py).
 -- The outer's arguments follow the inner op's: its interval_us, burst and extra limits
--- (limits.lua's parse_limits).
+-- (limits.lua's parse_limits), then the inner bucket's weight in the outer's fair share and
+-- its name there ('' and '': no fair share).
 
 local function outer_of(argv, at)
   return { t = tonumber(argv[at]), b = tonumber(argv[at + 1]) or 1,
-    limits = parse_limits(argv[at + 2]) }
+    limits = parse_limits(argv[at + 2]), w = num(argv[at + 3]), key = argv[at + 4] }
 end
 
 -- The inner op's KEYS: the inner bucket's four, then the birth marker if any.
 local function inner_keys(keys)
-  return { keys[1], keys[2], keys[3], keys[4], keys[6], keys[7] }
+  return { keys[1], keys[2], keys[3], keys[4], keys[7], keys[8] }
 end
 
 -- schedule.outer._slot: the outer budget's earliest slot of cost at its virtual v.
@@ -54,29 +56,36 @@ end
 -- Both records (a missing one as its new epoch: the outer's saved at once) and the outer's
 -- virtual time minus the inner's.
 local function load_both(keys, now, interval, outer)
-  local o, o_new = load_or_new(keys[5], keys[6], now, outer.t)
+  local o, o_new = load_or_new(keys[5], keys[7], now, outer.t)
   if o_new then
     save_state(keys[5], o, now, outer.t)
   end
-  local s, is_new = load_or_new(keys[1], keys[6], now, interval)
+  local s, is_new = load_or_new(keys[1], keys[7], now, interval)
   return o, s, is_new, virtual_now(o, now) - virtual_now(s, now)
 end
 
 -- schedule.outer.grant_nested: grant_op (ARGV[1..10]; ARGV[11], an interactive share, does
--- not apply) at the outer's next slot at the earliest; a new ticket reserves its slot in both.
--- ARGV[12..14] the outer's. Returns grant_op's reply, paused (1) also while the outer is paused.
+-- not apply) at the outer's next slot at the earliest; a new ticket reserves its slot in both
+-- (under a fair share: none, the slot no sooner than the outer's start budget allows).
+-- ARGV[12..16] the outer's. Returns grant_op's reply, paused (1) also while the outer is paused.
 local function nested_grant_op(keys, argv)
   local now = clock_us(argv[1])
   local cost = tonumber(argv[8]) or 1
   local outer = outer_of(argv, 12)
   local o, s, _, shift = load_both(keys, now, tonumber(argv[2]), outer)
   local v = virtual_now(s, now)
-  local floor = outer_slot(o, v + shift, outer, cost) - shift
+  local floor
+  if outer.w ~= nil then
+    floor = outer_earliest(o, outer, cost) - shift
+  else
+    floor = outer_slot(o, v + shift, outer, cost) - shift
+  end
   local g = grant_op(inner_keys(keys), {
     fmt(now), argv[2], fmt(math.max(tonumber(argv[3]), floor - v)), argv[4], argv[5], argv[6],
     argv[7], argv[8], argv[9], argv[10],
   })
-  if g[1] == 'OK' and g[3] > s.n and outer_reserve(o, g[4] + shift, v + shift, outer, cost) then
+  if outer.w == nil and g[1] == 'OK' and g[3] > s.n
+      and outer_reserve(o, g[4] + shift, v + shift, outer, cost) then
     save_fields(keys[5], o, false, now, outer.t, 't', 'x')
   end
   if o.p ~= nil then
@@ -85,8 +94,28 @@ local function nested_grant_op(keys, argv)
   return g
 end
 
+-- The gate of claim_op (ops.lua) for a key of the outer's fair share (schedule.outer.
+-- claim_fair): its turn, and its start, in the share at keys[6], o the outer's record.
+local function fair_gate(keys, o, outer, cost, now, lead)
+  local spacing = effective_interval(o, outer.t)
+  local free_in = outer_earliest(o, outer, cost) - virtual_now(o, now)
+  local f = fair_load(keys[6])
+  return {
+    turn = function()
+      local wait = fair_turn(f, outer.key, outer.w, now, spacing, free_in, clamp_lead(lead))
+      fair_save(keys[6], f)
+      return wait
+    end,
+    started = function(delay, own)
+      fair_started(f, outer.key, outer.w, cost, spacing, now, now + delay + own)
+      fair_save(keys[6], f)
+    end,
+  }
+end
+
 -- schedule.outer.claim_nested: claim_op (ARGV[1..18]) no sooner than the outer's budget
--- allows; a new start is counted in both. ARGV[19..21] the outer's. PAUSED while the outer
+-- allows; a new start is counted in both. ARGV[19..23] the outer's (under a fair share,
+-- schedule.outer.claim_fair: claim_op's gate is the key's turn). PAUSED while the outer
 -- is paused (the inner's new epoch saved, an expired mark dropped).
 -- Ledger: claim_op's entries; op=claim:PAUSED now task r ticket slot holder epoch outer=1
 -- for a claim refused by the outer's pause.
@@ -119,7 +148,11 @@ local function nested_claim_op(keys, argv)
     args[i] = argv[i]
   end
   args[19] = fmt(floor)
-  local c = claim_op(inner_keys(keys), args)
+  local gate = nil
+  if outer.w ~= nil then
+    gate = fair_gate(keys, o, outer, cost, now, tonumber(argv[7]))
+  end
+  local c = claim_op(inner_keys(keys), args, gate)
   if c[1] == 'OK' and redis.call('GET', keys[2]) ~= before then
     outer_started(o, v + c[3] + shift, outer, cost)
     save_fields(keys[5], o, false, now, outer.t, 'l', 'q', 'z', 'x')

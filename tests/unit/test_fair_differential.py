@@ -1,0 +1,133 @@
+"""fair.lua against the model: keys of one fair outer bucket, run through both stores side by
+side, give the same replies, records and share at every step."""
+
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass
+from typing import Any
+
+import hypothesis.strategies as st
+import redis
+from hypothesis import HealthCheck, given, settings
+
+from celery_interval.schedule import ClaimTerms, Limit, Outcome, Pace, Slot
+from celery_interval.schedule.outer import Outer
+from celery_interval.stores.base import TaskCopy
+from celery_interval.stores.memory import MemoryStore
+from celery_interval.stores.redis import RedisStore
+from tests.helpers.fair_sim import T0_US
+
+
+@dataclass(frozen=True)
+class KeyPlan:
+    """One key's work: its weight, own interval, cost, cap, tasks, arrival and habits."""
+
+    weight: int
+    own_us: int
+    cost: int
+    cap: int | None
+    tasks: int
+    arrive_us: int
+    takes: bool  # its worker takes (grant and claim in one call) rather than grant, then claim
+    again: bool  # its worker claims an admitted start again (a lost reply)
+    stops_after: int | None  # its worker stops claiming after this many claims (it died)
+
+
+key_plans = st.builds(
+    KeyPlan,
+    weight=st.sampled_from([1, 1, 2, 3]),
+    own_us=st.sampled_from([1, 1, 30_000, 100_000]),
+    cost=st.sampled_from([1, 1, 2]),
+    cap=st.sampled_from([None, None, 1]),
+    tasks=st.integers(1, 8),
+    arrive_us=st.integers(0, 200_000),
+    takes=st.booleans(),
+    again=st.booleans(),
+    stops_after=st.one_of(st.none(), st.integers(1, 6)),
+)
+outers = st.builds(
+    Outer,
+    st.just("api"),
+    st.sampled_from([5_000, 20_000]),
+    st.sampled_from([1, 1, 2]),
+    st.sampled_from([(), (Limit(100_000, 4),)]),
+)
+
+
+def _same(model: MemoryStore, store: RedisStore, buckets: list[str]) -> None:
+    assert store.read_fair("api") == model.read_fair("api")
+    for bucket in [*buckets, "api"]:
+        assert store.read_state(bucket) == model.read_state(bucket), bucket
+        assert store.read_places(bucket) == model.read_places(bucket), bucket
+
+
+@settings(
+    max_examples=60,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
+@given(
+    plans=st.lists(key_plans, min_size=2, max_size=4),
+    outer=outers,
+    lead_us=st.sampled_from([0, 5_000, 20_000]),
+)
+def test_fair_lua_matches_model(
+    redis_client: redis.Redis[Any], plans: list[KeyPlan], outer: Outer, lead_us: int
+) -> None:
+    redis_client.flushdb()  # each example starts empty (the fixture flushes once)
+    now = [T0_US]
+    buckets = [f"api:k{i}" for i in range(len(plans))]
+    nests = dict.fromkeys(buckets, outer)
+    model = MemoryStore(clock_us=lambda: now[0], nesting=nests.get)
+    store = RedisStore(redis_client, now_us=lambda: now[0], nesting=nests.get)
+    left = [p.tasks for p in plans]
+    claims = [0] * len(plans)
+    events: list[tuple[int, int, str, Slot | None]] = [
+        (T0_US + p.arrive_us, i, "grant", None) for i, p in enumerate(plans)
+    ]
+    heapq.heapify(events)
+    steps = 0
+    while events and steps < 120:
+        now[0], i, kind, slot = heapq.heappop(events)
+        steps += 1
+        plan = plans[i]
+        copy = TaskCopy(buckets[i], f"t{plan.tasks - left[i]}", 0)
+        key_outer = Outer(outer.bucket, outer.interval_us, outer.burst, outer.limits, plan.weight)
+        pace = Pace(plan.own_us, cost=plan.cost)
+        terms = ClaimTerms(f"w{i}", 30_000_000, lead_us, cap=plan.cap, cost=plan.cost)
+        if kind == "grant" and plan.takes:
+            expected = model.take_nested(copy, pace, terms, key_outer)
+            assert store.take_nested(copy, pace, terms, key_outer) == expected
+            granted, claimed = expected
+        elif kind == "grant":
+            granted = model.grant_nested(copy, pace, key_outer)
+            assert store.grant_nested(copy, pace, key_outer) == granted
+            claimed = None
+        else:
+            assert slot is not None
+            claims[i] += 1
+            if plan.stops_after is not None and claims[i] > plan.stops_after:
+                continue
+            claimed = model.claim_nested(copy, plan.own_us, slot, terms, key_outer)
+            assert store.claim_nested(copy, plan.own_us, slot, terms, key_outer) == claimed
+        _same(model, store, buckets)
+        if kind == "grant":
+            slot = granted.slot
+            if claimed is None:
+                at_us = now[0] + max(0, granted.delay_us - lead_us)
+                heapq.heappush(events, (at_us, i, "claim", slot))
+                continue
+        assert slot is not None
+        if claimed is None or claimed.outcome is Outcome.RETICKET:
+            heapq.heappush(events, (now[0] + 1, i, "grant", None))
+        elif claimed.outcome in (Outcome.WAIT, Outcome.FULL):
+            heapq.heappush(events, (now[0] + max(1, claimed.delay_us), i, "claim", slot))
+        elif claimed.outcome is Outcome.OK:
+            if plan.again:
+                again = model.claim_nested(copy, plan.own_us, slot, terms, key_outer)
+                assert store.claim_nested(copy, plan.own_us, slot, terms, key_outer) == again
+                _same(model, store, buckets)
+            left[i] -= 1
+            if left[i] > 0:
+                heapq.heappush(events, (now[0] + claimed.delay_us, i, "grant", None))
