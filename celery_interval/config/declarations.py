@@ -23,6 +23,7 @@ __all__ = [
     "parse_declaration",
     "parse_own",
     "parse_queues",
+    "weight_of",
 ]
 
 #: The fields a declaration may name.
@@ -54,6 +55,11 @@ class Bucket:
     outer: str | None = None
     #: The share of the rate kept for ``slot()`` callers, a fraction in (0, 1).
     interactive_share: float | None = None
+    #: An outer bucket's starts divided among its nested buckets that wait, by weight.
+    fair: bool | None = None
+    #: A nested bucket's weight in its fair outer's share (an integer >= 1, default 1), or a
+    #: callable of the bucket's name returning one.
+    weight: int | Callable[[str], int] | None = None
 
 
 @dataclass(frozen=True)
@@ -68,6 +74,8 @@ class Declaration:
     adaptive: bool | int | None = None
     outer: str | None = None
     interactive_share: float | None = None
+    fair: bool | None = None
+    weight: int | Callable[[str], int] | None = None
 
 
 def parse_declaration(value: Any, said: str) -> Declaration:
@@ -97,14 +105,17 @@ def parse_declaration(value: Any, said: str) -> Declaration:
         adaptive=_parsed(given, "adaptive", said, _adaptive),
         outer=_parsed(given, "outer", said, _bucket_name),
         interactive_share=_parsed(given, "interactive_share", said, check_share),
+        fair=_parsed(given, "fair", said, _flag),
+        weight=_parsed(given, "weight", said, _weight),
     )
 
 
 def parse_own(value: Any, said: str) -> Declaration:
     """A task's ``interval`` option: an interval or a declaration, as in ``interval_queues``,
-    without the fields that belong to the bucket alone (``outer``, ``interactive_share``)."""
+    without the fields that belong to the bucket alone (``outer``, ``interactive_share``,
+    ``fair``, ``weight``)."""
     declaration = parse_declaration(value, said)
-    for name in ("outer", "interactive_share"):
+    for name in ("outer", "interactive_share", "fair", "weight"):
         if getattr(declaration, name) is not None:
             raise ConfigurationError(
                 f"{said}: {name!r} is the bucket's, not a task's: declare it in interval_queues"
@@ -120,6 +131,27 @@ def _parsed(
 
 def _units(value: Any, said: str) -> int:
     return check_int(value, said, 1, "units of one interval's budget")
+
+
+def _flag(value: Any, said: str) -> bool:
+    if not isinstance(value, bool):
+        raise ConfigurationError(f"{said}={short_repr(value)}: expected True or False")
+    return value
+
+
+def _weight(value: Any, said: str) -> int | Callable[[str], int]:
+    if callable(value):
+        return value  # type: ignore[no-any-return]
+    return check_int(value, said, 1, "the bucket's weight in its outer's fair share")
+
+
+def weight_of(declaration: Declaration, bucket: str, said: str) -> int | None:
+    """The weight ``declaration`` gives ``bucket`` (a callable's called with its name,
+    its answer checked); None: none declared there."""
+    weight = declaration.weight
+    if weight is None or isinstance(weight, int):
+        return weight
+    return check_int(weight(bucket), f"{said}({bucket!r})", 1, "a fair share's weight")
 
 
 def _adaptive(value: Any, said: str) -> bool | int:
@@ -178,6 +210,20 @@ def _check_nesting(
         near = closest(queue, queues)
         shown = "" if near is None else f"; did you mean {near + key[len(queue) :]!r}?"
         raise ConfigurationError(f"{said}: no queue {queue!r} is declared{shown}")
+    if declaration.fair and not any(d.outer == key for d in declared.values()):
+        raise ConfigurationError(
+            f"{said}['fair']=True: no bucket is nested in {key!r}; declare its keys' "
+            f"'outer', e.g. {{'{queue}:*': {{'outer': {key!r}}}}}"
+        )
+    outer = lookup(declared, key, lambda d: d.outer, to_queue=False)
+    if declaration.weight is not None and (
+        outer is None or not lookup(declared, outer, lambda d: d.fair, to_queue=False)
+    ):
+        where = "it is not nested" if outer is None else f"its outer {outer!r} is not fair"
+        raise ConfigurationError(
+            f"{said}['weight']: a weight is a nested bucket's share of a fair outer bucket, "
+            f"and {where} (declare 'outer', and 'fair': True on the outer)"
+        )
     outer = declaration.outer
     if outer is None:
         return

@@ -7,7 +7,13 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from celery_interval.config.declarations import Declaration, lookup, parse_queues
+from celery_interval.config.declarations import (
+    Declaration,
+    lookup,
+    lookup_names,
+    parse_queues,
+    weight_of,
+)
 from celery_interval.config.intervals import MAX_INTERVAL_S, US_PER_S
 from celery_interval.config.suggest import closest
 from celery_interval.config.table import DEFAULTS, MOVED
@@ -123,7 +129,25 @@ class Settings:
         name = self.outer_name(bucket)
         if name is None:
             return None
-        return Outer(name, self.interval_us(name), self.burst_of(name), self.limits_of(name))
+        weight = self.weight_of(bucket) if self.is_fair(name) else None
+        return Outer(
+            name, self.interval_us(name), self.burst_of(name), self.limits_of(name), weight
+        )
+
+    def is_fair(self, bucket: str) -> bool:
+        """Whether ``bucket``'s starts are divided among its nested buckets by weight."""
+        return bool(self._field(bucket, lambda d: d.fair, to_queue=False))
+
+    def weight_of(self, bucket: str) -> int:
+        """``bucket``'s weight in its outer's fair share (its own entry, else its
+        ``'queue:*'`` entry's; 1: none declared)."""
+        for name in lookup_names(bucket, to_queue=False):
+            entry = self.declarations.get(name)
+            said = f"interval_queues[{name!r}]['weight']"
+            weight = None if entry is None else weight_of(entry, bucket, said)
+            if weight is not None:
+                return weight
+        return 1
 
     @property
     def nested(self) -> bool:

@@ -47,9 +47,10 @@ SETTINGS: tuple[Setting, ...] = (
         "between starts (``0.5``, ``'500ms'``, ``'2s'``) or a rate of starts (``'10/s'``, "
         "``'30/m'``, ``'100/h'``), above 0, at most one day; or a declaration, a mapping or "
         "``celery_interval.Bucket`` with ``interval`` (required on a queue), ``burst``, "
-        "``limits``, ``concurrency``, ``adaptive``, ``outer`` and ``interactive_share`` "
-        "(see the bucket declaration). A ``queue:key`` bucket takes each field from its own "
-        "entry, else ``'queue:*'``, else its queue's (``outer``: not from its queue's).",
+        "``limits``, ``concurrency``, ``adaptive``, ``outer``, ``interactive_share``, ``fair`` "
+        "and ``weight`` (see the bucket declaration). A ``queue:key`` bucket takes each field "
+        "from its own entry, else ``'queue:*'``, else its queue's (``outer``, ``fair`` and "
+        "``weight``: not from its queue's).",
     ),
     Setting(
         "interval_store_url",
@@ -212,6 +213,22 @@ FIELDS: tuple[Field, ...] = (
         "its budget allows, and such starts are held to that share of the rate (one per "
         "``interval / share``); the tickets it passes start one interval later each, in order. "
         "Unused, the share is the tasks'. A nested bucket (``outer``) has none.",
+    ),
+    Field(
+        "fair",
+        "{'api': {'interval': '50/s', 'fair': True}, 'api:*': {'outer': 'api'}}",
+        "On an outer bucket: its starts are divided among the buckets nested in it that have "
+        "work waiting, in proportion to their ``weight`` (max-min fair: a bucket its own limits "
+        "hold below its share gets all they allow, the rest is shared by the others; while any "
+        "has work the outer's limit is used in full). Decided in the store, across workers. "
+        "Without it the outer's starts go to whichever claim fits first.",
+    ),
+    Field(
+        "weight",
+        "{'api:*': {'outer': 'api', 'weight': 1}, 'api:gold': {'weight': 3}}",
+        "A nested bucket's weight in its fair outer's share: an integer >= 1 (default 1), or a "
+        "callable given the bucket's name that returns one (a tenant's plan, looked up when "
+        "its tasks claim). Taken from the bucket's own entry or its ``'queue:*'`` entry.",
     ),
 )
 

@@ -15,6 +15,7 @@ from celery_interval.config.table import FIELDS, MOVED
 from celery_interval.errors import ConfigurationError, UnknownBucket
 from celery_interval.placement import own_of
 from celery_interval.schedule import Limit
+from celery_interval.schedule.outer import Outer
 
 
 def _app(queues: Any, **conf: Any) -> Celery:
@@ -41,7 +42,7 @@ def test_a_bucket_object_and_a_mapping_declare_the_same() -> None:
     by_map = settings_of(_app({"api": fields}))
     by_object = settings_of(_app({"api": Bucket(**fields)}))
     assert by_map.declarations == by_object.declarations
-    assert {f.name for f in FIELDS} == {*fields, "outer"}
+    assert {f.name for f in FIELDS} == {*fields, "outer", "fair", "weight"}
     s = by_object
     assert (s.interval_us("api"), s.burst_of("api"), s.concurrency_of("api")) == (100_000, 5, 4)
     assert s.limits_of("api") == (Limit(600_000), Limit(3_600_000, 50))
@@ -86,6 +87,30 @@ def test_outer_comes_from_the_entry_or_the_pattern_never_the_queue() -> None:
     assert s.outer_name("api:acme") is None
     assert (s.outer_name("mail:acme"), s.outer_name("mail:own")) == ("mail", "acct")
     assert s.outer_name("mail") is None
+
+
+def test_a_fair_outers_keys_carry_their_weight_from_the_entry_the_pattern_or_a_callable() -> None:
+    plans = {"api:gold": 3}
+    s = settings_of(
+        _app(
+            {
+                "api": {"interval": "50/s", "fair": True, "burst": 2},
+                "api:*": {"outer": "api", "weight": lambda key: plans.get(key, 1)},
+                "api:vip": {"weight": 5},
+                "mail": "1/s",
+                "mail:*": {"outer": "mail"},
+            }
+        )
+    )
+    weights = [s.outer_of(b).weight for b in ("api:acme", "api:gold", "api:vip")]  # type: ignore[union-attr]
+    assert weights == [1, 3, 5]
+    assert s.outer_of("api:acme") == Outer("api", 20_000, 2, (), 1)
+    assert s.outer_of("mail:acme") == Outer("mail", 1_000_000), "not fair: no weight"
+    plans["api:acme"] = 0
+    with pytest.raises(
+        ConfigurationError, match=r"interval_queues\['api:\*'\]\['weight'\]\('api:acme'\)=0"
+    ):
+        s.outer_of("api:acme")
 
 
 def test_the_task_option_wins_field_by_field() -> None:
@@ -150,6 +175,28 @@ def test_a_bad_task_option_is_refused_when_bound(option: Any, expected: str) -> 
         (
             {"api": {"burst": 2}},
             "interval_queues['api']={'burst': 2}: a queue's declaration needs an 'interval'",
+        ),
+        (
+            {"api": {"interval": 1, "fair": True}},
+            "interval_queues['api']['fair']=True: no bucket is nested in 'api'",
+        ),
+        (
+            {"api": {"interval": 1, "fair": "yes"}},
+            "interval_queues['api']['fair']='yes': expected True or False",
+        ),
+        (
+            {"api": 1, "api:*": {"outer": "api", "weight": 2}},
+            "interval_queues['api:*']['weight']: a weight is a nested bucket's share of a fair "
+            "outer bucket, and its outer 'api' is not fair",
+        ),
+        (
+            {"api": 1, "api:vip": {"weight": 2}},
+            "interval_queues['api:vip']['weight']: a weight is a nested bucket's share of a fair "
+            "outer bucket, and it is not nested",
+        ),
+        (
+            {"api": {"interval": 1, "fair": True}, "api:*": {"outer": "api", "weight": 0}},
+            "interval_queues['api:*']['weight']=0",
         ),
         ({"api": {"interval": "fast"}}, "interval_queues['api']['interval']='fast'"),
         ({"api": {"interval": 1, "adaptive": "x"}}, "interval_queues['api']['adaptive']='x'"),
