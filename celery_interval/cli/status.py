@@ -18,6 +18,7 @@ from celery_interval.config.values import describe_limits, limit_dict
 from celery_interval.errors import UnknownBucket
 from celery_interval.monitor.fleet import held_per_worker, queue_depths
 from celery_interval.schedule import Status
+from celery_interval.shares import achieved_rates, with_shares
 
 if TYPE_CHECKING:
     from rich.table import Table
@@ -118,7 +119,9 @@ def status(
     share: what is set), interval in force, the units left of each budget, paused, tickets, next
     slot (the one a ticket would get now), bodies running (of a capped bucket's cap), held per
     worker, broker depth and parked tasks (in the bucket's overflow queue) of each bucket:
-    the configured ones and those with state in the store (tenant buckets ``queue:key``)."""
+    the configured ones and those with state in the store (tenant buckets ``queue:key``); a
+    bucket nested in a fair outer, its share of the outer's starts now, weight and starts a
+    second over the last 10 s."""
     app = app_of(ctx)
     found, unconfigured = _found(app, queue, match)
     settings = settings_of(app)
@@ -129,6 +132,7 @@ def status(
         rows = rows[:top]
     configured = set(settings.buckets())
     per_worker, held_error = _add_fleet(app, settings, configured, rows, timeout_s)
+    _add_shares(app, rows)
     shown = _Shown(rows, total, unconfigured, configured, per_worker, held_error)
     if as_json:
         click.echo(_json_text(shown))
@@ -202,6 +206,18 @@ def _add_fleet(
     return per_worker, held_error
 
 
+def _add_shares(app: Any, rows: list[dict[str, Any]]) -> None:
+    """Add to each row of a bucket nested in a fair outer its place in the outer's share,
+    its achieved rate (starts a second over the last 10 s, its ledger) and its backlog (held
+    and parked)."""
+    with_shares(app, {row["queue"]: row for row in rows})
+    fair = [row for row in rows if "fair" in row]
+    rates = achieved_rates(app, [row["queue"] for row in fair]) if fair else {}
+    for row in fair:
+        row["fair"]["rate_per_s"] = rates.get(row["queue"])
+        row["fair"]["backlog"] = row["held_total"] + row["parked"]
+
+
 def _json_text(shown: _Shown) -> str:
     """``--json``: one JSON object of the rows, the counts and the workers that answered."""
     return json.dumps(
@@ -232,13 +248,26 @@ def _table(shown: _Shown) -> Table:
     from rich.table import Table
 
     table = Table(title="interval buckets")
-    columns = ("bucket", "declaration", "interval s", "budget left", "paused", "tickets",
-               "next slot in s", "running", "held", "depth", "parked")  # fmt: skip
-    for col in columns:
+    columns = ["bucket", "declaration", "interval s", "budget left", "paused", "tickets",
+               "next slot in s", "running", "held", "depth", "parked"]  # fmt: skip
+    fair = any("fair" in row or "fair_error" in row for row in shown.rows)
+    for col in columns + (["fair share"] if fair else []):
         table.add_column(col)
     for row in shown.rows:
-        table.add_row(*_cells(row, shown))
+        table.add_row(*_cells(row, shown), *([_share_text(row)] if fair else []))
     return table
+
+
+def _share_text(row: dict[str, Any]) -> str:
+    """A fair outer's key: its share of the outer's starts now, weight and achieved rate,
+    ``'0.25 of api, w 1, 9.8/s'`` (``?``: the share could not be read; ``-``: not fair)."""
+    if "fair_error" in row:
+        return "?"
+    fair = row.get("fair")
+    if fair is None:
+        return "-"
+    rate = "?" if fair.get("rate_per_s") is None else f"{fair['rate_per_s']:.1f}/s"
+    return f"{fair['share']:.2f} of {fair['outer']}, w {fair['weight']}, {rate}"
 
 
 def _cells(row: dict[str, Any], shown: _Shown) -> list[str]:

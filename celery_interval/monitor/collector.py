@@ -23,6 +23,7 @@ from celery_interval.monitor.fleet import held_per_worker, queue_depths
 from celery_interval.monitor.histogram import Histogram
 from celery_interval.monitor.tail import LedgerTail
 from celery_interval.schedule import Limit, Pace, Status
+from celery_interval.shares import KeyShare, fair_shares
 
 __all__ = ["BucketRow", "Collector", "Frame"]
 
@@ -67,6 +68,10 @@ class BucketRow:
     parked: int | None = None
     ledger_gaps: int = 0
     ledger_lost: int = 0
+    #: Nested in a fair outer: its weight and its share of the outer's starts now (0: no
+    #: work waiting); None: not in a fair share, or its share was not read.
+    fair_weight: int | None = None
+    fair_share: float | None = None
 
     @property
     def waiting(self) -> int | None:
@@ -103,6 +108,8 @@ class BucketRow:
             "last_late_s": self.last_late_s,
             "ledger_gaps": self.ledger_gaps,
             "ledger_lost": self.ledger_lost,
+            "fair_weight": self.fair_weight,
+            "fair_share": self.fair_share,
         }
 
 
@@ -153,6 +160,7 @@ class Collector:
         self._unconfigured = 0
         self._scanned_at: float | None = None
         self._statuses: dict[str, Status] = {}
+        self._shares: dict[str, KeyShare] = {}
         self._workers = 0
         self._rescanned = False
         self._now_us = 0
@@ -211,6 +219,7 @@ class Collector:
             self._rescanned = True
         else:
             self._statuses = dict(control.read_paced(self.app, self._known))
+        self._shares = fair_shares(self.app, self._statuses)
         self.tail.poll()
         self._now_us = self.reader.now_us()
 
@@ -280,6 +289,9 @@ class Collector:
                 interval_us = status.interval_us
         if interval_us is not None:
             row.interval_s = interval_us / 1e6
+        share = self._shares.get(name)
+        if share is not None:
+            row.fair_weight, row.fair_share = share.weight, share.share
         row.burst = settings_of(self.app).burst_of(name)
         limits = settings_of(self.app).limits_of(name)
         row.limits = tuple(

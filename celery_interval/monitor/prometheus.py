@@ -107,6 +107,17 @@ _STATE_GAUGES: tuple[_Spec, ...] = (
         "When the slot a ticket would get now comes (every limit's budget counted), in s.",
         lambda r: r.next_slot_in_s,
     ),
+    (
+        "celery_interval_fair_weight",
+        "A bucket nested in a fair outer bucket: its weight in the outer's share.",
+        lambda r: r.fair_weight,
+    ),
+    (
+        "celery_interval_fair_share",
+        "A bucket nested in a fair outer bucket: its share of the outer's starts now "
+        "(0: no work waiting).",
+        lambda r: r.fair_share,
+    ),
 )
 
 

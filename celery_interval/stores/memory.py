@@ -6,9 +6,10 @@ import heapq
 import threading
 import time
 from collections.abc import Callable, Iterator
-from contextlib import AbstractContextManager, contextmanager
+from contextlib import contextmanager
 
 from celery_interval.schedule import BucketState, Mark, Places
+from celery_interval.schedule.fair import FairShare
 from celery_interval.stores._apply import BucketTxn
 from celery_interval.stores.nested import NestedSteps, Nesting
 from celery_interval.stores.overflow import MemoryOverflowIndex
@@ -165,8 +166,10 @@ class MemoryStore(NestedSteps):
         else:
             self._reset_us[bucket] = txn.reset_us
 
-    def _lock_shares(self) -> AbstractContextManager[object]:
-        return self._lock
+    def read_fair(self, outer: str) -> tuple[FairShare, int]:
+        """An outer bucket's fair share as stored (empty: none), and the store's clock (µs)."""
+        with self._lock:
+            return self._shares.get(outer, FairShare()), self._clock_us()
 
     def born_us(self) -> int | None:
         with self._lock:

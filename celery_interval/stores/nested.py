@@ -51,15 +51,6 @@ class NestedSteps(ModelStore):
     #: Each fair outer bucket's share (``schedule.fair``), by the outer's name.
     _shares: dict[str, FairShare]
 
-    def read_fair(self, outer: str) -> FairShare:
-        """An outer bucket's fair share as stored (empty: none); for tests and status."""
-        with self._lock_shares():
-            return self._shares.get(outer, FairShare())
-
-    def _lock_shares(self) -> AbstractContextManager[object]:
-        """What guards ``_shares`` outside a step (a store that keeps none says so)."""
-        raise ConfigurationError(f"{type(self).__name__} keeps no fair shares")
-
     def _nested(self, bucket: str) -> Outer | None:
         return None if self._nesting is None else self._nesting(bucket)
 

@@ -172,8 +172,8 @@ class RedisStore:
         """The bucket's places as stored (expired ones until a script drops them)."""
         return self._reads.read_places(bucket)
 
-    def read_fair(self, outer: str) -> FairShare:
-        """An outer bucket's fair share as stored (empty: none)."""
+    def read_fair(self, outer: str) -> tuple[FairShare, int]:
+        """An outer bucket's fair share as stored (empty: none), and the store's clock (µs)."""
         return self._reads.read_fair(outer)
 
     def read_mark(self, bucket: str, task_id: str, retries: int) -> Mark | None:

@@ -94,12 +94,16 @@ class RedisReads:
             )
         return tuple(Place(int(score), as_text(name)) for name, score in raw)
 
-    def read_fair(self, outer: str) -> FairShare:
-        """An outer bucket's fair share as stored (empty: none; fair.lua's hash)."""
+    def read_fair(self, outer: str) -> tuple[FairShare, int]:
+        """An outer bucket's fair share as stored (empty: none; fair.lua's hash), and the
+        store's clock (µs) as it was read."""
         with self._link.errors("read_fair"):
             key = keys.fair_key(self._calls.prefix, keys.validate_bucket(outer))
-            raw: dict[Any, Any] = self._link.client().hgetall(key)
-        return decode_fair({as_text(k): as_text(v) for k, v in raw.items()})
+            client = self._link.client()
+            raw: dict[Any, Any] = client.hgetall(key)
+            clock = self._calls.clock_arg()
+            now_us = int(clock) if clock else _time_us(client.time())
+        return decode_fair({as_text(k): as_text(v) for k, v in raw.items()}), now_us
 
     def born_us(self) -> int | None:
         """The birth marker as it stands (None: not written yet, or a Cluster's: none)."""
@@ -115,3 +119,8 @@ class RedisReads:
         with self._link.errors("read_mark"):
             raw: Any = self._link.client().get(self._calls.mark_key(bucket, task_id, retries))
         return decode_mark(raw)
+
+
+def _time_us(reply: Any) -> int:
+    seconds, micros = reply
+    return int(seconds) * 1_000_000 + int(micros)

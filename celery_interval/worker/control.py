@@ -13,6 +13,7 @@ from celery_interval import control
 from celery_interval.config import check_int, settings_of
 from celery_interval.config.intervals import parse_interval_us
 from celery_interval.errors import ConfigurationError, StoreError
+from celery_interval.shares import with_shares
 
 __all__ = [
     "interval_stats",
@@ -154,7 +155,8 @@ def interval_stats(
 ) -> dict[str, Any]:
     """Per bucket on this worker (the top buckets by held tasks, 0 = all, whose names match the
     glob): interval, paused, held tasks with tickets (the first few), bodies running here in a
-    capped bucket's places, counters."""
+    capped bucket's places, counters; a bucket nested in a fair outer, its place in the
+    outer's share (``fair``)."""
     for name, value in (("top", top), ("tasks", tasks)):
         try:
             check_int(value, f"interval_stats: {name}", 0)
@@ -170,6 +172,7 @@ def interval_stats(
     if service is None:
         return {}
     snapshot: dict[str, Any] = service.snapshot(top=top, match=match, buckets=buckets, tasks=tasks)
+    with_shares(state.app, {b: r for b, r in snapshot.items() if not b.startswith("_")})
     return snapshot
 
 

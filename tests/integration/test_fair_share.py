@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import itertools
+import json
 import uuid
 from typing import Any
 
 import pytest
 
 from celery_interval.config import settings_of
+from celery_interval.monitor.collector import Collector
 from celery_interval.starts import happened
 from celery_interval.stores.redis import RedisStore
-from tests.helpers.pool import Pool
+from tests.helpers.pool import Pool, celery_cli
 from tests.helpers.pool_tasks import send_tenants
 
 pytestmark = pytest.mark.slow
@@ -44,6 +46,8 @@ def test_tenants_share_a_fair_outer_by_weight_behind_a_flood(make_pool: Any) -> 
     pool.wait_records(10, kind="tenant", timeout_s=60)
     later = [("small", i) for i in range(SMALL)] + [("gold", i) for i in range(GOLD)]
     ids += send_tenants(pool, sorted(later, key=lambda call: call[1]))
+    pool.wait_records(FLOOD // 3, kind="tenant", timeout_s=60)
+    _shows_the_shares(pool)
 
     store = RedisStore.from_url(pool.store, nesting=settings_of(pool.app).outer_of)
     records = pool.wait_records(len(ids), kind="tenant", timeout_s=120)
@@ -63,3 +67,29 @@ def test_tenants_share_a_fair_outer_by_weight_behind_a_flood(make_pool: Any) -> 
     print(f"starts while the small tenant ran: {within}")
     assert within["flood"] <= 1.3 * SMALL + 2, within
     assert within["gold"] >= 2 * within["flood"], within
+
+
+def _shows_the_shares(pool: Pool) -> None:
+    """While the flood is backlogged: ``interval status`` shows each tenant's weight, its share
+    (the waiting ones' add up to 1) and its achieved rate; ``interval_stats`` shows the
+    tenants its worker holds; the exporter's rows carry weight and share."""
+    shown = celery_cli(pool, "interval", "status", "--match", f"{pool.queue}:*", "--json")
+    assert shown.returncode == 0, shown.stderr
+    rows = {row["queue"].split(":")[1]: row["fair"] for row in json.loads(shown.stdout)["queues"]}
+    assert {k: rows[k]["weight"] for k in ("flood", "gold")} == {"flood": 1, "gold": 3}, rows
+    assert rows["flood"]["waiting"] and rows["flood"]["rate_per_s"] > 0, rows
+    assert abs(sum(r["share"] for r in rows.values() if r["waiting"]) - 1) < 1e-3, rows
+    assert all(r["outer"] == pool.queue and r["backlog"] >= 0 for r in rows.values()), rows
+    replies = pool.app.control.broadcast(
+        "interval_stats", arguments={"top": 0}, reply=True, limit=2, timeout=10
+    )
+    held = [row for reply in replies for stats in reply.values() for b, row in stats.items()
+            if b.startswith(f"{pool.queue}:")]  # fmt: skip
+    assert held and all(row["fair"]["outer"] == pool.queue for row in held), replies
+    collector = Collector(pool.app, inspect_timeout_s=1.0, rescan_s=0.0)
+    try:
+        frame = collector.refresh()
+    finally:
+        collector.stop()
+    weights = {r.bucket: r.fair_weight for r in frame.rows if r.bucket.startswith(pool.queue)}
+    assert weights.get(f"{pool.queue}:flood") == 1, weights

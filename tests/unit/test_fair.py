@@ -180,3 +180,16 @@ def test_a_claim_again_of_an_admitted_start_takes_no_turn() -> None:
         steps.append((claimed.outcome, share))
     assert [o for o, _ in steps] == [Outcome.OK, Outcome.OK]
     assert steps[0][1] == steps[1][1], "the claim again moved no tag"
+
+
+def test_a_keys_share_is_its_weight_among_the_waiting_keys() -> None:
+    from celery_interval.shares import KeyShare, key_shares
+
+    share = FairShare(
+        5, (Tag("a", 9, T0_US + 10, 1), Tag("b", 7, T0_US + 10, 3), Tag("idle", 9, T0_US - 1, 2))
+    )
+    assert key_shares("acct", share, T0_US) == {
+        "a": KeyShare("acct", 1, 0.25, True),
+        "b": KeyShare("acct", 3, 0.75, True),
+        "idle": KeyShare("acct", 2, 0.0, False),
+    }
