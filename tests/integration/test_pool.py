@@ -77,17 +77,38 @@ def test_pause_and_unpause_through_the_cli(make_pool: Any, broker: str) -> None:
     assert len(replies) == 3, paused.stdout
     time.sleep(1.0)
     late = pool.start(1)[0]  # a worker started while paused stays paused
-    time.sleep(1.0)
+    # Tasks sent now reach the late worker too (the others are at their hold cap): it holds
+    # some while paused, so it must run them after the unpause, however late it started.
+    ids += pool.send(20)
+    _wait_until_it_holds(pool, late.name)
     unpaused_at_us = pool.store_now_us()
     # starts the store admitted during the pause (a body admitted before it may begin late)
     admitted = [us for us in claim_times_us(pool) if paused_at_us + MAX_LEAD_US < us]
     assert not [us for us in admitted if us <= unpaused_at_us], admitted[:3]
     resumed = celery_cli(pool, "control", "unpause_queue", pool.queue, "--timeout", "6")
     assert resumed.returncode == 0, resumed.stderr
-    records = pool.wait_records(200)
+    records = pool.wait_records(len(ids))
     assert_exactly_once(records, ids)
     assert_spacing(pool, records, INTERVAL_S)
     assert any(r["host"] == late.name for r in records), "the late worker never ran a task"
+
+
+def _wait_until_it_holds(pool: Any, worker: str, timeout_s: float = 30.0) -> None:
+    """Wait until ``worker`` holds a task of the pool's queue (``inspect interval_stats``)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        replies = pool.app.control.broadcast(
+            "interval_stats",
+            arguments={"buckets": [pool.queue]},
+            destination=[worker],
+            reply=True,
+            limit=1,
+            timeout=2,
+        )
+        if any(s.get(pool.queue, {}).get("held", 0) for r in replies for s in r.values()):
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"{worker} held no task {timeout_s}s after tasks were sent")
 
 
 def test_unknown_queue_is_an_error_reply(make_pool: Any) -> None:
