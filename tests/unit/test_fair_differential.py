@@ -16,6 +16,7 @@ from celery_interval.schedule.outer import Outer
 from celery_interval.stores.base import TaskCopy
 from celery_interval.stores.memory import MemoryStore
 from celery_interval.stores.redis import RedisStore
+from tests.helpers.cluster_model import ClusterModel
 from tests.helpers.fair_sim import T0_US
 
 
@@ -75,12 +76,36 @@ def _same(model: MemoryStore, store: RedisStore, buckets: list[str]) -> None:
 def test_fair_lua_matches_model(
     redis_client: redis.Redis[Any], plans: list[KeyPlan], outer: Outer, lead_us: int
 ) -> None:
-    redis_client.flushdb()  # each example starts empty (the fixture flushes once)
+    _run(redis_client, MemoryStore, plans, outer, lead_us)
+
+
+@settings(
+    max_examples=15,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
+@given(
+    plans=st.lists(key_plans, min_size=2, max_size=3),
+    outer=outers,
+    lead_us=st.sampled_from([0, 20_000]),
+)
+def test_fair_lua_matches_model_on_cluster(
+    cluster_client: redis.RedisCluster[Any], plans: list[KeyPlan], outer: Outer, lead_us: int
+) -> None:
+    """The same on a Redis Cluster: the share's hash in its outer's hash slot."""
+    _run(cluster_client, ClusterModel, plans, outer, lead_us)
+
+
+def _run(
+    client: Any, model_type: type[MemoryStore], plans: list[KeyPlan], outer: Outer, lead_us: int
+) -> None:
+    """The keys' workers' steps, event by event, through both stores."""
+    client.flushall()  # each example starts empty (the fixture flushes once)
     now = [T0_US]
     buckets = [f"api:k{i}" for i in range(len(plans))]
     nests = dict.fromkeys(buckets, outer)
-    model = MemoryStore(clock_us=lambda: now[0], nesting=nests.get)
-    store = RedisStore(redis_client, now_us=lambda: now[0], nesting=nests.get)
+    model = model_type(clock_us=lambda: now[0], nesting=nests.get)
+    store = RedisStore(client, now_us=lambda: now[0], nesting=nests.get)
     left = [p.tasks for p in plans]
     claims = [0] * len(plans)
     events: list[tuple[int, int, str, Slot | None]] = [

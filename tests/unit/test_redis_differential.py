@@ -49,6 +49,7 @@ from celery_interval.stores.base import DoneBatch, TaskCopy
 from celery_interval.stores.memory import MemoryStore
 from celery_interval.stores.redis import RedisStore
 from celery_interval.stores.scripts import TAKES_PER_CALL, script_source
+from tests.helpers.cluster_model import ClusterModel
 
 #: Two plain buckets, and two nested in ``api`` (their keys carry its hash tag).
 BUCKETS = ["api", "mail|x", "api:acme", "api:globex"]
@@ -111,16 +112,6 @@ steps_us = st.one_of(
 
 #: The birth of the store a claimer saw: none, the store's own, or one before it.
 knews = st.sampled_from(["none", "none", "born", "earlier"])
-
-
-class ClusterModel(MemoryStore):
-    """The model as a Redis Cluster runs it: no birth marker (born = now)."""
-
-    def _store_born_us(self, now_us: int, write: bool) -> int:
-        return now_us
-
-    def _places_born_us(self, now_us: int, write: bool) -> int | None:
-        return None
 
 
 class Differential(RuleBasedStateMachine):
