@@ -9,7 +9,8 @@ from typing import Any
 MAIN_S = 0.03
 #: set_interval lengthens the main queue's interval to this, then unset_interval restores it.
 MAIN_SLOW_S = 0.06
-#: The tenants' queue bucket is their outer bucket: all tenants together keep it.
+#: The tenants' queue bucket is their outer bucket: all tenants together keep it, and share
+#: its starts fairly (the flooding tenant with weight 2).
 OUTER_S = 0.025
 TENANT_S = 0.075
 #: Burst of the tenants and of their outer bucket; tasks cost 1 or 2 units.
@@ -73,8 +74,9 @@ class Layout:
         return {
             "interval_queues": {
                 self.main: MAIN_S,
-                self.tenants: {"interval": OUTER_S, "burst": BURST},
+                self.tenants: {"interval": OUTER_S, "burst": BURST, "fair": True},
                 f"{self.tenants}:*": {"outer": self.tenants},
+                f"{self.tenants}:flood": {"weight": 2},
                 self.limited: {"interval": LIMITED_S, "limits": [list(x) for x in LIMITS]},
                 self.capped: {"interval": CAPPED_S, "concurrency": CAP},
                 self.throttled: THROTTLED_S,
