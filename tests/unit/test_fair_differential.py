@@ -47,6 +47,13 @@ key_plans = st.builds(
     again=st.booleans(),
     stops_after=st.one_of(st.none(), st.integers(1, 6)),
 )
+#: The outer's control steps: when (µs after the start) and which.
+controls = st.lists(
+    st.tuples(
+        st.integers(0, 400_000), st.sampled_from(["pause", "unpause", "set_interval", "unset"])
+    ),
+    max_size=4,
+)
 outers = st.builds(
     Outer,
     st.just("api"),
@@ -72,11 +79,16 @@ def _same(model: MemoryStore, store: RedisStore, buckets: list[str]) -> None:
     plans=st.lists(key_plans, min_size=2, max_size=4),
     outer=outers,
     lead_us=st.sampled_from([0, 5_000, 20_000]),
+    steps=controls,
 )
 def test_fair_lua_matches_model(
-    redis_client: redis.Redis[Any], plans: list[KeyPlan], outer: Outer, lead_us: int
+    redis_client: redis.Redis[Any],
+    plans: list[KeyPlan],
+    outer: Outer,
+    lead_us: int,
+    steps: list[tuple[int, str]],
 ) -> None:
-    _run(redis_client, MemoryStore, plans, outer, lead_us)
+    _run(redis_client, MemoryStore, plans, outer, lead_us, steps)
 
 
 @settings(
@@ -93,13 +105,19 @@ def test_fair_lua_matches_model_on_cluster(
     cluster_client: redis.RedisCluster[Any], plans: list[KeyPlan], outer: Outer, lead_us: int
 ) -> None:
     """The same on a Redis Cluster: the share's hash in its outer's hash slot."""
-    _run(cluster_client, ClusterModel, plans, outer, lead_us)
+    _run(cluster_client, ClusterModel, plans, outer, lead_us, [])
 
 
 def _run(
-    client: Any, model_type: type[MemoryStore], plans: list[KeyPlan], outer: Outer, lead_us: int
+    client: Any,
+    model_type: type[MemoryStore],
+    plans: list[KeyPlan],
+    outer: Outer,
+    lead_us: int,
+    steps: list[tuple[int, str]],
 ) -> None:
-    """The keys' workers' steps, event by event, through both stores."""
+    """The keys' workers' steps and the outer's control ``steps``, event by event, through
+    both stores."""
     client.flushall()  # each example starts empty (the fixture flushes once)
     now = [T0_US]
     buckets = [f"api:k{i}" for i in range(len(plans))]
@@ -111,11 +129,16 @@ def _run(
     events: list[tuple[int, int, str, Slot | None]] = [
         (T0_US + p.arrive_us, i, "grant", None) for i, p in enumerate(plans)
     ]
+    events += [(T0_US + at_us, -1, kind, None) for at_us, kind in steps]
     heapq.heapify(events)
-    steps = 0
-    while events and steps < 120:
+    done = 0
+    while events and done < 120:
         now[0], i, kind, slot = heapq.heappop(events)
-        steps += 1
+        done += 1
+        if i < 0:
+            assert _control(store, kind, outer) == _control(model, kind, outer)
+            _same(model, store, buckets)
+            continue
         plan = plans[i]
         copy = TaskCopy(buckets[i], f"t{plan.tasks - left[i]}", 0)
         key_outer = Outer(outer.bucket, outer.interval_us, outer.burst, outer.limits, plan.weight)
@@ -148,6 +171,8 @@ def _run(
             heapq.heappush(events, (now[0] + 1, i, "grant", None))
         elif claimed.outcome in (Outcome.WAIT, Outcome.FULL):
             heapq.heappush(events, (now[0] + max(1, claimed.delay_us), i, "claim", slot))
+        elif claimed.outcome is Outcome.PAUSED:  # its worker polls the pause
+            heapq.heappush(events, (now[0] + 50_000, i, "claim", slot))
         elif claimed.outcome is Outcome.OK:
             if plan.again:
                 again = model.claim_nested(copy, plan.own_us, slot, terms, key_outer)
@@ -156,3 +181,12 @@ def _run(
             left[i] -= 1
             if left[i] > 0:
                 heapq.heappush(events, (now[0] + claimed.delay_us, i, "grant", None))
+
+
+def _control(store: Any, kind: str, outer: Outer) -> Any:
+    """A control step on the outer bucket: its status after it."""
+    if kind == "set_interval":
+        return store.set_interval("api", outer.interval_us, 2 * outer.interval_us)
+    if kind == "unset":
+        return store.unset_interval("api", outer.interval_us)
+    return getattr(store, kind)("api", outer.interval_us)
