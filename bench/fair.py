@@ -59,7 +59,7 @@ from typing import Any
 
 import kombu
 import redis
-from harness import ProcessGroups, machine_line, markdown_table, note
+from harness import ProcessGroups, machine_line, markdown_table, note, publish_copy
 
 from celery_interval.config import settings_of
 from celery_interval.demo.app import make_app
@@ -194,27 +194,9 @@ def fill(app: Any, broker: Broker, queue: str, key: str, count: int) -> None:
         message = kombu.Queue(aside, kombu.Exchange(aside), aside)(conn.channel()).get(no_ack=True)
         if message is None:
             raise RuntimeError("the template message did not arrive")
-        _args, kwargs, embed = json.loads(message.body)
         producer = kombu.Producer(conn.channel(), exchange=kombu.Exchange(""))
         for i in range(count):
-            task_id = str(uuid.uuid4())
-            headers = {
-                **message.headers,
-                "id": task_id,
-                "root_id": task_id,
-                "argsrepr": f"({key!r}, {i})",
-                "interval_send": os.urandom(4).hex(),
-            }
-            producer.publish(
-                json.dumps([[key, i], kwargs, embed]).encode(),
-                routing_key=queue,
-                headers=headers,
-                content_type=message.content_type,
-                content_encoding=message.content_encoding,
-                correlation_id=task_id,
-                delivery_mode=2,
-                retry=False,
-            )
+            publish_copy(producer, message, queue, [key, i])
     broker.delete([aside])
 
 

@@ -18,6 +18,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -426,4 +427,29 @@ def machine_line() -> str:
     return (
         f"{time.strftime('%Y-%m-%d %H:%M %Z')}, {os.cpu_count()} CPUs, load average {load}, "
         f"Python {sys.version.split()[0]}"
+    )
+
+
+def publish_copy(producer: Any, message: Any, queue: str, args: list[Any]) -> None:
+    """Publish to ``queue`` a copy of the Celery task ``message`` (a template taken from a
+    broker) with positional ``args`` and a new task id: a bulk send without Celery's per-call
+    cost."""
+    _args, kwargs, embed = json.loads(message.body)
+    task_id = str(uuid.uuid4())
+    headers = {
+        **message.headers,
+        "id": task_id,
+        "root_id": task_id,
+        "argsrepr": repr(tuple(args)),
+        "interval_send": os.urandom(4).hex(),
+    }
+    producer.publish(
+        json.dumps([args, kwargs, embed]).encode(),
+        routing_key=queue,
+        headers=headers,
+        content_type=message.content_type,
+        content_encoding=message.content_encoding,
+        correlation_id=task_id,
+        delivery_mode=2,
+        retry=False,
     )

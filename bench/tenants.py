@@ -28,14 +28,21 @@ import statistics
 import sys
 import threading
 import time
-import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import kombu
 import redis
-from harness import BENCH_DIR, ProcessGroups, machine_line, markdown_table, note, rss_bytes
+from harness import (
+    BENCH_DIR,
+    ProcessGroups,
+    machine_line,
+    markdown_table,
+    note,
+    publish_copy,
+    rss_bytes,
+)
 from recording import (
     ENV_BROKER,
     ENV_CONF,
@@ -151,29 +158,11 @@ def fill(run: Run, calls: Iterator[tuple[str, int]]) -> int:
     """Publish copies of the template, one per ``(key, i)``, with fresh ids (faster than
     sending each through Celery's producer); returns how many."""
     message = template(run)
-    _args, kwargs, embed = json.loads(message.body)
     sent = 0
     with kombu.Connection(run.broker_url) as conn:
         producer = kombu.Producer(conn.channel(), exchange=kombu.Exchange(""))
         for key, i in calls:
-            task_id = str(uuid.uuid4())
-            headers = {
-                **message.headers,
-                "id": task_id,
-                "root_id": task_id,
-                "argsrepr": f"({key!r}, {i})",
-                "interval_send": os.urandom(4).hex(),
-            }
-            producer.publish(
-                json.dumps([[key, i], kwargs, embed]).encode(),
-                routing_key=QUEUE,
-                headers=headers,
-                content_type=message.content_type,
-                content_encoding=message.content_encoding,
-                correlation_id=task_id,
-                delivery_mode=2,
-                retry=False,
-            )
+            publish_copy(producer, message, QUEUE, [key, i])
             sent += 1
     return sent
 
