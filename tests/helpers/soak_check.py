@@ -181,9 +181,12 @@ def check_once(records: list[Record], events: Events, verdict: Verdict) -> None:
         elif r["k"] == "throttled":
             throttled[key] += 1
             throttled_at[key] = max(throttled_at.get(key, 0), int(r["mono"]))
+    by_job: dict[str, list[Record]] = defaultdict(list)
+    for r in records:
+        by_job[r["job"]].append(r)
     after_pops: list[str] = []
     for job, steps in sorted(events.expected.items()):
-        died_at = _died_mid_body(job, records, events.kills)
+        died_at = _died_mid_body(by_job[job], events.kills)
         popped = False  # a step was popped: the job's later steps never existed
         for step, (task, retries) in enumerate(steps):
             verdict.steps += 1
@@ -275,16 +278,15 @@ def _forgotten(key: tuple[str, str, int], records: list[Record], events: Events)
     )
 
 
-def _died_mid_body(
-    job: str, records: list[Record], kills: list[tuple[str, int]]
-) -> tuple[str, int] | None:
-    """The last step of ``job`` whose body began on a worker killed before it recorded its end
-    (a throttled run ends when its copy is sent again, after its ``throttled`` record: killed
-    before, the step is excused too, as an early-acked task's retry is)."""
-    ends = {(r["task"], r["r"]) for r in records if r["job"] == job and r["k"] == "end"}
+def _died_mid_body(records: list[Record], kills: list[tuple[str, int]]) -> tuple[str, int] | None:
+    """The last step of one job (``records``: its own) whose body began on a worker killed
+    before it recorded its end (a throttled run ends when its copy is sent again, after its
+    ``throttled`` record: killed before, the step is excused too, as an early-acked task's
+    retry is)."""
+    ends = {(r["task"], r["r"]) for r in records if r["k"] == "end"}
     died = None
     for r in records:
-        if r["job"] != job or r["k"] != "start" or (r["task"], r["r"]) in ends:
+        if r["k"] != "start" or (r["task"], r["r"]) in ends:
             continue
         if any(host == r["host"] and at_ns >= r["mono"] for host, at_ns in kills):
             died = max(died or ("", -1), (r["task"], int(r["r"])))

@@ -18,12 +18,13 @@ DYING_START_US = 50_000
 Ledger = dict[tuple[str, bytes], dict[str, str]]
 
 
-def read_ledgers(url: str, buckets: list[str], into: Ledger) -> None:
-    """Add every entry of each bucket's ledger (read before a state loss, and at the end)."""
+def read_ledgers(url: str, buckets: list[tuple[str, str | None]], into: Ledger) -> None:
+    """Add every entry of each (bucket, its outer bucket or None) ledger (read before a state
+    loss, and at the end); a nested bucket's ledger key carries its outer's hash tag."""
     conn = redis.Redis.from_url(url, socket_timeout=5)
     try:
-        for bucket in buckets:
-            entries: Any = conn.xrange(ledger_key(KEY_PREFIX, bucket))
+        for bucket, outer in buckets:
+            entries: Any = conn.xrange(ledger_key(KEY_PREFIX, bucket, outer))
             for entry_id, fields in entries:
                 into[(bucket, entry_id)] = {k.decode(): v.decode() for k, v in fields.items()}
     finally:

@@ -357,11 +357,15 @@ class Soak:
         if self.undos:
             self.findings.append(f"never undone: {self.undos}")
         seen, idle_since = -1, time.monotonic()
-        while time.monotonic() < deadline and time.monotonic() - idle_since < idle_s:
+        while time.monotonic() < deadline:
             self._watch_workers()
-            count = int(self.recorder.llen(RECORD_KEY))
+            # Idle is judged on a fresh count: on a loaded machine one check may take longer
+            # than idle_s while records keep coming.
+            count, now = int(self.recorder.llen(RECORD_KEY)), time.monotonic()
             if count != seen:
-                seen, idle_since = count, time.monotonic()
+                seen, idle_since = count, now
+            elif now - idle_since >= idle_s:
+                return
             if not self._check().lost:
                 time.sleep(3.0)  # strays: a doubled start comes after the first
                 return
@@ -373,9 +377,10 @@ class Soak:
     def _check(self) -> Verdict:
         return check(self._records(), self.events, self.layout.rule)
 
-    def _buckets(self) -> list[str]:
-        tenants = [f"{self.layout.tenants}:{key}" for key in TENANT_KEYS]
-        return [*self.layout.queues, *tenants]
+    def _buckets(self) -> list[tuple[str, str | None]]:
+        """Each bucket with its outer bucket (None: not nested)."""
+        tenants = [(f"{self.layout.tenants}:{key}", self.layout.tenants) for key in TENANT_KEYS]
+        return [*((queue, None) for queue in self.layout.queues), *tenants]
 
     def _read_ledgers(self) -> None:
         try:

@@ -317,3 +317,37 @@ def test_a_message_back_in_the_broker_counts_as_not_in_a_workers_hands() -> None
     again = f"[y: INFO/MainProcess] Task soak.capped[{b}] received\n"
     assert held_at_the_end([log, again]) == {b}
     assert held_at_the_end([log + again]) == {b}
+
+
+def test_the_soak_waits_while_records_keep_coming_however_slow_its_check() -> None:
+    """A check slower than the idle limit (a loaded machine) does not end the wait while the
+    record keeps growing; once it stops growing for the idle limit, the wait ends."""
+    from types import SimpleNamespace
+
+    from tests.helpers import soak_run
+
+    clock = [0.0]
+    counts = iter([*range(1, 8), 7, 7, 7, 7, 7])
+    soak: Any = object.__new__(soak_run.Soak)
+    soak.store = SimpleNamespace(resume=lambda: None, alive=True)
+    soak.broker = SimpleNamespace(up=lambda: None)
+    soak.link = SimpleNamespace(fast=lambda: None)
+    soak.workers, soak.undos = [], []
+    soak.recorder = SimpleNamespace(llen=lambda _key: next(counts))
+    soak._watch_workers = lambda: None
+    checks: list[float] = []
+
+    def slow_check() -> Any:
+        checks.append(clock[0])
+        clock[0] += 40.0  # longer than idle_s
+        return SimpleNamespace(lost=["m1.0 never ran"])
+
+    soak._check = slow_check
+    saved = soak_run.time.monotonic, soak_run.time.sleep
+    soak_run.time.monotonic = lambda: clock[0]  # type: ignore[assignment]
+    soak_run.time.sleep = lambda s: clock.__setitem__(0, clock[0] + s)  # type: ignore[assignment]
+    try:
+        soak._settle(idle_s=30.0, timeout_s=10_000.0)
+    finally:
+        soak_run.time.monotonic, soak_run.time.sleep = saved
+    assert len(checks) == 7, "checked at each growing count; ended at the first unchanged one"
