@@ -32,7 +32,10 @@ class Births:
 
     A worker whose pool processes are all busy makes no claim of its own, so while bodies
     that ran here are remembered it also reads the marker every ``LOOK_S`` (``watch``): its
-    marks go again within that, well inside the settle window, claims or not.
+    marks go again within that, well inside the settle window, claims or not. Celery runs no
+    timer while it reconnects to the broker, so from the channel's loss until it is back
+    (``off_loop``, ``on_loop``) the reads run on a thread of their own and a new birth's marks
+    are posted from there (``DoneMarks.write_again_now``).
     """
 
     def __init__(self, done: DoneMarks, store: Store | None = None, timer: Any = None) -> None:
@@ -46,6 +49,9 @@ class Births:
         #: The last birth seen, by a claim or a read.
         self._known_us: int | None = None
         self._entry: Any = None
+        #: While the channel is lost, the run of reads on a thread of their own (the loop's
+        #: timer does not run); None: the loop's.
+        self._off_loop: object | None = None
 
     def watch(self) -> None:
         """A body began here: read the birth marker every ``LOOK_S`` while any is remembered."""
@@ -62,6 +68,35 @@ class Births:
         if self.done.remembers():
             self.watch()
 
+    def off_loop(self) -> None:
+        """The channel is lost: while bodies that ran here are remembered, read the marker on a
+        thread of its own until ``on_loop``."""
+        if self._off_loop is None and self.done.remembers():
+            self._off_loop = object()
+            self.done.later(LOOK_S, self._look_off_loop, self._off_loop)
+
+    def on_loop(self) -> None:
+        """The channel is back: the loop's timer reads the marker again (``watch``)."""
+        self._off_loop = None
+        if self.done.remembers():
+            self.watch()
+
+    def _look_off_loop(self, run: object) -> None:
+        """A read of ``off_loop``'s ``run`` on its own thread: a new birth's marks are posted
+        from here (a store that fails is tried again at the next read)."""
+        if run is not self._off_loop or self.store is None:
+            return
+        try:
+            born_us = self.store.born_us()
+            known = self._known_us
+            if born_us is not None and known is not None and born_us != known:
+                self._born_again(born_us, self.done.write_again_now(born_us))
+            if born_us is not None:
+                self._known_us = born_us
+        except StoreError:
+            pass
+        self.done.later(LOOK_S, self._look_off_loop, run)
+
     def saw(self, born_us: int | None, *, claimed: bool = True) -> None:
         """A claim's answer (``claimed``), or a look, found ``born_us``."""
         if born_us is None:
@@ -71,7 +106,9 @@ class Births:
         known, self._known_us = self._known_us, born_us
         if known is None or born_us == known:
             return
-        written = self.done.write_again(born_us)
+        self._born_again(born_us, self.done.write_again(born_us))
+
+    def _born_again(self, born_us: int, written: int) -> None:
         logger.warning(
             "interval: the store was born again at %d (it lost its state): the done marks of "
             "%d task(s) that ran here go to it again; new starts wait %.0fs for the other "

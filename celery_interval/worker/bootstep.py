@@ -112,6 +112,7 @@ class IntervalStep(bootsteps.StartStopStep):
     def start(self, c: Any) -> None:
         self.broker.started(c)
         service = service_for(c)
+        service.connected()
         settings = service.settings
         stamp_consumed_queues(c.task_consumer.channel)
         if self.visibility is None:

@@ -193,6 +193,29 @@ class DoneMarks:
             self._entry = self.timer.call_after(DONE_FLUSH_S, self.flush, priority=8)
         return len(again)
 
+    def write_again_now(self, born_us: int) -> int:
+        """``write_again`` from a thread of its own while the loop does not run (its channel
+        lost): the ended bodies' marks are posted from here at once (``StoreError`` if they
+        do not go: nothing is recorded, the caller tries again). Returns how many went."""
+        while True:
+            try:
+                kept = list(self._began.items())
+                break
+            except RuntimeError:  # a threads pool's callback changed it meanwhile
+                continue
+        now_s = time.monotonic()
+        live = [(c, ended) for c, (forget_s, ended) in kept if forget_s > now_s]
+        again = [c for c, ended in live if ended]
+        if again:
+            self.store.done(again, self.settings.dedupe_ttl_us)
+        self._born_us, self._rewritten_s = born_us, now_s
+        self._owed.update(c for c, ended in live if not ended)
+        return len(again)
+
+    def later(self, delay_s: float, fn: Callable[..., None], *args: Any) -> None:
+        """Run ``fn(*args)`` after ``delay_s`` on a thread of its own (``Later``)."""
+        self._later(delay_s, fn, *args)
+
     def add(self, bucket: str, task_id: str, retries: int) -> None:
         """Send this message's mark on the event loop's next turn (or with a take in this one)."""
         self.pending.append(TaskCopy(bucket, task_id, retries))

@@ -153,6 +153,7 @@ class IntervalService:
         """The channel is gone: its unacked messages return to the broker, so drop our copies."""
         self.connection_losses += 1
         self.slots.forget_released()
+        self.slots.births.off_loop()  # after the orphans' first read: those found count
         dropped = [held for items in self.holding.held.values() for held in items]
         for held in dropped:
             if held.entry is not None:
@@ -168,6 +169,10 @@ class IntervalService:
             logger.warning(
                 "interval: connection lost, %d held task(s) return to the broker", len(dropped)
             )
+
+    def connected(self) -> None:
+        """The channel is (back) up: the loop's timers run again."""
+        self.slots.births.on_loop()
 
     def accepted_late(self, held: Held) -> None:
         """A task taken for orphaned as the channel closed was accepted after all (a threads

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from celery_interval.schedule import ClaimTerms, Pace
+from celery_interval.schedule import ClaimTerms, Outcome, Pace
 from celery_interval.stores.base import TaskCopy
 from celery_interval.stores.memory import MemoryStore
 from celery_interval.worker.held import Held, HeldState
@@ -238,7 +238,9 @@ def test_a_copy_of_what_began_here_is_dropped_as_it_arrives() -> None:
 
 
 class Later:
-    """``DoneMarks``' later reads, run when the test says (``run_next``), not on a thread."""
+    """``DoneMarks``' runs on a thread of their own, run when the test says (``run_next``),
+    not on a thread; by default only the orphans' later reads (``_read_later``), the births'
+    reads off the loop (``_look_off_loop``) when named."""
 
     def __init__(self) -> None:
         self.calls: list[tuple[float, Any, tuple[Any, ...]]] = []
@@ -246,8 +248,13 @@ class Later:
     def __call__(self, delay_s: float, fn: Any, *args: Any) -> None:
         self.calls.append((delay_s, fn, args))
 
-    def run_next(self) -> float:
-        delay_s, fn, args = self.calls.pop(0)
+    def pending(self, name: str = "_read_later") -> list[tuple[float, Any, tuple[Any, ...]]]:
+        return [call for call in self.calls if call[1].__name__ == name]
+
+    def run_next(self, name: str = "_read_later") -> float:
+        call = self.pending(name)[0]
+        self.calls.remove(call)
+        delay_s, fn, args = call
         fn(*args)
         return delay_s
 
@@ -282,7 +289,7 @@ def test_a_task_the_pool_never_accepted_is_remembered_once_its_mark_is_found() -
     store.done([TaskCopy("api", "c", 0)], 7_200_000_000)  # c's began later
     assert later.run_next() == service.settings.lease_us / 1e6
     assert service.done.began_here(TaskCopy("api", "c", 0))
-    assert not later.calls, "every copy was found"
+    assert not later.pending(), "every copy was found"
 
 
 def test_an_unreported_task_whose_mark_is_in_the_store_is_remembered_before_a_reconnect() -> None:
@@ -294,7 +301,7 @@ def test_an_unreported_task_whose_mark_is_in_the_store_is_remembered_before_a_re
     store.done([TaskCopy("api", "a", 0)], 7_200_000_000)  # its process posted the mark
     service.connection_lost()  # the pool never reported it: released, not accepted
     store._marks.clear()  # the store loses its marks before the loop runs again
-    assert not later.calls, "found at once"
+    assert not later.pending(), "found at once"
     assert service.done.began_here(TaskCopy("api", "a", 0))
     assert service.done.write_again(clock() + 1) == 1, "its mark goes again to the new store"
 
@@ -310,7 +317,32 @@ def test_a_mark_posted_after_the_channel_closed_is_read_while_the_loop_waits() -
     store._marks.clear()  # then the store loses its state
     assert service.done.write_again(clock() + 1) == 2, "both marks go again"
     assert service.done.began_here(TaskCopy("api", "a", 0))
-    assert not later.calls
+    assert not later.pending()
+
+
+def test_a_worker_reconnecting_to_the_broker_writes_its_marks_to_a_store_born_again() -> None:
+    """A body ended here, then the channel closed; while Celery reconnects (no timer runs) the
+    store loses its state: the worker reads the birth marker on a thread of its own and posts
+    the mark from there, so a copy of the task that reaches another worker is dropped."""
+    clock = Clock(1_000_000_000)
+    store = MemoryStore(clock)
+    service = make_service(store, [])
+    started: list[str] = []
+    service.receive(held_copy(service, "a", started))
+    fire_due(service.timer, clock, within_s=0.5)
+    service.done.began(TaskCopy("api", "a", 0), ended=True)
+    service.mark_done("api", "a", 0)
+    fire_due(service.timer, clock, within_s=0.5)
+    service.slots.births.saw(store.born_us())  # the birth its claims knew
+    later = service.done._later = Later()
+    service.connection_lost()
+    clock.now_us += 10_000_000
+    store.__init__(clock)  # type: ignore[misc]  # the store loses everything
+    store.grant(TaskCopy("api", "other", 0), Pace(INTERVAL_US))  # and is born again
+    assert later.pending("_look_off_loop"), "no read of the birth marker off the loop"
+    later.run_next("_look_off_loop")
+    granted = store.grant(TaskCopy("api", "a", 0), Pace(INTERVAL_US))
+    assert granted.outcome is Outcome.DUPLICATE, granted
 
 
 def test_a_redelivered_copy_whose_mark_the_store_holds_is_dropped_as_it_arrives() -> None:
