@@ -113,6 +113,7 @@ class IntervalStep(bootsteps.StartStopStep):
         self.broker.started(c)
         service = service_for(c)
         service.connected()
+        _read_before_collect(c)
         settings = service.settings
         stamp_consumed_queues(c.task_consumer.channel)
         if self.visibility is None:
@@ -151,3 +152,24 @@ class IntervalStep(bootsteps.StartStopStep):
             c.interval_service.connection_lost()
             c.interval_service.close()
             c.interval_service = None
+
+
+def _read_before_collect(c: Any) -> None:
+    """Celery's handler of a broken channel restores its messages before the consumer stops
+    (``connection.collect``, seconds): the service reads what it must first
+    (``IntervalService.connection_breaking``). Wrapped once per consumer."""
+    if getattr(c, "_interval_reads_first", False):
+        return
+    collect = c.on_connection_error_after_connected
+
+    def on_connection_error_after_connected(exc: Any) -> Any:
+        service = c.interval_service
+        if service is not None:
+            try:
+                service.connection_breaking()
+            except Exception:
+                logger.exception("interval: reading marks before the reconnect failed")
+        return collect(exc)
+
+    c.on_connection_error_after_connected = on_connection_error_after_connected
+    c._interval_reads_first = True

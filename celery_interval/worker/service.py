@@ -170,6 +170,13 @@ class IntervalService:
                 "interval: connection lost, %d held task(s) return to the broker", len(dropped)
             )
 
+    def connection_breaking(self) -> None:
+        """The channel broke and Celery is about to restore its messages (seconds, with no
+        timer running): read the marks of what the pool was handed, and the store's birth,
+        off the loop from now on (``connection_lost`` follows)."""
+        self.slots.read_released()
+        self.slots.births.off_loop()
+
     def connected(self) -> None:
         """The channel is (back) up: the loop's timers run again."""
         self.slots.births.on_loop()

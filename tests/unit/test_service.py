@@ -345,6 +345,31 @@ def test_a_worker_reconnecting_to_the_broker_writes_its_marks_to_a_store_born_ag
     assert granted.outcome is Outcome.DUPLICATE, granted
 
 
+def test_an_unaccepted_tasks_mark_is_read_before_celery_restores_the_lost_channel() -> None:
+    """Celery restores a broken channel's messages (seconds) before the consumer stops: the
+    marks of what the pool was handed are read as the channel breaks, so a store that loses
+    its state during that restore does not take the only trace of a body that began here;
+    Celery calls the service first (the bootstep wraps its handler)."""
+    from types import SimpleNamespace
+
+    from celery_interval.worker.bootstep import _read_before_collect
+
+    clock, store, service, _later = orphans("a")
+    store.done([TaskCopy("api", "a", 0)], 7_200_000_000)  # its process posted the mark
+    calls: list[str] = []
+    consumer: Any = SimpleNamespace(
+        interval_service=service,
+        on_connection_error_after_connected=lambda exc: calls.append("collect"),
+    )
+    _read_before_collect(consumer)
+    consumer.on_connection_error_after_connected(ConnectionError("gone"))
+    assert calls == ["collect"]
+    store._marks.clear()  # the store loses its marks while Celery restores the messages
+    service.connection_lost()
+    assert service.done.began_here(TaskCopy("api", "a", 0)), "read before the restore"
+    assert service.done.write_again(clock() + 1) == 1, "its mark goes again to the new store"
+
+
 def test_a_redelivered_copy_whose_mark_the_store_holds_is_dropped_as_it_arrives() -> None:
     """Its mark is read as it arrives, and its grant asked at once, which drops it: held or
     parked meanwhile, the copy could outlive the store's state (and its mark). A throttled
