@@ -6,8 +6,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from celery_interval.app_store import store_of
-from celery_interval.config import settings_of
+from celery_interval.config import Settings
 from celery_interval.errors import ConfigurationError, StoreError
 from celery_interval.ledger import reader_for_app
 from celery_interval.schedule.fair import FairShare
@@ -59,15 +58,13 @@ def key_shares(outer: str, share: FairShare, now_us: int) -> dict[str, KeyShare]
     }
 
 
-def fair_shares(app: Any, buckets: Iterable[str]) -> dict[str, KeyShare]:
-    """The place of each of ``buckets`` nested in a fair outer bucket (one store read per
-    outer); a key its outer's share does not know yet has its weight and no share. The others
-    are left out."""
-    settings = settings_of(app)
+def fair_shares(settings: Settings, store: Any, buckets: Iterable[str]) -> dict[str, KeyShare]:
+    """The place of each of ``buckets`` nested in a fair outer bucket (one read of ``store``
+    per outer); a key its outer's share does not know yet has its weight and no share. The
+    others are left out."""
     nested = {b: o for b in buckets if (o := settings.outer_of(b)) is not None and o.weight}
     if not nested:
         return {}
-    store = store_of(app)
     read = getattr(store, "read_fair", None)
     if read is None:
         return {}
@@ -81,14 +78,14 @@ def fair_shares(app: Any, buckets: Iterable[str]) -> dict[str, KeyShare]:
     }
 
 
-def with_shares(app: Any, rows: dict[str, dict[str, Any]]) -> None:
+def with_shares(settings: Settings, store: Any, rows: dict[str, dict[str, Any]]) -> None:
     """Add ``fair`` (``KeyShare.as_dict``) to each row of a bucket nested in a fair outer; a
     store that cannot be read adds ``fair_error`` to each such row instead."""
     try:
-        found = fair_shares(app, rows)
+        found = fair_shares(settings, store, rows)
     except (StoreError, ConfigurationError) as exc:
         for bucket in rows:
-            outer = settings_of(app).outer_of(bucket)
+            outer = settings.outer_of(bucket)
             if outer is not None and outer.weight:
                 rows[bucket]["fair_error"] = str(exc)
         return

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from celery_interval import control
+from celery_interval.app_store import store_of
 from celery_interval.buckets import overflow_queue_name, queue_of
 from celery_interval.cli.common import app_of, fail_on_interval_errors
 from celery_interval.config import Settings, settings_of
@@ -210,7 +211,7 @@ def _add_shares(app: Any, rows: list[dict[str, Any]]) -> None:
     """Add to each row of a bucket nested in a fair outer its place in the outer's share,
     its achieved rate (starts a second over the last 10 s, its ledger) and its backlog (held
     and parked)."""
-    with_shares(app, {row["queue"]: row for row in rows})
+    with_shares(settings_of(app), store_of(app), {row["queue"]: row for row in rows})
     fair = [row for row in rows if "fair" in row]
     rates = achieved_rates(app, [row["queue"] for row in fair]) if fair else {}
     for row in fair:

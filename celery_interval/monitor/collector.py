@@ -12,6 +12,7 @@ from typing import Any
 from redis.exceptions import RedisError
 
 from celery_interval import control
+from celery_interval.app_store import store_of
 from celery_interval.buckets import overflow_queue_name, queue_of
 from celery_interval.config import settings_of
 from celery_interval.config.values import describe_limit
@@ -219,7 +220,7 @@ class Collector:
             self._rescanned = True
         else:
             self._statuses = dict(control.read_paced(self.app, self._known))
-        self._shares = fair_shares(self.app, self._statuses)
+        self._shares = fair_shares(settings_of(self.app), store_of(self.app), self._statuses)
         self.tail.poll()
         self._now_us = self.reader.now_us()
 

@@ -172,7 +172,8 @@ def interval_stats(
     if service is None:
         return {}
     snapshot: dict[str, Any] = service.snapshot(top=top, match=match, buckets=buckets, tasks=tasks)
-    with_shares(state.app, {b: r for b, r in snapshot.items() if not b.startswith("_")})
+    rows = {b: r for b, r in snapshot.items() if not b.startswith("_")}
+    with_shares(service.settings, service.store, rows)
     return snapshot
 
 
