@@ -173,8 +173,12 @@ class IntervalService:
     def connection_breaking(self) -> None:
         """The channel broke and Celery is about to restore its messages (seconds, with no
         timer running): read the marks of what the pool was handed, and the store's birth,
-        off the loop from now on (``connection_lost`` follows)."""
-        self.slots.read_released()
+        off the loop from now on (``connection_lost`` follows). Celery restores the lost
+        channel's messages before it stops the consumer, and a store that loses its state
+        meanwhile would take the marks of the tasks released but not accepted before
+        ``SlotCycle.forget_released`` reads them."""
+        released = list(self.slots.pool.released.values())
+        self.slots.done.look_for_marks([held.copy for held in released])
         self.slots.births.off_loop()
 
     def connected(self) -> None:

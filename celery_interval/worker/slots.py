@@ -373,13 +373,6 @@ class SlotCycle:
         held.due_ns = time.monotonic_ns() + int(delay_s * 1e9)
         held.entry = self.timer.call_after(delay_s, callback, (held,), priority=6)
 
-    def read_released(self) -> None:
-        """The channel broke: read now the marks of the tasks released to the pool but not
-        accepted (``DoneMarks.look_for_marks``). Celery restores the lost channel's messages
-        before it stops the consumer, which can take seconds, and a store that loses its state
-        meanwhile would take those marks before ``forget_released`` reads them."""
-        self.done.look_for_marks([held.copy for held in list(self.pool.released.values())])
-
     def forget_released(self) -> None:
         """Tasks released to the pool but not accepted when the channel closed: Celery drops
         them (a process may still run one already written to it) and never reports their end.
