@@ -259,9 +259,14 @@ def claim_fair(
         if not _new_start(alone_claimed, alone_after, mark, now_us):
             return after_inner, after, outer_after, share, claimed
     spacing_us = effective_interval(outer_state, outer.interval_us)
-    free_in_us = _earliest(outer_state, outer, terms.cost) - virtual_now(outer_state, now_us)
-    lead_us = clamp_lead(terms.lead_us)
-    share, wait_us = fair.turn(share, key, weight, now_us, spacing_us, free_in_us, lead_us)
+    # A readmit (this holder's start passed unheard) does not wait its turn: its key had
+    # that start, and a pool process waits for this one. It is charged all the same.
+    readmit = isinstance(live(mark, now_us), Lease)
+    wait_us = 0
+    if not readmit:
+        free_in_us = _earliest(outer_state, outer, terms.cost) - virtual_now(outer_state, now_us)
+        lead_us = clamp_lead(terms.lead_us)
+        share, wait_us = fair.turn(share, key, weight, now_us, spacing_us, free_in_us, lead_us)
     if new_start and wait_us == 0:
         own_us = max(1, terms.cost) * effective_interval(after_inner, interval_us)
         due_us = now_us + claimed.delay_us + own_us
@@ -269,6 +274,8 @@ def claim_fair(
         return after_inner, after, outer_after, share, claimed
     if refused is not None:
         refused()
+    if readmit:  # held back by the outer's budget
+        return after_inner, after, outer_after, share, claimed
     wait_us = max(wait_us, claimed.delay_us if claimed.outcome is Outcome.WAIT else 0)
     waits = replace(claimed, outcome=Outcome.WAIT, epoch=inner.epoch, delay_us=wait_us)
     return inner, live(mark, now_us), outer_state, share, waits

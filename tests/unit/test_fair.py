@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+from typing import Any
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -180,6 +181,43 @@ def test_a_claim_again_of_an_admitted_start_takes_no_turn() -> None:
         steps.append((claimed.outcome, share))
     assert [o for o, _ in steps] == [Outcome.OK, Outcome.OK]
     assert steps[0][1] == steps[1][1], "the claim again moved no tag"
+
+
+def test_a_readmit_takes_no_turn_and_is_charged() -> None:
+    """A holder whose admitted start passed unheard (its pool process came late) claims again:
+    it is admitted when the outer's budget is free even while another key's turn is earlier
+    (the process waits; the key had its turn), and its key's tag moves on for it."""
+    from celery_interval.schedule import Claim, ClaimTerms, Outcome, Pace
+    from celery_interval.schedule.outer import Outer, claim_fair, grant_nested
+
+    outer = Outer("acct", SPACING_US, weight=1)
+    terms = ClaimTerms("w/1", 30_000_000, 1_000)  # a lead shorter than the outer's wait
+    records: dict[str, tuple[Any, Any, Any]] = {}
+    share, outer_state = FairShare(), None
+
+    for key in ("k", "o"):  # both tickets due at once
+        inner, mark, outer_state, granted = grant_nested(
+            None, None, outer_state, T0_US, Pace(1), outer, born_us=0, outer_born_us=0
+        )
+        records[key] = (inner, mark, granted.slot)
+
+    def step(key: str, now_us: int) -> Claim:
+        nonlocal share, outer_state
+        inner, mark, slot = records[key]
+        inner, mark, outer_state, share, claimed = claim_fair(
+            inner, mark, outer_state, share, now_us, slot, terms, outer, key,
+            interval_us=1, born_us=0, outer_born_us=0,
+        )  # fmt: skip
+        records[key] = (inner, mark, slot)
+        return claimed
+
+    assert step("k", T0_US).outcome is Outcome.OK
+    assert step("o", T0_US + 1_000).outcome is Outcome.WAIT
+    tag_before = share.tag_of("k", 1)
+    assert tag_before.finish_us > share.tag_of("o", 1).finish_us, "o's turn comes first"
+    readmit = step("k", T0_US + SPACING_US + 5_000)
+    assert readmit.outcome is Outcome.OK, readmit
+    assert share.tag_of("k", 1).finish_us == tag_before.finish_us + SPACING_US
 
 
 def test_a_keys_share_is_its_weight_among_the_waiting_keys() -> None:

@@ -32,6 +32,7 @@ class KeyPlan:
     arrive_us: int
     takes: bool  # its worker takes (grant and claim in one call) rather than grant, then claim
     again: bool  # its worker claims an admitted start again (a lost reply)
+    late_us: int | None  # its pool process reaches each task this late: it claims again
     stops_after: int | None  # its worker stops claiming after this many claims (it died)
 
 
@@ -45,6 +46,7 @@ key_plans = st.builds(
     arrive_us=st.integers(0, 200_000),
     takes=st.booleans(),
     again=st.booleans(),
+    late_us=st.sampled_from([None, None, 1, 15_000, 60_000]),
     stops_after=st.one_of(st.none(), st.integers(1, 6)),
 )
 #: The outer's control steps: when (µs after the start) and which.
@@ -131,6 +133,7 @@ def _run(
     ]
     events += [(T0_US + at_us, -1, kind, None) for at_us, kind in steps]
     heapq.heapify(events)
+    readmits: set[tuple[int, int]] = set()  # (key, task) whose start a pool process missed
     done = 0
     while events and done < 120:
         now[0], i, kind, slot = heapq.heappop(events)
@@ -178,6 +181,12 @@ def _run(
                 again = model.claim_nested(copy, plan.own_us, slot, terms, key_outer)
                 assert store.claim_nested(copy, plan.own_us, slot, terms, key_outer) == again
                 _same(model, store, buckets)
+            task = plan.tasks - left[i]
+            if plan.late_us is not None and (i, task) not in readmits:
+                readmits.add((i, task))  # its start passes unheard: a readmit, once a task
+                late_at_us = now[0] + claimed.delay_us + plan.late_us
+                heapq.heappush(events, (late_at_us, i, "claim", slot))
+                continue
             left[i] -= 1
             if left[i] > 0:
                 heapq.heappush(events, (now[0] + claimed.delay_us, i, "grant", None))

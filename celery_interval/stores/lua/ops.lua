@@ -401,8 +401,9 @@ end
 -- the bucket's extra limits (as grant_op's ARGV[10]), ARGV[19] no start before this virtual
 -- time of the bucket (absent or '': none; an outer bucket's budget, outer.lua)
 -- gate (a fair share's, outer.lua; nil: none): a start the bucket alone admits (or only the
--- outer's budget holds back) asks gate.turn() for its turn, a WAIT (ledger turn=1) unless 0;
--- a start made tells gate.started(delay_us, its own spacing for its cost).
+-- outer's budget holds back) asks gate.turn() for its turn, a WAIT (ledger turn=1) unless 0
+-- (a readmit asks no turn); a start made tells gate.started(delay_us, its own spacing for its
+-- cost).
 -- Under a cap (schedule.claim_capped), a claim that would start takes (or renews) its place;
 -- when the live places are all others' it is FULL (delay: until the first expires, at most
 -- PLACE_POLL_US) and changes nothing else; expired places are dropped then. Until
@@ -439,7 +440,7 @@ local function claim_op(keys, argv, gate)
   local earliest = claim_earliest(a, s, c)
   local lead = clamp_lead(a.lead)
   if c.v + lead < earliest then
-    if gate ~= nil and c.v + lead >= claim_earliest(a, s, c, true)
+    if gate ~= nil and c.missed == nil and c.v + lead >= claim_earliest(a, s, c, true)
         and claim_marks_settling(keys, a) == 0 and claim_full_wait(keys, a) == nil then
       local turn = math.max(gate.turn(), earliest - c.v)
       return claim_reply(keys, a, s, c.slot, 'WAIT', turn, { 'delay', turn, 'turn', 1 })
@@ -454,7 +455,7 @@ local function claim_op(keys, argv, gate)
   if wait ~= nil then
     return claim_reply(keys, a, s, c.slot, 'FULL', wait, { 'delay', wait })
   end
-  local turn = gate ~= nil and gate.turn() or 0
+  local turn = (gate ~= nil and c.missed == nil) and gate.turn() or 0
   if turn > 0 then
     return claim_reply(keys, a, s, c.slot, 'WAIT', turn, { 'delay', turn, 'turn', 1 })
   end
