@@ -13,7 +13,7 @@ a missing task no worker's log ever received, on a Redis broker, at most one per
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable, Mapping
 
 #: Celery's received line: ``Task name[id] received``.
 _RECEIVED = re.compile(r"\[([0-9a-f-]{36})\] received")
@@ -28,12 +28,16 @@ def received_list(log: str) -> list[str]:
 _RETURNED = re.compile(r"interval: connection lost, (?:held|taken back) \d+: ([0-9a-f -]+)")
 
 
-def held_at_the_end(logs: Iterable[str]) -> set[str]:
-    """Task ids some worker log last says it received, not that their messages went back to
-    the broker with a lost connection (the DEBUG trail): a message that went back may be
-    popped by a worker killed as it took it again, which no log then shows."""
+def held_at_the_end(logs: Mapping[str, str], killed: Collection[str] = ()) -> set[str]:
+    """Task ids some worker's log (by worker name) last says it received, not that their
+    messages went back to the broker with a lost connection (the DEBUG trail), on a worker
+    not ``killed``: a killed worker's unacknowledged messages go back after the visibility
+    timeout. A message that went back may be popped by a worker killed as it took it again,
+    which no log then shows."""
     held: set[str] = set()
-    for log in logs:
+    for name, log in logs.items():
+        if name in killed:
+            continue
         mine: set[str] = set()
         for line in log.splitlines():
             if (received := _RECEIVED.search(line)) is not None:

@@ -397,7 +397,8 @@ class Soak:
         self.events.resent_unseen = resent_unseen(self.ledger)
         # a message back in the broker after a lost connection may be popped as a worker dies
         self.events.received = held_at_the_end(
-            path.read_text(errors="replace") for path in self.tmp.glob("w*.log")
+            {path.stem: path.read_text(errors="replace") for path in self.tmp.glob("w*.log")},
+            {name for name, _at in self.events.kills},
         )
         if self.broker_kind == "redis":
             self.events.pops = len(self.events.kills) + WORKERS * self.faults["broker_restart"]
