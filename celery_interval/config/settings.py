@@ -134,6 +134,12 @@ class Settings:
             name, self.interval_us(name), self.burst_of(name), self.limits_of(name), weight
         )
 
+    def pace_us(self, bucket: str, interval_us: int) -> int:
+        """The least spacing of ``bucket``'s starts: its interval, or its outer bucket's if
+        longer (every start counts in both)."""
+        name = self.outer_name(bucket)
+        return interval_us if name is None else max(interval_us, self.interval_us(name))
+
     def is_fair(self, bucket: str) -> bool:
         """Whether ``bucket``'s starts are divided among its nested buckets by weight."""
         return bool(self._field(bucket, lambda d: d.fair, to_queue=False))

@@ -102,8 +102,8 @@ SETTINGS: tuple[Setting, ...] = (
         "interval_handoff_s",
         0.008,
         "A start is never sooner than this plus half the worker's best round trip to the store "
-        "(capped at 0.02 s and one interval) after its claim: time for the reply and to reach "
-        "a pool process.",
+        "(capped at 0.02 s and one interval, a nested bucket's outer's if longer) after its "
+        "claim: time for the reply and to reach a pool process.",
     ),
     Setting(
         "interval_ledger_max",

@@ -113,8 +113,8 @@ def claim(
     """Atomically decide whether the copy held by ``terms.holder`` may start now (see Outcome).
 
     A claim may come up to ``terms.lead_us`` before its start; the start is never sooner than
-    ``terms.handoff_us`` (or one interval, if shorter) after the claim: the caller's time to
-    hand the task to a pool process.
+    ``terms.handoff_us`` (or one interval, its outer's if longer, if shorter) after the claim:
+    the caller's time to hand the task to a pool process.
     """
     if state is None:
         state = new_state(now_us, interval_us, born_us)
@@ -137,9 +137,10 @@ def claim(
     lead_us = clamp_lead(terms.lead_us)
     if v + lead_us < earliest_us:
         return state, mark, Claim(Outcome.WAIT, state.epoch, earliest_us - v, now_us)
-    # The handoff is at most one interval: a task that reaches its process later than that
-    # cannot start exactly anyway, and a longer wait only idles the process.
-    start_us = max(v + min(max(0, terms.handoff_us), lead_us, spacing_us), earliest_us)
+    # The handoff is at most one interval (the outer's, if longer): a task that reaches its
+    # process later than that cannot start exactly anyway, and a longer wait only idles it.
+    reach_us = min(max(0, terms.handoff_us), lead_us, max(spacing_us, terms.outer_spacing_us))
+    start_us = max(v + reach_us, earliest_us)
     state = limits.after_start(state, start_us, terms.limits, terms.cost)
     if moves:
         state = moved(state, start_us, spacing_us, terms.burst, terms.cost)

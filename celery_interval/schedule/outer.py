@@ -206,7 +206,9 @@ def claim_nested(
 
     v = virtual_now(inner, now_us)
     floor_us = _earliest(outer_state, outer, terms.cost) - shift_us
-    inner, after, claimed = step(inner, mark, replace(terms, not_before_us=floor_us))
+    outer_spacing_us = effective_interval(outer_state, outer.interval_us)
+    terms = replace(terms, not_before_us=floor_us, outer_spacing_us=outer_spacing_us)
+    inner, after, claimed = step(inner, mark, terms)
     if _new_start(claimed, after, mark, now_us):
         start_us = v + claimed.delay_us + shift_us
         outer_state = _started(outer_state, start_us, outer, terms.cost)

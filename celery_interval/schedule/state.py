@@ -216,6 +216,9 @@ class ClaimTerms:
     #: No start before this virtual time of the bucket (None: no such floor): an outer
     #: bucket's budget (``schedule.outer``).
     not_before_us: int | None = None
+    #: The outer bucket's interval in force (a nested bucket; 0: none): it spaces this
+    #: bucket's starts too, so the handoff may take up to it.
+    outer_spacing_us: int = 0
     #: The store's birth the claimer saw last (its birth marker; None: none): a store born
     #: since lost its state (``schedule.places.marks_settle_until_us``).
     knew_born_us: int | None = None

@@ -8,6 +8,7 @@ from typing import Any
 
 from celery.exceptions import Retry
 
+from celery_interval.config import Settings
 from celery_interval.headers import CLAIM_HEADER, MARK_HEADER, START_HEADER, STORE_START_HEADER
 from celery_interval.stores.base import ClaimArgs, TaskCopy
 from celery_interval.throttled import Throttled
@@ -52,11 +53,13 @@ def body_ended(service: Any, request: Any) -> None:
     service.body_ended(request)
 
 
-def reached_late(request_dict: Any, late_ns: int) -> bool:
+def reached_late(request_dict: Any, late_ns: int, settings: Settings) -> bool:
     """Whether a pool process took the task so long after its start that it claims a new one
     (``started.before_body``; half its threshold here, as the process looks a moment later)."""
     claimed = request_dict.get(CLAIM_HEADER)
-    missed_ns = missed_after_ns(claimed.interval_us) if isinstance(claimed, ClaimArgs) else None
+    if not isinstance(claimed, ClaimArgs):
+        return False
+    missed_ns = missed_after_ns(settings.pace_us(claimed.bucket, claimed.interval_us))
     return missed_ns is not None and late_ns > missed_ns // 2
 
 
@@ -101,7 +104,7 @@ def track_ack(req: Any, service: Any, copy: TaskCopy, acks_late: bool) -> None:
         late_ns = time.monotonic_ns() - start_ns if isinstance(start_ns, int) else 0
         if late_ns < 0:
             service.timer.call_after(-late_ns / 1e9, ack_now, args, kwargs, priority=5)
-        elif not acks_late and reached_late(request_dict, late_ns):
+        elif not acks_late and reached_late(request_dict, late_ns, service.settings):
             # Its pool process claims a new start and may wait for it (a pause, a throttle,
             # the store down): the message stays unacknowledged until the body ends, so a
             # worker killed meanwhile leaves it to the broker (the done mark, posted as the

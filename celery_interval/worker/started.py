@@ -106,7 +106,7 @@ def before_body(app: Any, request: Any) -> None:
     post = None
     if isinstance(claimed, ClaimArgs):
         late_ns = time.monotonic_ns() - start_ns
-        missed_ns = missed_after_ns(claimed.interval_us)
+        missed_ns = missed_after_ns(settings_of(app).pace_us(claimed.bucket, claimed.interval_us))
         if missed_ns is not None and late_ns > missed_ns:
             offset_ns = request.get(CLOCK_HEADER)
             offset_ns = offset_ns if isinstance(offset_ns, int) else None

@@ -33,6 +33,7 @@ class KeyPlan:
     takes: bool  # its worker takes (grant and claim in one call) rather than grant, then claim
     again: bool  # its worker claims an admitted start again (a lost reply)
     late_us: int | None  # its pool process reaches each task this late: it claims again
+    handoff_us: int  # its worker's time to hand a task to a pool process
     stops_after: int | None  # its worker stops claiming after this many claims (it died)
 
 
@@ -47,6 +48,7 @@ key_plans = st.builds(
     takes=st.booleans(),
     again=st.booleans(),
     late_us=st.sampled_from([None, None, 1, 15_000, 60_000]),
+    handoff_us=st.sampled_from([0, 0, 8_000]),
     stops_after=st.one_of(st.none(), st.integers(1, 6)),
 )
 #: The outer's control steps: when (µs after the start) and which.
@@ -146,7 +148,9 @@ def _run(
         copy = TaskCopy(buckets[i], f"t{plan.tasks - left[i]}", 0)
         key_outer = Outer(outer.bucket, outer.interval_us, outer.burst, outer.limits, plan.weight)
         pace = Pace(plan.own_us, cost=plan.cost)
-        terms = ClaimTerms(f"w{i}", 30_000_000, lead_us, cap=plan.cap, cost=plan.cost)
+        terms = ClaimTerms(
+            f"w{i}", 30_000_000, lead_us, plan.handoff_us, cap=plan.cap, cost=plan.cost
+        )
         if kind == "grant" and plan.takes:
             expected = model.take_nested(copy, pace, terms, key_outer)
             assert store.take_nested(copy, pace, terms, key_outer) == expected

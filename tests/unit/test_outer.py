@@ -73,6 +73,23 @@ def test_the_outer_refusal_changes_neither_record() -> None:
     assert store.read_state("api") == before[1]
 
 
+def test_a_late_claim_of_a_short_inner_interval_gets_the_handoff_up_to_the_outers() -> None:
+    """A 1 ms tenant inside a 20 ms account claims after its slot: its start is the handoff
+    (8 ms) after the claim, not 1 ms (its own interval), since the account spaces its starts;
+    a plain 1 ms bucket keeps the 1 ms."""
+    now = [T0_US]
+    store = _store(now)
+    outer = Outer("api", 20_000)
+    granted = store.grant_nested(TaskCopy("api:a", "t1", 0), Pace(1_000), outer)
+    now[0] = granted.slot_us + 5_000
+    terms = _terms(lead_us=20_000, handoff_us=8_000)
+    claimed = store.claim_nested(TaskCopy("api:a", "t1", 0), 1_000, granted.slot, terms, outer)
+    assert (claimed.outcome, claimed.delay_us) == (Outcome.OK, 8_000)
+    plain = store.grant(TaskCopy("solo", "t1", 0), Pace(1_000))
+    alone = store.claim(TaskCopy("solo", "t1", 0), 1_000, plain.slot, terms)
+    assert (alone.outcome, alone.delay_us) == (Outcome.OK, 1_000)
+
+
 def test_a_paused_outer_pauses_its_inner_buckets() -> None:
     now = [T0_US]
     store = _store(now)

@@ -102,3 +102,15 @@ def test_a_cost_above_the_outer_burst_is_refused() -> None:
     check_within_burst("t", "api:acme", 2, 5, (), outer)
     with pytest.raises(ConfigurationError, match=r"burst of bucket 'api' \(2; declare its burst"):
         check_within_burst("t", "api:acme", 3, 5, (), outer)
+
+
+def test_a_tenants_starts_are_paced_by_its_outer_when_it_is_slower() -> None:
+    """A pool process reaching a 1 ms tenant's start late counts as missed only past a tenth
+    of its account's 40 ms (4 ms, at most 3 ms), not of its own 1 ms."""
+    from celery_interval.worker.started import missed_after_ns
+
+    settings = settings_of(_app(**{"api:*": {"interval": 0.001, "outer": "api"}}))
+    assert settings.pace_us("api:acme", 1_000) == 40_000
+    assert settings.pace_us("api:acme", 100_000) == 100_000
+    assert settings.pace_us("acct", 10_000) == 10_000
+    assert missed_after_ns(settings.pace_us("api:acme", 1_000)) == 3_000_000

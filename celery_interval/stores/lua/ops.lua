@@ -173,6 +173,7 @@ local function claim_args(argv)
     limits_arg = argv[18],
     limits = parse_limits(argv[18]),
     not_before = num(argv[19]),
+    outer_spacing = tonumber(argv[20]) or 0,
   }
 end
 
@@ -396,10 +397,11 @@ end
 -- ARGV[4] slot_us, ARGV[5] holder, ARGV[6] lease_us, ARGV[7] lead_us (clamped to
 -- 0..MAX_LEAD_US), ARGV[8] task_id, ARGV[9] retries, ARGV[10] ticket (these three for the
 -- ledger only), ARGV[11] ledger_max (0 = no ledger), ARGV[12] handoff_us (clamped to
--- 0..min(lead, interval)), ARGV[13] cap ('' = none), ARGV[14] place_us, ARGV[15] the body's
--- place name (task_id:retries), ARGV[16] burst, ARGV[17] cost (units; absent: 1), ARGV[18]
+-- 0..min(lead, the interval or ARGV[20] if longer)), ARGV[13] cap ('' = none), ARGV[14]
+-- place_us, ARGV[15] the body's place name (task_id:retries), ARGV[16] burst, ARGV[17] cost (units; absent: 1), ARGV[18]
 -- the bucket's extra limits (as grant_op's ARGV[10]), ARGV[19] no start before this virtual
--- time of the bucket (absent or '': none; an outer bucket's budget, outer.lua)
+-- time of the bucket (absent or '': none; an outer bucket's budget, outer.lua), ARGV[20] the
+-- outer bucket's interval in force (absent: none; the handoff may take up to it)
 -- gate (a fair share's, outer.lua; nil: none): a start the bucket alone admits (or only the
 -- outer's budget holds back) asks gate.turn() for its turn, a WAIT (ledger turn=1) unless 0
 -- (a readmit asks no turn); a start made tells gate.started(delay_us, its own spacing for its
@@ -460,7 +462,8 @@ local function claim_op(keys, argv, gate)
     return claim_reply(keys, a, s, c.slot, 'WAIT', turn, { 'delay', turn, 'turn', 1 })
   end
   claim_seat(keys, a)
-  local start = math.max(c.v + math.min(math.max(0, a.handoff), lead, c.spacing), earliest)
+  local reach = math.min(math.max(0, a.handoff), lead, math.max(c.spacing, a.outer_spacing))
+  local start = math.max(c.v + reach, earliest)
   -- late: the virtual start past the slot (a ticket's pushed by u: before claim_pushed's push)
   local late = math.max(0, start - c.slot - (c.front and 0 or s.u))
   claim_started(keys, a, s, c, start)

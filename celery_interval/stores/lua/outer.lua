@@ -148,6 +148,7 @@ local function nested_claim_op(keys, argv)
     args[i] = argv[i]
   end
   args[19] = fmt(floor)
+  args[20] = fmt(effective_interval(o, outer.t))
   local gate = nil
   if outer.w ~= nil then
     gate = fair_gate(keys, o, outer, cost, now, tonumber(argv[7]))
