@@ -104,8 +104,12 @@ def test_a_flood_never_blocks_other_tenants(make_pool: Any, broker: str, pool_ty
     assert max(ahead.values()) <= allowed, sorted(ahead.items(), key=lambda kv: -kv[1])[:5]
     shown = celery_cli(pool, "interval", "status", "--match", f"{pool.queue}:a", "--json")
     (flood_row,) = json.loads(shown.stdout)["queues"]
-    assert flood_row["parked"] > FLOOD // 2, flood_row
-    assert sum(n for n in flood_row["held"].values()) <= 2 * 100, "each worker holds its cap"
+    held = sum(n for n in flood_row["held"].values())
+    assert held <= 2 * 100, "each worker holds its cap"
+    # Most of the flood that neither started (read after the status) nor is held is parked;
+    # how much started by then depends on the machine's load.
+    waiting = FLOOD - len(starts_by_key(pool).get("a", [])) - held
+    assert flood_row["parked"] > waiting // 2, (waiting, flood_row)
 
     by_key = wait_for(
         pool, lambda got: sum(len(v) for v in got.values()) >= FLOOD + len(others), 90.0
