@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from celery_interval.schedule import burst, core, fair, limits
+from celery_interval.schedule import burst, core, limits
 from celery_interval.schedule.pace import effective_interval
 from celery_interval.schedule.state import (
     BucketState,
@@ -44,11 +44,13 @@ from celery_interval.schedule.state import (
 
 __all__ = [
     "Outer",
-    "claim_fair",
+    "both_records",
     "claim_nested",
     "grant_nested",
+    "is_new_start",
+    "moves_in_outer",
+    "outer_earliest",
     "status_nested",
-    "take_fair",
     "take_nested",
 ]
 
@@ -99,21 +101,36 @@ def _reserved(state: BucketState, slot_us: int, v_us: int, outer: Outer, cost: i
     return replace(state, tat_us=max(tat_us, slot_us) + max(1, cost) * spacing_us)
 
 
-def _earliest(state: BucketState, outer: Outer, cost: int) -> int:
+def outer_earliest(state: BucketState, outer: Outer, cost: int) -> int:
     """The earliest virtual time of the outer at which a start of ``cost`` conforms to it."""
     spacing_us = effective_interval(state, outer.interval_us)
     earliest_us = burst.earliest_start(state, spacing_us, outer.burst, cost)
     return limits.earliest_start(state, outer.limits, cost, earliest_us)
 
 
-def _started(state: BucketState, start_us: int, outer: Outer, cost: int) -> BucketState:
-    """The outer's record after a start of ``cost`` at its virtual ``start_us``."""
+def _started(
+    state: BucketState, start_us: int, outer: Outer, cost: int, *, moves: bool = False
+) -> BucketState:
+    """The outer's record after a start of ``cost`` at its virtual ``start_us`` (``moves``:
+    its last start, which never happened, moved there; the extra limits count both)."""
     spacing_us = effective_interval(state, outer.interval_us)
     state = limits.after_start(state, start_us, outer.limits, cost)
+    if moves:
+        return burst.moved(state, start_us, spacing_us, outer.burst, cost)
     return burst.after_start(state, start_us, spacing_us, outer.burst, cost)
 
 
-def _both(
+def moves_in_outer(state: BucketState, mark: Mark | None, holder: str, outer: Outer) -> bool:
+    """Whether ``mark`` is ``holder``'s lease whose start the outer's record is exactly as
+    that start's admission left it (no start of any inner bucket since, the interval the
+    same): a readmit of that start moves it in the outer too (``schedule.burst.moved``)."""
+    if not isinstance(mark, Lease) or mark.holder != holder or mark.outer_tat_us is None:
+        return False
+    spacing_us = effective_interval(state, outer.interval_us)
+    return mark.outer_tat_us == burst.start_tat(state, spacing_us, outer.burst)
+
+
+def both_records(
     inner: BucketState | None,
     outer_state: BucketState | None,
     now_us: int,
@@ -156,12 +173,12 @@ def grant_nested(
     grants, in the order the grants came: the slot is no sooner than the outer's start
     budget allows, and the claims take turns."""
     pace = replace(pace, share=None)
-    inner, outer_state, shift_us = _both(
+    inner, outer_state, shift_us = both_records(
         inner, outer_state, now_us, pace.interval_us, outer, born_us, outer_born_us
     )
     v = virtual_now(inner, now_us)
     if outer.weight is not None:
-        floor_us = _earliest(outer_state, outer, pace.cost) - shift_us
+        floor_us = outer_earliest(outer_state, outer, pace.cost) - shift_us
         floored = replace(pace, not_before_in_us=max(pace.not_before_in_us, floor_us - v))
         inner, mark, granted = core.grant(inner, mark, now_us, floored, born_us=born_us)
         return inner, mark, outer_state, _paused(granted, outer_state)
@@ -191,7 +208,7 @@ def claim_nested(
 ) -> tuple[BucketState, Mark | None, BucketState, Claim]:
     """``claim`` of the inner bucket (``step``: with its cap) no sooner than the outer budget
     allows; a new start is counted in both. PAUSED while the outer is paused."""
-    inner, outer_state, shift_us = _both(
+    inner, outer_state, shift_us = both_records(
         inner, outer_state, now_us, interval_us, outer, born_us, outer_born_us
     )
     mark = live(mark, now_us)
@@ -205,85 +222,24 @@ def claim_nested(
             return core.claim(s, m, now_us, interval_us, slot, t, born_us=born_us)
 
     v = virtual_now(inner, now_us)
-    floor_us = _earliest(outer_state, outer, terms.cost) - shift_us
+    moves = moves_in_outer(outer_state, mark, terms.holder, outer)
+    if moves:  # the missed start's budget is the readmit's: only the extra limits count both
+        earliest_us = outer_state.last_start_us
+        floor_us = limits.earliest_start(outer_state, outer.limits, terms.cost, earliest_us)
+    else:
+        floor_us = outer_earliest(outer_state, outer, terms.cost)
     outer_spacing_us = effective_interval(outer_state, outer.interval_us)
-    terms = replace(terms, not_before_us=floor_us, outer_spacing_us=outer_spacing_us)
+    terms = replace(terms, not_before_us=floor_us - shift_us, outer_spacing_us=outer_spacing_us)
     inner, after, claimed = step(inner, mark, terms)
-    if _new_start(claimed, after, mark, now_us):
+    if is_new_start(claimed, after, mark, now_us):
         start_us = v + claimed.delay_us + shift_us
-        outer_state = _started(outer_state, start_us, outer, terms.cost)
+        outer_state = _started(outer_state, start_us, outer, terms.cost, moves=moves)
+        tat_us = burst.start_tat(outer_state, outer_spacing_us, outer.burst)
+        after = replace(after, outer_tat_us=tat_us) if isinstance(after, Lease) else after
     return inner, after, outer_state, claimed
 
 
-def claim_fair(
-    inner: BucketState | None,
-    mark: Mark | None,
-    outer_state: BucketState | None,
-    share: fair.FairShare,
-    now_us: int,
-    slot: Slot,
-    terms: ClaimTerms,
-    outer: Outer,
-    key: str,
-    *,
-    interval_us: int,
-    born_us: int,
-    outer_born_us: int,
-    step: ClaimStep | None = None,
-    refused: Callable[[], None] | None = None,
-) -> tuple[BucketState, Mark | None, BucketState, fair.FairShare, Claim]:
-    """``claim_nested`` of the inner bucket ``key`` (its weight ``outer.weight``) under the
-    outer's fair share (``schedule.fair``): a claim that its own bucket admits, or that only
-    the outer's budget holds back, asks for its turn; a start that is not yet its turn is not
-    admitted (WAIT for the turn's estimate: neither record changes, the share notes the key
-    waits), and an admitted one moves the key's tag. Returns (inner, mark, outer, share, claim).
-    ``step`` may run twice on the same records (the second time to ask whether the inner
-    bucket alone admits the start); a start it admitted that is not the key's turn calls
-    ``refused``, for a store to undo what ``step`` wrote beside its result (the cap's places).
-    """
-    weight = 1 if outer.weight is None else outer.weight
-    inner, outer_state, _ = _both(
-        inner, outer_state, now_us, interval_us, outer, born_us, outer_born_us
-    )
-    after_inner, after, outer_after, claimed = claim_nested(
-        inner, mark, outer_state, now_us, slot, terms, outer,
-        interval_us=interval_us, born_us=born_us, outer_born_us=outer_born_us, step=step,
-    )  # fmt: skip
-    new_start = _new_start(claimed, after, mark, now_us)
-    if not new_start:
-        if outer_state.paused_at_real_us is not None:
-            return after_inner, after, outer_after, share, claimed
-        alone = replace(outer, interval_us=1, burst=max(1, terms.cost), limits=(), weight=None)
-        _, alone_after, _, alone_claimed = claim_nested(
-            inner, mark, None, now_us, slot, terms, alone,
-            interval_us=interval_us, born_us=born_us, outer_born_us=0, step=step,
-        )  # fmt: skip
-        if not _new_start(alone_claimed, alone_after, mark, now_us):
-            return after_inner, after, outer_after, share, claimed
-    spacing_us = effective_interval(outer_state, outer.interval_us)
-    # A readmit (this holder's start passed unheard) does not wait its turn: its key had
-    # that start, and a pool process waits for this one. It is charged all the same.
-    readmit = isinstance(live(mark, now_us), Lease)
-    wait_us = 0
-    if not readmit:
-        free_in_us = _earliest(outer_state, outer, terms.cost) - virtual_now(outer_state, now_us)
-        lead_us = clamp_lead(terms.lead_us)
-        share, wait_us = fair.turn(share, key, weight, now_us, spacing_us, free_in_us, lead_us)
-    if new_start and wait_us == 0:
-        own_us = max(1, terms.cost) * effective_interval(after_inner, interval_us)
-        due_us = now_us + claimed.delay_us + own_us
-        share = fair.started(share, key, weight, terms.cost, spacing_us, now_us, due_us)
-        return after_inner, after, outer_after, share, claimed
-    if refused is not None:
-        refused()
-    if readmit:  # held back by the outer's budget
-        return after_inner, after, outer_after, share, claimed
-    wait_us = max(wait_us, claimed.delay_us if claimed.outcome is Outcome.WAIT else 0)
-    waits = replace(claimed, outcome=Outcome.WAIT, epoch=inner.epoch, delay_us=wait_us)
-    return inner, live(mark, now_us), outer_state, share, waits
-
-
-def _new_start(claimed: Claim, after: Mark | None, before: Mark | None, now_us: int) -> bool:
+def is_new_start(claimed: Claim, after: Mark | None, before: Mark | None, now_us: int) -> bool:
     """Whether a claim admitted a new start (not a holder's claim again of its own)."""
     return (
         claimed.outcome is Outcome.OK and isinstance(after, Lease) and after != live(before, now_us)
@@ -308,7 +264,7 @@ def take_nested(
     in the same step when the slot is due within ``terms.lead_us`` and neither bucket is
     paused; HELD (no ticket) while another holder's lease is live. ``step`` makes the inner
     claim of a slot."""
-    inner, outer_state, _ = _both(
+    inner, outer_state, _ = both_records(
         inner, outer_state, now_us, pace.interval_us, outer, born_us, outer_born_us
     )
     lease = live(mark, now_us)
@@ -338,43 +294,6 @@ def take_nested(
         step=None if step is None else step(granted.slot),
     )
     return inner, mark, outer_state, granted, claimed
-
-
-def take_fair(
-    inner: BucketState | None,
-    mark: Mark | None,
-    outer_state: BucketState | None,
-    share: fair.FairShare,
-    now_us: int,
-    pace: Pace,
-    terms: ClaimTerms,
-    outer: Outer,
-    key: str,
-    *,
-    born_us: int,
-    outer_born_us: int,
-    step: Callable[[Slot], ClaimStep] | None = None,
-    refused: Callable[[], None] | None = None,
-) -> tuple[BucketState, Mark | None, BucketState, fair.FairShare, Grant, Claim | None]:
-    """``take_nested`` whose claim is ``claim_fair``'s. Returns (inner, mark, outer, share,
-    grant, claim)."""
-    shares = [share]
-
-    def claim(
-        inner: BucketState, mark: Mark | None, outer_state: BucketState, slot: Slot
-    ) -> tuple[BucketState, Mark | None, BucketState, Claim]:
-        inner, mark, outer_state, shares[0], claimed = claim_fair(
-            inner, mark, outer_state, shares[0], now_us, slot, terms, outer, key,
-            interval_us=pace.interval_us, born_us=born_us, outer_born_us=outer_born_us,
-            step=None if step is None else step(slot), refused=refused,
-        )  # fmt: skip
-        return inner, mark, outer_state, claimed
-
-    inner, mark, outer_state, granted, claimed = take_nested(
-        inner, mark, outer_state, now_us, pace, terms, outer,
-        born_us=born_us, outer_born_us=outer_born_us, step=step, claimer=claim,
-    )  # fmt: skip
-    return inner, mark, outer_state, shares[0], granted, claimed
 
 
 def status_nested(inner: Status, outer_status: Status, outer: Outer) -> Status:

@@ -124,6 +124,9 @@ class Lease:
     epoch: int | None = None
     tat_us: int | None = None
     admitted: int | None = None
+    #: A nested bucket's: its outer bucket's starts' TAT right after this start was admitted
+    #: (``schedule.outer``): while it is the outer's, a start missed moves there too.
+    outer_tat_us: int | None = None
 
 
 @dataclass(frozen=True)

@@ -125,7 +125,8 @@ def unset_of(reply: Sequence[Any]) -> Unset:
 
 def decode_mark(raw: str | bytes | None) -> Mark | None:
     """Parse a mark value (``L|holder|start_us|expires_real_us|epoch|tat_us|admitted``, the
-    last three absent in a lease of an older version, ``D|expires_real_us`` or
+    last three absent in a lease of an older version, a nested bucket's followed by
+    ``|O<outer_tat_us>``; ``D|expires_real_us`` or
     ``G|epoch|ticket|slot_us|expires_real_us``, or ``F|…`` as ``G|…`` for a front grant)."""
     if raw is None:
         return None
@@ -136,11 +137,15 @@ def decode_mark(raw: str | bytes | None) -> Mark | None:
         epoch, ticket, slot_us, until_us = (int(x) for x in value[2:].split("|"))
         return Granted(epoch, ticket, slot_us, until_us, value[0] == "F")
     if value.startswith("L|"):
+        outer_tat_us = None
+        head, _, last = value.rpartition("|")
+        if last.startswith("O"):
+            value, outer_tat_us = head, int(last[1:])
         parts = value[2:].rsplit("|", 5)
         if len(parts) == 6:
             holder, *numbers = parts
             start_us, expires_us, lease_epoch, tat_us, admitted = (int(x) for x in numbers)
-            return Lease(holder, start_us, expires_us, lease_epoch, tat_us, admitted)
+            return Lease(holder, start_us, expires_us, lease_epoch, tat_us, admitted, outer_tat_us)
         holder, *times = value[2:].rsplit("|", 2)
         return Lease(holder, int(times[0]), int(times[1]))
     raise StoreError(f"malformed interval mark {value!r}")

@@ -55,6 +55,7 @@ def encode_record(bucket: str, record: Record, now_us: int) -> bytes:
                 epoch=mark.epoch,
                 tat_us=mark.tat_us,
                 admitted=mark.admitted,
+                outer_tat_us=mark.outer_tat_us,
             )
         elif isinstance(mark, Granted):
             row.update(
@@ -183,7 +184,10 @@ def _decode_mark(row: dict[str, Any], check: _Check) -> Mark:
             holder,
             check.integer(row, "start_us"),
             check.integer(row, "expires_real_us"),
-            *(check.optional_integer(row, name) for name in ("epoch", "tat_us", "admitted")),
+            *(
+                check.optional_integer(row, name)
+                for name in ("epoch", "tat_us", "admitted", "outer_tat_us")
+            ),
         )
     if kind == "done":
         return Done(check.integer(row, "expires_real_us"))

@@ -15,6 +15,7 @@ from celery_interval.schedule import (
     Pace,
     Slot,
     claim_capped,
+    fair_claim,
     live_places,
 )
 from celery_interval.schedule import outer as nesting
@@ -132,7 +133,7 @@ class NestedSteps(ModelStore):
                 )  # fmt: skip
             else:
                 share = self._shares.get(outer.bucket, FairShare())
-                state, mark, outer_state, share, claimed = nesting.claim_fair(
+                state, mark, outer_state, share, claimed = fair_claim.claim_fair(
                     *args, share, txn.now_us, slot, terms, outer, copy.bucket,
                     interval_us=interval_us, step=step, refused=_unplaced(txn, terms),
                     born_us=born_us, outer_born_us=outer_born_us,
@@ -162,7 +163,7 @@ class NestedSteps(ModelStore):
                 )
             else:
                 share = self._shares.get(outer.bucket, FairShare())
-                state, mark, outer_state, share, granted, claimed = nesting.take_fair(
+                state, mark, outer_state, share, granted, claimed = fair_claim.take_fair(
                     *args, share, txn.now_us, pace, terms, outer, copy.bucket,
                     step=step, refused=_unplaced(txn, terms),
                     born_us=born_us, outer_born_us=outer_born_us,

@@ -111,7 +111,8 @@ def simulate_nested(
     and claiming it (``claim_fair``) ``lead_us`` before its slot, again after each WAIT.
     Starts are the admitted ones, on the store's clock."""
     from celery_interval.schedule import ClaimTerms, Outcome, Pace
-    from celery_interval.schedule.outer import Outer, claim_fair, grant_nested
+    from celery_interval.schedule.fair_claim import claim_fair
+    from celery_interval.schedule.outer import Outer, grant_nested
 
     run = Run()
     inners: dict[str, Any] = dict.fromkeys(keys)

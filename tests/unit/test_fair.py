@@ -164,7 +164,8 @@ def test_a_claim_again_of_an_admitted_start_takes_no_turn() -> None:
     """A holder's claim again of its admitted start (a lost reply) is answered OK as before,
     and the share does not count it twice."""
     from celery_interval.schedule import ClaimTerms, Outcome, Pace
-    from celery_interval.schedule.outer import Outer, claim_fair, grant_nested
+    from celery_interval.schedule.fair_claim import claim_fair
+    from celery_interval.schedule.outer import Outer, grant_nested
 
     outer = Outer("acct", SPACING_US, weight=1)
     inner, mark, outer_state, granted = grant_nested(
@@ -183,41 +184,74 @@ def test_a_claim_again_of_an_admitted_start_takes_no_turn() -> None:
     assert steps[0][1] == steps[1][1], "the claim again moved no tag"
 
 
-def test_a_readmit_takes_no_turn_and_is_charged() -> None:
-    """A holder whose admitted start passed unheard (its pool process came late) claims again:
-    it is admitted when the outer's budget is free even while another key's turn is earlier
-    (the process waits; the key had its turn), and its key's tag moves on for it."""
-    from celery_interval.schedule import Claim, ClaimTerms, Outcome, Pace
-    from celery_interval.schedule.outer import Outer, claim_fair, grant_nested
+class _FairKeys:
+    """Keys of one fair outer at 20 ms, each with one ticket due at T0, claimed step by step
+    through ``claim_fair`` (a lead of 1 ms, shorter than the outer's waits)."""
 
-    outer = Outer("acct", SPACING_US, weight=1)
-    terms = ClaimTerms("w/1", 30_000_000, 1_000)  # a lead shorter than the outer's wait
-    records: dict[str, tuple[Any, Any, Any]] = {}
-    share, outer_state = FairShare(), None
+    def __init__(self, *keys: str) -> None:
+        from celery_interval.schedule import ClaimTerms, Pace
+        from celery_interval.schedule.outer import Outer, grant_nested
 
-    for key in ("k", "o"):  # both tickets due at once
-        inner, mark, outer_state, granted = grant_nested(
-            None, None, outer_state, T0_US, Pace(1), outer, born_us=0, outer_born_us=0
-        )
-        records[key] = (inner, mark, granted.slot)
+        self.outer = Outer("acct", SPACING_US, weight=1)
+        self.terms = ClaimTerms("w/1", 30_000_000, 1_000)
+        self.share, self.outer_state = FairShare(), None
+        self.records: dict[str, tuple[Any, Any, Any]] = {}
+        for key in keys:
+            inner, mark, self.outer_state, granted = grant_nested(
+                None, None, self.outer_state, T0_US, Pace(1), self.outer,
+                born_us=0, outer_born_us=0,
+            )  # fmt: skip
+            self.records[key] = (inner, mark, granted.slot)
 
-    def step(key: str, now_us: int) -> Claim:
-        nonlocal share, outer_state
-        inner, mark, slot = records[key]
-        inner, mark, outer_state, share, claimed = claim_fair(
-            inner, mark, outer_state, share, now_us, slot, terms, outer, key,
-            interval_us=1, born_us=0, outer_born_us=0,
+    def claim(self, key: str, now_us: int) -> Any:
+        from celery_interval.schedule.fair_claim import claim_fair
+
+        inner, mark, slot = self.records[key]
+        inner, mark, self.outer_state, self.share, claimed = claim_fair(
+            inner, mark, self.outer_state, self.share, now_us, slot, self.terms, self.outer,
+            key, interval_us=1, born_us=0, outer_born_us=0,
         )  # fmt: skip
-        records[key] = (inner, mark, slot)
+        self.records[key] = (inner, mark, slot)
         return claimed
 
-    assert step("k", T0_US).outcome is Outcome.OK
-    assert step("o", T0_US + 1_000).outcome is Outcome.WAIT
-    tag_before = share.tag_of("k", 1)
-    assert tag_before.finish_us > share.tag_of("o", 1).finish_us, "o's turn comes first"
-    readmit = step("k", T0_US + SPACING_US + 5_000)
+    def finish_us(self, key: str) -> int:
+        return self.share.tag_of(key, 1).finish_us
+
+
+def test_a_readmit_nothing_passed_moves_in_the_outer_too_and_takes_no_turn() -> None:
+    """A holder whose admitted start passed unheard (its pool process came 5 ms late) claims
+    again before any other start: the start moves to now in the outer too (no interval of
+    the account lost), though another key waits for its turn, and is charged nothing more."""
+    from celery_interval.schedule import Outcome
+
+    keys = _FairKeys("k", "o")
+    assert keys.claim("k", T0_US).outcome is Outcome.OK
+    assert keys.claim("o", T0_US + 1_000).outcome is Outcome.WAIT
+    charged_us = keys.finish_us("k")
+    readmit = keys.claim("k", T0_US + 5_000)
+    assert (readmit.outcome, readmit.delay_us) == (Outcome.OK, 0), readmit
+    assert keys.finish_us("k") == charged_us
+    after = keys.claim("o", T0_US + SPACING_US)
+    assert (after.outcome, after.delay_us) == (Outcome.WAIT, 5_000), "the moved start's"
+
+
+def test_a_readmit_after_another_start_takes_no_turn_and_is_charged() -> None:
+    """Another key started after the missed start: the readmit takes the outer's next free
+    budget, ahead of a key whose turn is earlier (its pool process waits), and is charged."""
+    from celery_interval.schedule import Outcome
+
+    keys = _FairKeys("k", "o", "p")
+    assert keys.claim("k", T0_US).outcome is Outcome.OK
+    assert keys.claim("o", T0_US + 1_000).outcome is Outcome.WAIT
+    assert keys.claim("p", T0_US + 2_000).outcome is Outcome.WAIT
+    assert keys.claim("o", T0_US + SPACING_US).outcome is Outcome.OK
+    held_back = keys.claim("k", T0_US + SPACING_US + 5_000)
+    assert (held_back.outcome, held_back.delay_us) == (Outcome.WAIT, 15_000), "the budget's"
+    charged_us = keys.finish_us("k")
+    assert charged_us > keys.finish_us("p"), "p's turn comes first"
+    readmit = keys.claim("k", T0_US + 2 * SPACING_US)
     assert readmit.outcome is Outcome.OK, readmit
-    assert share.tag_of("k", 1).finish_us == tag_before.finish_us + SPACING_US
+    assert keys.finish_us("k") == charged_us + SPACING_US
 
 
 def test_a_keys_share_is_its_weight_among_the_waiting_keys() -> None:

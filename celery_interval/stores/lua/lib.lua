@@ -19,7 +19,8 @@
 -- Cluster), where a master may be a replica promoted without the old master's last writes.
 -- The store's birth marker: the key <prefix>born (µs), set by the first script that makes a
 -- state and finds it missing; scripts on a Cluster get no such key (see born_us).
--- Mark strings: lease "L|<holder>|<start_us>|<expires_real_us>", done "D|<expires_real_us>",
+-- Mark strings: lease "L|<holder>|<start_us>|<expires_real_us>|<epoch>|<tat_us>|<admitted>",
+-- a nested bucket's with "|O<outer_tat_us>" after (parse_mark), done "D|<expires_real_us>",
 -- granted "G|<epoch>|<ticket>|<slot_us>|<expires_real_us>", a throttled task's front grant
 -- the same with "F" for "G".
 -- A capped bucket's places: a sorted set (same hash tag) of the running bodies' names
@@ -465,8 +466,9 @@ local function save_fields(key, s, is_new, now, interval, ...)
   keep_until(key, s, now, interval)
 end
 
--- A mark's value as {kind='L', holder, start, exp, e, tat, admitted} (the bucket's epoch,
--- starts' tat and admitted count right after the start was admitted; nil in an older lease),
+-- A mark's value as {kind='L', holder, start, exp, e, tat, admitted, otat} (the bucket's
+-- epoch, starts' tat and admitted count right after the start was admitted, nil in an older
+-- lease; otat, a nested bucket's: its outer's starts' tat then, else nil),
 -- {kind='D', exp} or
 -- {kind='G', e, ticket, slot, exp, front}.
 local function parse_mark(raw)
@@ -479,13 +481,17 @@ local function parse_mark(raw)
     return { kind = 'G', e = tonumber(e), ticket = tonumber(ticket), slot = tonumber(slot),
       exp = tonumber(exp), front = kind == 'F' }
   end
-  local holder, start, exp, e, tat, admitted = string.match(
-    raw, '^L|(.*)|(%-?%d+)|(%-?%d+)|(%-?%d+)|(%-?%d+)|(%-?%d+)$')
+  local holder, start, exp, e, tat, admitted, otat = string.match(
+    raw, '^L|(.*)|(%-?%d+)|(%-?%d+)|(%-?%d+)|(%-?%d+)|(%-?%d+)|O(%-?%d+)$')
+  if holder == nil then  -- not nested
+    holder, start, exp, e, tat, admitted = string.match(
+      raw, '^L|(.*)|(%-?%d+)|(%-?%d+)|(%-?%d+)|(%-?%d+)|(%-?%d+)$')
+  end
   if holder == nil then  -- a lease of an older version: no epoch, tat or count
     holder, start, exp = string.match(raw, '^L|(.*)|(%-?%d+)|(%-?%d+)$')
   end
   return { kind = 'L', holder = holder, start = tonumber(start), exp = tonumber(exp),
-    e = tonumber(e), tat = tonumber(tat), admitted = tonumber(admitted) }
+    e = tonumber(e), tat = tonumber(tat), admitted = tonumber(admitted), otat = tonumber(otat) }
 end
 
 -- The marks this call read or wrote, by key: {raw = value or false, m = parsed or nil}; take
@@ -535,6 +541,9 @@ local function put_mark(key, m, now)
     value = 'L|' .. m.holder .. '|' .. fmt(m.start) .. '|' .. fmt(m.exp)
     if m.e ~= nil then
       value = value .. '|' .. fmt(m.e) .. '|' .. fmt(m.tat) .. '|' .. fmt(m.admitted)
+      if m.otat ~= nil then
+        value = value .. '|O' .. fmt(m.otat)
+      end
     end
   end
   local px = math.max(1, math.floor((m.exp - now) / 1000) + 60000)

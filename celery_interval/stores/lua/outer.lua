@@ -40,7 +40,7 @@ local function outer_reserve(o, slot, v, outer, cost)
   return true
 end
 
--- schedule.outer._earliest: the outer's earliest virtual time for a start of cost.
+-- schedule.outer.outer_earliest: the outer's earliest virtual time for a start of cost.
 local function outer_earliest(o, outer, cost)
   local spacing = effective_interval(o, outer.t)
   return lim_earliest_start(o, outer.limits, cost, earliest_start(o, spacing, outer.b, cost))
@@ -94,7 +94,7 @@ local function nested_grant_op(keys, argv)
   return g
 end
 
--- The gate of claim_op (ops.lua) for a key of the outer's fair share (schedule.outer.
+-- The gate of claim_op (ops.lua) for a key of the outer's fair share (schedule.fair_claim.
 -- claim_fair): its turn, and its start, in the share at keys[6], o the outer's record.
 local function fair_gate(keys, o, outer, cost, now, lead)
   local spacing = effective_interval(o, outer.t)
@@ -115,7 +115,7 @@ end
 
 -- schedule.outer.claim_nested: claim_op (ARGV[1..18]) no sooner than the outer's budget
 -- allows; a new start is counted in both. ARGV[19..23] the outer's (under a fair share,
--- schedule.outer.claim_fair: claim_op's gate is the key's turn). PAUSED while the outer
+-- schedule.fair_claim.claim_fair: claim_op's gate is the key's turn). PAUSED while the outer
 -- is paused (the inner's new epoch saved, an expired mark dropped).
 -- Ledger: claim_op's entries; op=claim:PAUSED now task r ticket slot holder epoch outer=1
 -- for a claim refused by the outer's pause.
@@ -141,22 +141,41 @@ local function nested_claim_op(keys, argv)
     return { 'PAUSED', s.e, 0, now }
   end
   local v = virtual_now(s, now)
-  local floor = outer_earliest(o, outer, cost) - shift
+  local spacing = effective_interval(o, outer.t)
   local before = redis.call('GET', keys[2])
+  local m = before and live(parse_mark(before), now) or nil
+  -- schedule.outer.moves_in_outer: the holder's lease whose start the outer is as it left
+  local moves = m ~= nil and m.kind == 'L' and m.holder == argv[5] and m.otat ~= nil
+    and m.otat == start_tat(o, spacing, outer.b)
+  local floor
+  if moves then
+    floor = lim_earliest_start(o, outer.limits, cost, o.l) - shift
+  else
+    floor = outer_earliest(o, outer, cost) - shift
+  end
   local args = { fmt(now) }
   for i = 2, 18 do
     args[i] = argv[i]
   end
   args[19] = fmt(floor)
-  args[20] = fmt(effective_interval(o, outer.t))
+  args[20] = fmt(spacing)
   local gate = nil
-  if outer.w ~= nil then
+  if outer.w ~= nil and not moves then  -- a readmit that moves is charged no second start
     gate = fair_gate(keys, o, outer, cost, now, tonumber(argv[7]))
   end
   local c = claim_op(inner_keys(keys), args, gate)
   if c[1] == 'OK' and redis.call('GET', keys[2]) ~= before then
-    outer_started(o, v + c[3] + shift, outer, cost)
+    local start = v + c[3] + shift
+    if moves then
+      lim_after_start(o, start, outer.limits, cost)
+      moved(o, start, spacing, outer.b, cost)
+    else
+      outer_started(o, start, outer, cost)
+    end
     save_fields(keys[5], o, false, now, outer.t, 'l', 'q', 'z', 'x')
+    local lease = load_mark(keys[2])
+    lease.otat = start_tat(o, spacing, outer.b)
+    put_mark(keys[2], lease, now)
   end
   return c
 end
