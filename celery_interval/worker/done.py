@@ -10,7 +10,7 @@ from typing import Any
 
 from celery_interval.config import Settings
 from celery_interval.errors import StoreError
-from celery_interval.schedule import Done
+from celery_interval.schedule import Done, Granted, Lease
 from celery_interval.stores.base import Store, TaskCopy
 from celery_interval.worker.outage import StoreOutage
 from celery_interval.worker.timer import cancel
@@ -169,11 +169,22 @@ class DoneMarks:
     def again_if_ended(self, copy: TaskCopy) -> None:
         """A copy of what began here came back with no mark in the store: the mark goes again
         only if that body ended here. A throttled run's entry never ends (its copy sent again
-        must run: a mark now would drop it as done), a running body posts its own."""
+        must run: a mark now would drop it as done), a running body posts its own; nor while
+        the store holds the task's lease or kept place (a body released as the channel broke,
+        remembered by its mark, may have been throttled since: its copy sent again runs)."""
         self._take_found()
         kept = self._began.get(copy)
-        if kept is not None and kept[1] and kept[0] > time.monotonic():
+        if kept is not None and kept[1] and kept[0] > time.monotonic() and not self._runs(copy):
             self.add(copy.bucket, copy.task_id, copy.retries)
+
+    def _runs(self, copy: TaskCopy) -> bool:
+        """Whether the store holds a lease or a throttled copy's kept place for ``copy``."""
+        read = getattr(self.store, "read_mark", None)
+        try:
+            mark = None if read is None else read(copy.bucket, copy.task_id, copy.retries)
+        except StoreError:
+            return False
+        return isinstance(mark, Lease) or (isinstance(mark, Granted) and mark.front)
 
     def write_again(self, born_us: int) -> int:
         """The store lost its state (born again at ``born_us``): the done marks of the bodies

@@ -402,6 +402,30 @@ def test_a_stale_copy_of_a_throttled_run_writes_no_mark_for_the_copy_sent_again(
     assert store.grant(TaskCopy("api", "a", 0), Pace(INTERVAL_US)).outcome.name == "OK"
 
 
+def test_a_stale_copy_of_a_throttled_orphan_leaves_the_copy_sent_again_running() -> None:
+    """A body released as the channel broke began (its mark was read: remembered as ended)
+    and was throttled; the copy sent again holds the task's lease in the store when a stale
+    copy of the old message comes back here: it is dropped, and no done mark is written,
+    which would drop the copy sent again as done when it claims again."""
+    from celery_interval.schedule import Lease
+
+    clock = Clock(1_000_000_000)
+    store = MemoryStore(clock)
+    service = make_service(store, [])
+    started: list[str] = []
+    copy = TaskCopy("api", "a", 0)
+    service.done.began(copy, ended=True)  # its mark was found as the channel broke
+    granted = store.grant(copy, Pace(INTERVAL_US))
+    terms = ClaimTerms("w2@test/again", 30_000_000, 12_000)
+    clock.now_us = granted.slot.slot_us
+    assert store.claim(copy, INTERVAL_US, granted.slot, terms).outcome is Outcome.OK
+    stale = held_copy(service, "a", started)
+    service.receive(stale)
+    fire_due(service.timer, clock, within_s=0.5)
+    assert stale.request.acked and started == []
+    assert isinstance(store.read_mark("api", "a", 0), Lease), "no done mark over its lease"
+
+
 @pytest.mark.parametrize("sent_plain", [True, False])
 def test_a_throttled_run_sent_again_as_a_plain_copy_runs_again_here(sent_plain: bool) -> None:
     """A body was throttled with the store failing: its copy went again as a plain message
