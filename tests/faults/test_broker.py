@@ -176,7 +176,12 @@ def assert_survived(pool: Pool, ids: list[str], name: str) -> list[int]:
     """Every worker alive and said once that the broker went and once that it came back; each
     task started once; claims spaced by the interval on the store's clock. Returns how many
     stranded messages each worker put back."""
-    records = pool.wait_records(TASKS, timeout_s=90)
+    try:
+        records = pool.wait_records(TASKS, timeout_s=90)
+    except AssertionError:  # which worker stopped taking tasks, and where
+        for worker in pool.workers:
+            print(f"--- {worker.name}, the end of its log:\n{worker.log()[-3000:]}")
+        raise
     wait_logged(pool, BACK)
     for worker in pool.workers:
         assert worker.proc.poll() is None, f"{worker.name} exited:\n{worker.log()[-3000:]}"
