@@ -10,7 +10,7 @@ from typing import Any
 
 from celery_interval.config import Settings
 from celery_interval.errors import StoreError
-from celery_interval.schedule import Done, Granted, Lease
+from celery_interval.schedule import Done, Granted, Lease, Mark
 from celery_interval.stores.base import Store, TaskCopy
 from celery_interval.worker.outage import StoreOutage
 from celery_interval.worker.timer import cancel
@@ -147,13 +147,18 @@ class DoneMarks:
     def marked(self, copy: TaskCopy) -> bool:
         """Whether the store holds ``copy``'s done mark now (False if it cannot say: a store
         without reads, or one that fails)."""
+        return isinstance(self._mark(copy), Done)
+
+    def _mark(self, copy: TaskCopy) -> Mark | None:
+        """``copy``'s mark in the store now (None if it cannot say)."""
         read = getattr(self.store, "read_mark", None)
         if read is None:
-            return False
+            return None
         try:
-            return isinstance(read(copy.bucket, copy.task_id, copy.retries), Done)
+            mark: Mark | None = read(copy.bucket, copy.task_id, copy.retries)
         except StoreError:
-            return False
+            return None
+        return mark
 
     def remembers(self) -> bool:
         """Whether any body that began here is remembered (its mark may have to go again)."""
@@ -179,11 +184,7 @@ class DoneMarks:
 
     def _runs(self, copy: TaskCopy) -> bool:
         """Whether the store holds a lease or a throttled copy's kept place for ``copy``."""
-        read = getattr(self.store, "read_mark", None)
-        try:
-            mark = None if read is None else read(copy.bucket, copy.task_id, copy.retries)
-        except StoreError:
-            return False
+        mark = self._mark(copy)
         return isinstance(mark, Lease) or (isinstance(mark, Granted) and mark.front)
 
     def write_again(self, born_us: int) -> int:
