@@ -35,13 +35,17 @@ class Request:
 
 
 class Entry(tuple[float, Any, tuple[Any, ...]]):
-    """A timer entry, ``(delay_s, fn, args)``, cancellable as kombu's are."""
+    """A timer entry, ``(delay_s, fn, args)``, cancellable as kombu's are; ``due_us`` is when
+    it fires on the timer's clock (its delay alone when the timer has none)."""
 
     timer: Timer
+    due_us: int
 
     def __new__(cls, delay_s: float, fn: Any, args: tuple[Any, ...], timer: Timer) -> Entry:
         entry = super().__new__(cls, (delay_s, fn, args))
         entry.timer = timer
+        armed_us = timer.clock.now_us if timer.clock is not None else 0
+        entry.due_us = armed_us + round(delay_s * 1e6)
         return entry
 
     @property
@@ -57,9 +61,11 @@ class Entry(tuple[float, Any, tuple[Any, ...]]):
 
 
 class Timer:
-    """Celery's timer surface; entries wait until the test fires them (``run``: in order)."""
+    """Celery's timer surface; entries wait until the test fires them (``run``: in order).
+    Given the store's ``clock``, an entry is due its delay after the clock read when armed."""
 
-    def __init__(self) -> None:
+    def __init__(self, clock: Clock | None = None) -> None:
+        self.clock = clock
         self.entries: list[Entry] = []
         self.repeating: list[Entry] = []
 
@@ -96,14 +102,20 @@ class Qos:
         return None
 
 
-def make_service(store: MemoryStore, in_pool: list[str]) -> IntervalService:
+def make_service(
+    store: MemoryStore, in_pool: list[str], *, clock: Clock | None = None
+) -> IntervalService:
+    """A service for bucket api on ``store``; its timer runs on ``clock`` (by default the
+    MemoryStore's own, when a test injected one)."""
+    if clock is None and isinstance(getattr(store, "_clock_us", None), Clock):
+        clock = store._clock_us  # type: ignore[assignment]
     app = Celery("svc", set_as_current=False)
     app.conf.interval_store_url = "memory://"
     app.conf.interval_queues = {"api": INTERVAL_US / 1e6}
     return IntervalService(
         settings_of(app),
         store,
-        Timer(),
+        Timer(clock),
         "w1@test",
         pool_slots=lambda: POOL_PROCESSES - len(in_pool),
         stop_queue=lambda queue: None,
@@ -127,13 +139,23 @@ def held_copy(service: IntervalService, task_id: str, started: list[str]) -> Hel
     )
 
 
+def fire_soonest(timer: Timer, clock: Clock, entries: list[Entry]) -> None:
+    """Fire the soonest of ``entries``, moving the store clock to when it is due (on a timer
+    without a clock: on by its delay)."""
+    entry = min(entries, key=lambda e: e.due_us)
+    timer.entries.remove(entry)
+    if timer.clock is None:
+        clock.now_us += entry.due_us
+    else:
+        clock.now_us = max(clock.now_us, entry.due_us)
+    entry[1](*entry[2])
+
+
 def fire_due(timer: Timer, clock: Clock, within_s: float) -> None:
     """Fire timer entries due within ``within_s``, soonest first, moving the store clock."""
-    while due := [e for e in timer.entries if e[0] < within_s]:
-        entry = min(due, key=lambda e: e[0])
-        timer.entries.remove(entry)
-        clock.now_us += round(entry[0] * 1e6)
-        entry[1](*entry[2])
+    until_us = (clock.now_us if timer.clock is not None else 0) + round(within_s * 1e6)
+    while due := [e for e in timer.entries if e.due_us < until_us]:
+        fire_soonest(timer, clock, due)
 
 
 def run_until(timer: Timer, clock: Clock, done: Any, *, steps: int = 1_000) -> None:
@@ -141,7 +163,4 @@ def run_until(timer: Timer, clock: Clock, done: Any, *, steps: int = 1_000) -> N
     for _ in range(steps):
         if done() or not timer.entries:
             return
-        entry = min(timer.entries, key=lambda e: e[0])
-        timer.entries.remove(entry)
-        clock.now_us += round(entry[0] * 1e6)
-        entry[1](*entry[2])
+        fire_soonest(timer, clock, timer.entries)

@@ -14,7 +14,7 @@ from celery_interval.worker.held import Held
 from celery_interval.worker.outage import StoreOutage
 from celery_interval.worker.places import RunningPlaces
 from tests.helpers.fakeclock import Clock
-from tests.helpers.fakes import Timer, held_copy, make_service
+from tests.helpers.fakes import Timer, fire_soonest, held_copy, make_service
 
 LEASE_S = 3.0
 
@@ -85,10 +85,7 @@ def b_waits_for_as_place() -> tuple[MemoryStore, Any, list[str], Held, Held]:
     service.receive(b)
     timer = service.timer
     while not service.slots._full.get("api"):  # fire the soonest entry until b finds it FULL
-        entry = min(timer.entries, key=lambda e: e[0])
-        timer.entries.remove(entry)
-        clock.now_us += round(entry[0] * 1e6)
-        entry[1](*entry[2])
+        fire_soonest(timer, clock, timer.entries)
     assert started == ["a"]
     return store, service, started, a, b
 

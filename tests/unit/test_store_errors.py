@@ -70,7 +70,7 @@ def lines(records: list[logging.LogRecord], text: str) -> list[str]:
 
 
 def service_on(client: redis.Redis[Any], clock: Clock) -> IntervalService:
-    return make_service(RedisStore(client, now_us=clock), [])  # type: ignore[arg-type]
+    return make_service(RedisStore(client, now_us=clock), [], clock=clock)  # type: ignore[arg-type]
 
 
 # -- which replies pass -----------------------------------------------------------------
