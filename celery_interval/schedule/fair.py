@@ -10,9 +10,10 @@ claims again by then), until ``want_until_us`` passes without it claiming again.
 
 A claim of a key that its own limits admit asks for its *turn* (``turn``), whether or not
 the outer's budget is free yet, and so the key waits: it is its turn when no other waiting
-key's start tag is before its own; else it comes back after about 7/8 of the starts the keys
-before it take, one interval each (they may run out of work sooner). So the starts go to
-the waiting keys in proportion to their weights (weighted max-min: a key that its own
+key that can claim by the time the budget is free (a key told to wait claims again when its
+wait ends) has a start tag before its own; else it comes back after about 7/8 of the starts
+the keys before it take, one interval each (they may run out of work sooner). So the starts
+go to the waiting keys in proportion to their weights (weighted max-min: a key that its own
 interval holds below its share does not wait between its starts, and leaves the rest to the
 others), and while any key waits the outer's budget is used: once the budget has been free
 ``idle_us_of`` past its earliest start, any waiting key may take it (a key that stopped
@@ -47,7 +48,8 @@ MAX_TURN_WAIT_US = 1_000_000
 class Tag:
     """A key's place in the fair share: its finish tag (fair time, µs), until when it counts
     as waiting (the store's clock, µs; 0: not waiting), its weight, and from when it may start
-    again by its own limits (the store's clock: before then it waits for nothing here)."""
+    again by its own limits or its claim told to wait comes back (the store's clock: before
+    then it waits for nothing here)."""
 
     key: str
     finish_us: int
@@ -115,7 +117,7 @@ def turn(
     it may claim again: the budget's wait, or the turn's estimate if later)."""
     tag = fair.tag_of(key, weight)
     mine_us = _start_tag(fair, tag)
-    free_by_us = now_us + max(free_in_us, lead_us)
+    free_by_us = now_us + max(free_in_us, 0)
     others = [
         t
         for t in fair.tags
@@ -128,7 +130,8 @@ def turn(
         ahead_us = ahead * spacing_us * TURN_EARLY_NUM // TURN_EARLY_DEN
         wait_us = min(max(MIN_TURN_WAIT_US, free_in_us + ahead_us - lead_us), MAX_TURN_WAIT_US)
     want_until_us = now_us + wait_us + WANT_GRACE_INTERVALS * spacing_us
-    return _with(fair, replace(tag, want_until_us=want_until_us, due_us=now_us), now_us), wait_us
+    back = replace(tag, want_until_us=want_until_us, due_us=now_us + wait_us)
+    return _with(fair, back, now_us), wait_us
 
 
 def started(

@@ -128,6 +128,40 @@ def test_a_turn_waits_for_the_keys_before_it_and_none_waits_for_a_key_gone() -> 
     assert wait_us == 0, "the budget was free half an interval: b takes it"
 
 
+def test_a_key_told_to_wait_holds_no_budget_up_while_it_is_away() -> None:
+    """``a`` was told to wait 35 ms for ``x``'s two starts before its tag, and ``x`` then ran
+    out of work: ``b``, claiming when the budget is free, does not wait for ``a`` while ``a``
+    is away; once ``a`` is back, its earlier tag goes first."""
+    x = Tag("x", 0, T0_US + 10_000, 1, T0_US)
+    fair = FairShare(
+        v_us=0, tags=(x, Tag("a", 2 * SPACING_US, 0, 1), Tag("b", 3 * SPACING_US, 0, 1))
+    )
+    fair, wait_us = turn(fair, "a", 1, T0_US, SPACING_US, 0)
+    assert wait_us == 2 * SPACING_US * 7 // 8
+    back_us = T0_US + wait_us
+    fair, wait_us = turn(fair, "b", 1, T0_US + SPACING_US, SPACING_US, 0)
+    assert wait_us == 0, "a is not back before the budget is free: b takes it"
+    fair = started(fair, "b", 1, 1, SPACING_US, T0_US + SPACING_US, T0_US + SPACING_US)
+    _, wait_us = turn(fair, "b", 1, back_us, SPACING_US, 0)
+    assert wait_us > 0, "a is back, its tag before b's"
+
+
+def test_a_key_back_only_after_the_free_budget_holds_it_up_not_within_the_lead() -> None:
+    """``slow`` (first in the fair share) may start again in 15 ms by its own interval; the
+    budget is free now: ``b``'s claim, 20 ms of lead, takes it rather than leave it idle."""
+    fair = FairShare(
+        v_us=0,
+        tags=(
+            Tag("slow", 0, T0_US + 100_000, 1, T0_US + 15_000),
+            Tag("b", SPACING_US, T0_US + 100_000, 1, T0_US),
+        ),
+    )
+    _, wait_us = turn(fair, "b", 1, T0_US, SPACING_US, 0, 20_000)
+    assert wait_us == 0
+    _, wait_us = turn(fair, "b", 1, T0_US, SPACING_US, 16_000, 20_000)
+    assert wait_us > 0, "the budget is free when slow is back: its turn"
+
+
 def _gaps(times: list[int]) -> list[int]:
     return [b - a for a, b in itertools.pairwise(times)]
 

@@ -85,7 +85,7 @@ end
 local function fair_turn(f, key, weight, now, spacing, free_in, lead)
   local tag = fair_tag_of(f, key, weight)
   local mine = fair_start_tag(f, tag)
-  local free_by = now + math.max(free_in, lead)
+  local free_by = now + math.max(free_in, 0)
   local others, first = {}, mine
   for k, t in pairs(f.tags) do
     if k ~= key and t.want >= now and t.due <= free_by then
@@ -106,7 +106,7 @@ local function fair_turn(f, key, weight, now, spacing, free_in, lead)
     wait = math.min(math.max(MIN_TURN_WAIT_US, free_in + ahead_us - lead), MAX_TURN_WAIT_US)
   end
   tag.want = now + wait + WANT_GRACE_INTERVALS * spacing
-  tag.due = now
+  tag.due = now + wait
   fair_with(f, key, tag, now)
   return wait
 end
