@@ -38,10 +38,13 @@ def body_ended(service: Any, request: Any) -> None:
     service frees its process and place."""
     request_dict = request.request_dict
     request_dict[ENDED_KEY] = True
+    throttled = request_dict.get(THROTTLED_KEY)
     deferred_ack = request_dict.pop(ACK_AT_END_KEY, None)
     if deferred_ack is not None:
+        waited = service.done.ack_went(request_dict.get("id"))
+        if waited is not None and throttled == SENT_PLAIN:
+            service.done.forget(waited)  # its mark may have been read as the channel broke
         deferred_ack()
-    throttled = request_dict.get(THROTTLED_KEY)
     pending = request_dict.pop(PENDING_MARK_KEY, None)
     if pending is not None and not throttled:
         service.mark_done(pending.bucket, pending.task_id, pending.retries)
@@ -110,6 +113,7 @@ def track_ack(req: Any, service: Any, copy: TaskCopy, acks_late: bool) -> None:
             # worker killed meanwhile leaves it to the broker (the done mark, posted as the
             # body begins, drops the copy of a body that began).
             request_dict[ACK_AT_END_KEY] = functools.partial(ack_now, *args, **kwargs)
+            service.done.acks_wait(request_dict.get("id"), copy)
         else:
             ack_now(*args, **kwargs)
 

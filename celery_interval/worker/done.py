@@ -67,6 +67,9 @@ class DoneMarks:
         self._later = later
         #: Copies whose marks a read on another thread found, with when it read them.
         self._found: deque[tuple[TaskCopy, float]] = deque()
+        #: Bodies whose pool processes posted their marks and whose acks wait for their ends
+        #: (their processes reached them late), by task id: a broken channel returns them.
+        self.acks_waiting: dict[str, TaskCopy] = {}
 
     def began(self, copy: TaskCopy, *, ended: bool = False, start_us: int | None = None) -> None:
         """``copy``'s body began here and its message was acknowledged: a copy of it that the
@@ -96,6 +99,15 @@ class DoneMarks:
         if copy in self._owed:
             self._owed.discard(copy)
             self.add(copy.bucket, copy.task_id, copy.retries)
+
+    def acks_wait(self, task_id: Any, copy: TaskCopy) -> None:
+        """``copy``'s body runs, its mark posted by its process, its ack at its end."""
+        if isinstance(task_id, str):
+            self.acks_waiting[task_id] = copy
+
+    def ack_went(self, task_id: Any) -> TaskCopy | None:
+        """The body of ``task_id`` ended: its ack goes (``acks_wait``). Returns its copy."""
+        return self.acks_waiting.pop(task_id, None) if isinstance(task_id, str) else None
 
     def forget(self, copy: TaskCopy) -> None:
         """``copy``'s body ended in a throttle whose copy went again as a plain message: that
@@ -218,10 +230,12 @@ class DoneMarks:
         now_s = time.monotonic()
         live = [(c, ended) for c, (forget_s, ended) in kept if forget_s > now_s]
         again = [c for c, ended in live if ended]
+        found = {c for c, _ in list(self._found)} - set(again)  # the loop takes them later
+        again.extend(found)
         if again:
             self.store.done(again, self.settings.dedupe_ttl_us)
         self._born_us, self._rewritten_s = born_us, now_s
-        self._owed.update(c for c, ended in live if not ended)
+        self._owed.update(c for c, ended in live if not ended and c not in found)
         return len(again)
 
     def later(self, delay_s: float, fn: Callable[..., None], *args: Any) -> None:

@@ -177,8 +177,8 @@ class IntervalService:
         channel's messages before it stops the consumer, and a store that loses its state
         meanwhile would take the marks of the tasks released but not accepted before
         ``SlotCycle.forget_released`` reads them."""
-        released = list(self.slots.pool.released.values())
-        self.slots.done.look_for_marks([held.copy for held in released])
+        released = [held.copy for held in self.slots.pool.released.values()]
+        self.slots.done.look_for_marks([*released, *self.slots.done.acks_waiting.values()])
         self.slots.births.off_loop()
 
     def connected(self) -> None:

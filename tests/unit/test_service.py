@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import time
 from typing import Any
 
 import pytest
@@ -452,3 +453,98 @@ def test_a_throttled_run_sent_again_as_a_plain_copy_runs_again_here(sent_plain: 
     assert again.request.acked is not sent_plain  # dropped as begun here, or waits its turn
     run_until(service.timer, clock, lambda: len(started) > 1 or clock.now_us > 1_100_000_000)
     assert started == (["a", "a"] if sent_plain else ["a"])
+
+
+def _reached_late(service: IntervalService, held: Held) -> Any:
+    """``held`` was started, and its pool process reached it past its start: Celery's ack of
+    the accepted task waits for the body's end (``track_ack``)."""
+    from types import SimpleNamespace
+
+    from celery_interval.headers import START_HEADER
+    from celery_interval.worker.acks import ACK_AT_END_KEY, track_ack
+
+    req = held.request
+    req.on_ack = lambda *a, **k: req.acknowledge()  # type: ignore[attr-defined]
+    req.on_reject = lambda *a, **k: None  # type: ignore[attr-defined]
+    req.message = SimpleNamespace(delivery_tag="t-" + held.task_id, acknowledged=False)  # type: ignore[attr-defined]
+    req.request_dict["id"] = held.task_id
+    track_ack(req, service, held.copy, acks_late=False)
+    service.slots.pool.accepted(held.task_id)
+    req.request_dict[START_HEADER] = time.monotonic_ns() - 10**9  # a second late
+    req._on_ack()  # type: ignore[attr-defined]
+    assert ACK_AT_END_KEY in req.request_dict and not req.acked
+    return req
+
+
+def test_a_body_whose_ack_waits_for_its_end_is_remembered_as_the_channel_breaks() -> None:
+    """A pool process reached its task late, so the ack waits for the body's end; its mark was
+    posted as the body began. The channel breaks, the body ends while Celery reconnects (no
+    loop runs, the end is not reported), and the store loses its state: the worker, reading
+    the birth on a thread of its own, posts the mark again, so the copy the broker gives back
+    is dropped wherever it goes. Its end, reported later, takes no mark it should not."""
+    from celery_interval.worker.acks import body_ended
+
+    clock = Clock(1_000_000_000)
+    store = MemoryStore(clock)
+    service = make_service(store, [])
+    later = service.done._later = Later()
+    started: list[str] = []
+    held = held_copy(service, "a", started)
+    service.receive(held)
+    fire_due(service.timer, clock, within_s=0.5)
+    assert started == ["a"]
+    service.slots.births.saw(store.born_us())
+    req = _reached_late(service, held)
+    store.done([held.copy], 7_200_000_000)  # its process posted the mark as the body began
+
+    service.connection_breaking()
+    service.connection_lost()
+    clock.now_us += 13_000_000
+    store.__init__(clock)  # type: ignore[misc]  # the store loses everything
+    store.grant(TaskCopy("api", "other", 0), Pace(INTERVAL_US))  # and is born again
+    for _ in later.pending("_look_off_loop"):  # the birth read on its thread, if it reads
+        later.run_next("_look_off_loop")
+
+    granted = store.grant(held.copy, Pace(INTERVAL_US))
+    assert granted.outcome is Outcome.DUPLICATE, "the copy given back runs nowhere"
+    body_ended(service, req)
+    assert service.done.acks_waiting == {}
+
+
+def test_a_late_body_read_as_the_channel_broke_then_throttled_is_forgotten_as_it_ends() -> None:
+    """The mark read as the channel broke made the worker remember the body; the body was then
+    throttled and its copy went again as a plain message: as its end is reported, the memory
+    goes, so that copy runs here too."""
+    from celery_interval.worker.acks import SENT_PLAIN, THROTTLED_KEY, body_ended
+
+    clock = Clock(1_000_000_000)
+    store = MemoryStore(clock)
+    service = make_service(store, [])
+    service.done._later = Later()
+    started: list[str] = []
+    held = held_copy(service, "a", started)
+    service.receive(held)
+    fire_due(service.timer, clock, within_s=0.5)
+    req = _reached_late(service, held)
+    store.done([held.copy], 7_200_000_000)
+    service.connection_breaking()
+    service.connection_lost()
+    assert service.done.began_here(held.copy), "read as the channel broke"
+    req.request_dict[THROTTLED_KEY] = SENT_PLAIN
+    body_ended(service, req)
+    assert not service.done.began_here(held.copy)
+
+
+def test_a_mark_found_off_the_loop_goes_again_from_the_thread_that_reads_a_birth() -> None:
+    """The later read (on its thread) found the mark of a body released as the channel broke;
+    the loop, still down, has not taken it yet when the store is born again: the birth read
+    on its thread posts that mark too."""
+    from celery_interval.schedule import Done
+
+    clock, store, service, later = orphans("a")
+    service.connection_lost()
+    store.done([TaskCopy("api", "a", 0)], 7_200_000_000)  # its process posted the mark late
+    later.run_next()  # found, not yet taken by the loop
+    store._marks.clear()  # the store loses its state
+    assert service.done.write_again_now(clock() + 1) == 1
+    assert isinstance(store.read_mark("api", "a", 0), Done)
