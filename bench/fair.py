@@ -257,11 +257,13 @@ def run_mode(mode: str, broker: Broker, store: RedisProc, load: Workload, args: 
     time.sleep(0.5)
     rows = records.read()
     store_reader = RedisStore.from_url(store.url, nesting=settings_of(app).outer_of)
-    starts, readmits = read_starts(store_reader, queue, load.names())
+    starts, readmits, ledgers = read_starts(store_reader, queue, load.names())
     ids = [r["id"] for r in rows]
     ledger_starts = sum(len(s) for s in starts.values())
     if args.save:
         raw = {"mode": mode, "sends": sends, "starts": starts, "stop_us": stop_us}
+        if args.save_ledgers:
+            raw["ledgers"] = ledgers
         with open(args.save, "a") as out:
             out.write(json.dumps(raw) + "\n")
     figures = measure(mode, load, sends, starts, stop_us)
@@ -279,9 +281,13 @@ def run_mode(mode: str, broker: Broker, store: RedisProc, load: Workload, args: 
     }
 
 
-def read_starts(store: RedisStore, queue: str, keys: list[str]) -> tuple[dict[str, list[int]], int]:
-    """Each key's starts (µs, sorted), one per task (the last admitted), and the readmits."""
+def read_starts(
+    store: RedisStore, queue: str, keys: list[str]
+) -> tuple[dict[str, list[int]], int, dict[str, list[dict[str, str]]]]:
+    """Each key's starts (µs, sorted), one per task (the last admitted), the readmits, and each
+    key's ledger entries."""
     starts: dict[str, list[int]] = {}
+    ledgers: dict[str, list[dict[str, str]]] = {}
     readmits = 0
     for key in keys:
         entries: list[dict[str, str]] = []
@@ -293,7 +299,8 @@ def read_starts(store: RedisStore, queue: str, keys: list[str]) -> tuple[dict[st
         readmits += sum(1 for f in kept if f.get("readmit") == "1")
         by_task = {f["task"]: int(f["start"]) for f in kept}
         starts[key] = sorted(by_task.values())
-    return starts, readmits
+        ledgers[key] = entries
+    return starts, readmits, ledgers
 
 
 def water_fill(weights: dict[str, int], caps: dict[str, float], capacity: float) -> dict:
@@ -453,6 +460,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--save", default="", help="append each mode's sends and starts here")
     parser.add_argument("--json", action="store_true", help="print one JSON object only")
+    parser.add_argument(
+        "--save-ledgers", action="store_true", help="with --save: each key's ledger entries too"
+    )
     args = parser.parse_args(argv)
     load = Workload(args.limit, args.own, args.flood, args.small_keys, args.small_tasks)
     modes = [m for m in args.modes.split(",") if m]

@@ -17,6 +17,7 @@ from celery_interval.worker.brokerloss import (
 )
 from celery_interval.worker.consumer import service_for
 from celery_interval.worker.delivery import consumed_queue, stamp_consumed_queues
+from celery_interval.worker.hubtimers import poll_until_next_timer
 from celery_interval.worker.parking import ConsumerBroker
 from celery_interval.worker.strategy import interval_strategy
 from celery_interval.worker.timeouts import warn_broker_timeouts
@@ -114,6 +115,7 @@ class IntervalStep(bootsteps.StartStopStep):
         service = service_for(c)
         service.connected()
         _read_before_collect(c)
+        poll_until_next_timer(getattr(c, "hub", None))
         settings = service.settings
         stamp_consumed_queues(c.task_consumer.channel)
         if self.visibility is None:
