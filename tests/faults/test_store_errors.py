@@ -18,7 +18,7 @@ from tests.helpers.assertions import (
     assert_one_ok_claim_each,
 )
 from tests.helpers.faults import publish
-from tests.helpers.ledgers import happened_us, run_starts_us
+from tests.helpers.ledgers import happened_us, ledger_entries, run_starts_us
 from tests.helpers.lookupapp import LOOKUP_DOWN
 
 pytestmark = pytest.mark.slow
@@ -120,7 +120,12 @@ def test_a_bucket_lookup_down_for_seconds_holds_its_tasks_then_each_runs_once(
     records = pool.wait_records(20, timeout_s=60)
     assert_exactly_once(records, ids)
     runs_us = run_starts_us(pool.recorder, f"{pool.queue}:t1")
-    assert len(runs_us) == len(ids), "one admitted start each, on the tenant's bucket"
+    claims = [
+        {k: e.get(k) for k in ("op", "now", "task", "holder", "start", "readmit", "moved")}
+        for e in ledger_entries(pool.recorder, f"{pool.queue}:t1")
+        if e["op"].startswith("claim:")
+    ]
+    assert len(runs_us) == len(ids), ("one admitted start each, on the tenant's bucket", claims)
     starts_us = happened_us(pool.recorder, f"{pool.queue}:t1")
     gaps_us = [b - a for a, b in itertools.pairwise(starts_us)]
     assert min(gaps_us) >= INTERVAL_S * 1e6, f"{min(gaps_us)} us between starts"
