@@ -38,22 +38,27 @@ def throttled(task: Any, exc: Throttled) -> NoReturn:
     again; the run ends in Celery's RETRY state (``Retry``), with no retry spent.
 
     With the store unreachable, or answering an error, nothing can be deferred or kept: the
-    task is sent again as a new message with a countdown of the wait (a plain retry that
-    spends no retry either).
+    task is sent again as a new message (a new send, with its own code) with a countdown of
+    the wait (a plain retry that spends no retry either).
     """
     request = task.request
     claimed = request.get(CLAIM_HEADER)
     if not isinstance(claimed, ClaimArgs):  # not started through a slot (apply(), eager)
         raise exc
-    headers = {name: request.get(name) for name in KEPT_HEADERS if request.get(name) is not None}
+    kept = {name: request.get(name) for name in KEPT_HEADERS if request.get(name) is not None}
     options: dict[str, Any] = {}
     if _deferred(task, claimed, exc):
-        headers[RESEND_HEADER] = True
+        kept[RESEND_HEADER] = True
     else:
         options["countdown"] = exc.retry_after_s
         exc.place_kept = False
     sig = task.signature_from_request(request, retries=request.retries, **options)
-    sig.set(headers={**(sig.options.get("headers") or {}), **headers})
+    headers = {**(sig.options.get("headers") or {}), **kept}
+    if not exc.place_kept:
+        # A new send with its own code: the run's done mark, posted as its body began, drops
+        # copies of the old send, even one sent to run once per task id.
+        headers.pop(SEND_HEADER, None)
+    sig.set(headers=headers)
     policy = until_sent(f"interval {claimed.bucket}: throttled", request.id)
     with connected_producer(task.app, policy) as producer:
         sig.apply_async(producer=producer, retry=True, retry_policy=policy)

@@ -17,12 +17,15 @@ import redis
 
 from celery_interval.demo.embedded import RedisProc
 from celery_interval.errors import StoreError, StoreUnavailable
+from celery_interval.headers import SEND_HEADER
+from celery_interval.placement import generation_of
 from celery_interval.schedule import Lease, Outcome, Pace
 from celery_interval.stores import keys
 from celery_interval.stores.base import TaskCopy
 from celery_interval.stores.codec import decode_mark
 from celery_interval.stores.redis import RedisStore
 from celery_interval.stores.redis_client import store_errors
+from celery_interval.throttled import Throttled
 from celery_interval.worker.held import HeldState
 from celery_interval.worker.service import IntervalService
 from tests.helpers.fakeclock import Clock
@@ -327,52 +330,78 @@ def test_a_posted_done_mark_the_store_refused_is_posted_again(
     store.close()
 
 
+def throttled_while_refused(
+    client: redis.Redis[Any], url: str, headers: dict[str, Any]
+) -> tuple[dict[str, Any], Any]:
+    """Run ``worker.throttling.throttled`` for a real task's body (its request carrying
+    ``headers``, as a worker's does) that raised ``Throttled(2.0)`` while the store refuses
+    every script: the options of the copy it published (to an in-memory broker, its headers
+    stamped as ``before_task_publish`` does), and the ``Retry`` it raised."""
+    from celery import Celery
+    from celery.exceptions import Retry
+    from celery.signals import before_task_publish
+
+    from celery_interval.headers import CLAIM_HEADER, stamp_send
+    from celery_interval.stores.base import ClaimArgs
+    from celery_interval.worker.throttling import throttled
+
+    app = Celery("throttle", set_as_current=False, broker="memory://")
+    app.conf.interval_store_url = url
+    app.conf.interval_queues = {"api": 0.05}
+    claimed = ClaimArgs("api", "t1", 0, 50_000, 1, 1, "w/1", 1, 0)
+    sent: list[dict[str, Any]] = []
+
+    @app.task(name="api.call", shared=False)
+    def call() -> None: ...
+
+    def published(headers: dict[str, Any], properties: Any = None, **_: Any) -> None:
+        stamp_send(headers=headers)
+        sent.append({"headers": dict(headers), "eta": headers.get("eta")})
+
+    before_task_publish.connect(published, weak=False)
+    call.push_request({"id": "t1", "retries": 0, CLAIM_HEADER: claimed, **headers})
+    try:
+        with scripts_refused(client), pytest.raises(Retry) as raised:
+            throttled(call, Throttled(2.0))
+    finally:
+        call.pop_request()
+        before_task_publish.disconnect(published)
+    assert len(sent) == 1, sent
+    return sent[0], raised.value
+
+
 def test_a_throttle_the_store_refuses_sends_the_task_again_after_the_wait(
     client: redis.Redis[Any], limited: str
 ) -> None:
     """A body raised Throttled and the store refuses the throttle: the task is not failed (and
     acked unrun); it is sent again to run after the wait, as during an outage."""
-    from celery import Celery
-    from celery.exceptions import Retry
-
-    from celery_interval.headers import CLAIM_HEADER
-    from celery_interval.stores.base import ClaimArgs
-    from celery_interval.throttled import Throttled
-    from celery_interval.worker.throttling import throttled
-
-    app = Celery("throttle", set_as_current=False)
-    app.conf.interval_store_url = limited
-    app.conf.interval_queues = {"api": 0.05}
-    claimed = ClaimArgs("api", "t1", 0, 50_000, 1, 1, "w/1", 1, 0)
-    sent: list[dict[str, Any]] = []
-
-    class Sig:
-        options: dict[str, Any] = {}
-
-        def set(self, **options: Any) -> None:
-            self.options.update(options)
-
-        def apply_async(self, **publish: Any) -> None:
-            assert publish["retry_policy"]["max_retries"] is None, "sent until the broker has it"
-            sent.append(self.options)
-
-    class Task:
-        def __init__(self) -> None:
-            self.app = app
-            self.request = type("Request", (), {"id": "t1", "retries": 0})()
-            self.request.get = {CLAIM_HEADER: claimed}.get
-
-        def signature_from_request(self, request: Any, **options: Any) -> Sig:
-            sig = Sig()
-            sig.options = dict(options)
-            return sig
-
-    with scripts_refused(client), pytest.raises(Retry) as raised:
-        throttled(Task(), Throttled(2.0))
-    assert len(sent) == 1 and sent[0]["countdown"] == 2.0, sent
+    sent, retry = throttled_while_refused(client, limited, {})
+    assert sent["eta"] is not None, sent  # the countdown of the wait
     # its worker learns (through the pickled exception) that the copy went plain
-    cause = pickle.loads(pickle.dumps(raised.value)).exc
+    cause = pickle.loads(pickle.dumps(retry)).exc
     assert isinstance(cause, Throttled) and cause.place_kept is False
+
+
+@pytest.mark.parametrize("send", ["once", "0badc0de"])
+def test_the_plain_copy_of_a_refused_throttle_is_not_a_duplicate_of_the_run(
+    client: redis.Redis[Any], limited: str, send: str
+) -> None:
+    """The throttled run's done mark was posted as its body began; the copy sent plain (the
+    store refused the throttle) is a new send, which that mark does not drop, even for a
+    message sent to run once per task id (the Spark fan-out's)."""
+    store = RedisStore(client)
+    ran = TaskCopy("api", "t1", generation_of({SEND_HEADER: send}))
+    store.prepare_post()
+    store.post_done(ran, DEDUPE_TTL_US)
+    deadline = time.monotonic() + 5
+    while store.grant(ran, Pace(50_000)).outcome is not Outcome.DUPLICATE:
+        assert time.monotonic() < deadline, "the done mark was never posted"
+        time.sleep(0.01)
+    assert store.grant(ran, Pace(50_000)).outcome is Outcome.DUPLICATE
+    sent, _ = throttled_while_refused(client, limited, {SEND_HEADER: send})
+    copy = TaskCopy("api", "t1", generation_of(sent["headers"]))
+    assert store.grant(copy, Pace(50_000)).outcome is Outcome.OK, sent["headers"]
+    store.close()
 
 
 def test_refusals_between_answers_log_one_refusal_and_one_end() -> None:
