@@ -264,13 +264,16 @@ def _across_loss(
 
 
 def _forgotten(key: tuple[str, str, int], records: list[Record], events: Events) -> bool:
-    """Whether the first body of the step ``key`` was remembered nowhere when its second began:
-    its worker SIGKILLed after it began, then a store state loss, both before the second."""
-    starts = sorted(
-        (r for r in records if r["k"] == "start" and (r["job"], r["task"], r["r"]) == key),
+    """Whether the first run of the step ``key`` was remembered nowhere when its second began:
+    its worker SIGKILLed after it began, then a store state loss, both before the second (a
+    throttled start is no run: its copy went again)."""
+    mine = [r for r in records if (r["job"], r["task"], r["r"]) == key]
+    throttled = {(r["host"], r["dl"]) for r in mine if r["k"] == "throttled"}
+    runs = sorted(
+        (r for r in mine if r["k"] == "start" and (r["host"], r["dl"]) not in throttled),
         key=lambda r: int(r["mono"]),
     )
-    first, second_ns = starts[0], int(starts[1]["mono"])
+    first, second_ns = runs[0], int(runs[1]["mono"])
     return any(
         host == first["host"] and int(first["mono"]) <= killed_ns <= lost_ns < second_ns
         for host, killed_ns in events.kills

@@ -292,6 +292,23 @@ def test_a_body_its_worker_and_the_store_both_forgot_is_beyond_the_promise() -> 
     assert not verdict.doubled and len(verdict.forgotten) == 1 and verdict.ok
 
 
+def test_a_forgotten_run_after_a_throttled_start_is_beyond_the_promise() -> None:
+    """The step's first start was throttled on w1 (its copy went again); its first run was on
+    w2, killed, then the state lost, before the second run on w3: judged on w2's run."""
+    throttled_start = start("h", LAYOUT.throttled, 0)
+    throttled = {**throttled_start, "k": "throttled", "mono": 30 * MS}
+    first = {**start("h", LAYOUT.throttled, 1000), "host": "w2@x"}
+    after = {**start("h", LAYOUT.throttled, 3000), "host": "w3@x"}
+    records = [throttled_start, throttled, first, end(first, 1005), after, end(after, 3005)]
+    events = expecting([throttled_start])
+    events.losses = [2500 * MS]
+    events.kills = [("w1@x", 500 * MS)]
+    assert len(check(records, events, LAYOUT.rule).doubled) == 1, "the run's worker lived"
+    events.kills = [("w2@x", 2000 * MS)]
+    verdict = check(records, events, LAYOUT.rule)
+    assert not verdict.doubled and len(verdict.forgotten) == 1 and verdict.ok
+
+
 def test_a_capped_task_that_ran_twice_has_two_bodies_not_one_long_one() -> None:
     """Each start ends at the end its own worker recorded after it."""
     first = start("c", LAYOUT.capped, 0)
