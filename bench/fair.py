@@ -36,6 +36,9 @@ From the keys' ledgers (store clock, one start per task: the last admitted ``cla
   alone at the share it had when sent (``small-tasks`` / (its share of ``limit``)): p50 / max;
 - utilization: starts / (limit x span), the span from the first start to the stop, while the
   flood always had work;
+- unused budget (``fifo``, ``fair``): the seconds of the limit's budget between starts, by
+  phase (the flood alone, or shared) and by whether any claim came in that time (``waited``:
+  each was told to wait) or none (``no_claim``: the workers came late);
 - pairs of consecutive starts (all keys) closer than 1 / limit; in ``static`` (no outer) per key
   closer than its own interval; and the most starts in any 1 s.
 """
@@ -267,6 +270,8 @@ def run_mode(mode: str, broker: Broker, store: RedisProc, load: Workload, args: 
         with open(args.save, "a") as out:
             out.write(json.dumps(raw) + "\n")
     figures = measure(mode, load, sends, starts, stop_us)
+    if mode != "static":
+        figures["lost_s"] = lost_budget(load, sends, starts, ledgers, stop_us)
     return {
         "mode": mode,
         "queue": queue,
@@ -301,6 +306,45 @@ def read_starts(
         starts[key] = sorted(by_task.values())
         ledgers[key] = entries
     return starts, readmits, ledgers
+
+
+def lost_budget(
+    load: Workload,
+    sends: dict[str, int],
+    starts: dict[str, list[int]],
+    ledgers: dict[str, list[dict[str, str]]],
+    stop_us: int,
+) -> dict[str, float]:
+    """Where the shared limit's unused budget went, in seconds of it: each gap between
+    consecutive starts (all keys) beyond one interval, by the phase (the flood the only key
+    backlogged, or shared) and by what the ledgers show inside it (past the interval): no claim
+    of any key (the workers came late), or only claims answered WAIT (told to wait for the
+    budget or their turn)."""
+    spacing_us = round(1e6 / load.limit)
+    claims = sorted(
+        int(f["now"])
+        for entries in ledgers.values()
+        for f in entries
+        if f.get("op", "").startswith("claim:")
+    )
+    merged = sorted((t, k) for k in starts for t in starts[k] if t <= stop_us)
+    small = [k for k in starts if k != FLOOD]
+
+    def shared(t: int) -> bool:
+        return any(
+            sends[k] <= t and bisect.bisect_left(starts[k], t) < load.count(k) for k in small
+        )
+
+    lost = {"flood_alone_no_claim": 0.0, "flood_alone_waited": 0.0,
+            "shared_no_claim": 0.0, "shared_waited": 0.0}  # fmt: skip
+    for (a, _ka), (b, _kb) in itertools.pairwise(merged):
+        free_us = a + spacing_us
+        if b <= free_us:
+            continue
+        any_claim = bisect.bisect_left(claims, b) > bisect.bisect_left(claims, free_us)
+        phase = "shared" if shared(free_us) else "flood_alone"
+        lost[f"{phase}_{'waited' if any_claim else 'no_claim'}"] += (b - free_us) / 1e6
+    return {k: round(v, 2) for k, v in lost.items()}
 
 
 def water_fill(weights: dict[str, int], caps: dict[str, float], capacity: float) -> dict:
@@ -482,6 +526,8 @@ def main(argv: list[str] | None = None) -> None:
     for r in results:
         flood = " ".join(fmt(w["flood_ratio"]) for w in r["windows"])
         print(f"{r['mode']}: flood's ratio per window: {flood}")
+        if "lost_s" in r:
+            print(f"{r['mode']}: unused budget, s: {r['lost_s']}")
     print(json.dumps({**summary, "results": [
         {k: v for k, v in r.items() if k != "windows"} for r in results]}))  # fmt: skip
 
