@@ -18,6 +18,7 @@ from celery_interval.worker.brokerloss import (
 from celery_interval.worker.consumer import service_for
 from celery_interval.worker.delivery import consumed_queue, stamp_consumed_queues
 from celery_interval.worker.hubtimers import poll_until_next_timer
+from celery_interval.worker.notices import begin_notices
 from celery_interval.worker.parking import ConsumerBroker
 from celery_interval.worker.strategy import interval_strategy
 from celery_interval.worker.timeouts import warn_broker_timeouts
@@ -108,6 +109,7 @@ class IntervalStep(bootsteps.StartStopStep):
         self.visibility: VisibilityRefresh | None = None
         install_restore_fix()
         install_pop_rescue()
+        begin_notices()  # before the pool forks: its processes inherit the pipe
         super().__init__(c, **kwargs)
 
     def start(self, c: Any) -> None:
