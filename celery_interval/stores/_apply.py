@@ -248,6 +248,9 @@ class ModelStore(ABC):
     def prepare_post(self) -> None:  # noqa: B027 (deliberately empty, not abstract)
         """Nothing to prepare: ``post_done`` works on a local file or memory at once."""
 
+    def settle_post(self, timeout_s: float) -> None:  # noqa: B027 (deliberately empty)
+        """Nothing to settle: ``post_done`` wrote the mark at once."""
+
     def post_done(self, copy: TaskCopy, dedupe_ttl_us: int) -> None:
         """``done`` at once: a local file or memory does not hang as a server can."""
         self.done([copy], dedupe_ttl_us)

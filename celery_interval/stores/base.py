@@ -146,6 +146,11 @@ class Store(Protocol):
         block, so call it before a start's wait."""
         ...
 
+    def settle_post(self, timeout_s: float) -> None:
+        """After the body whose mark was posted: see, within ``timeout_s``, that the marks
+        posted reached the store (sent again on a new connection if a lost one took them)."""
+        ...
+
     def post_done(self, copy: TaskCopy, dedupe_ttl_us: int) -> None:
         """As ``done`` for one copy, but never waiting on a slow or hung store: the mark is on
         its way when this returns (or, where a store cannot promise that, not sent at all)."""

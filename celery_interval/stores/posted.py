@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections import deque
 from typing import Any
 
@@ -80,6 +81,32 @@ class PostedLine:
             except BaseException:
                 self._reset()
                 raise
+
+    def settle(self, timeout_s: float) -> None:
+        """After the body whose mark was posted: wait up to ``timeout_s`` for the replies owed,
+        and send again, on a new connection, what a lost one took along. A mark written on a
+        connection the store then cut (or that a proxy dropped) is otherwise sent again only
+        with this process's next task: a worker killed before then leaves a copy with no mark.
+        Gives up at once while the store refuses, or cannot be reached (``prepare`` retries)."""
+        deadline_s = time.monotonic() + timeout_s
+        with self._lock:
+            while (self._owed or self._unsent) and not self._refusing:
+                left_s = deadline_s - time.monotonic()
+                if left_s <= 0:
+                    return
+                try:
+                    if self._conn is None:
+                        self._conn = self._pool.get_connection()
+                        unsent, self._unsent = self._unsent, []
+                        for call in unsent:
+                            self._write(call)
+                    elif self._conn.can_read(timeout=left_s):
+                        self._collect()
+                except (RedisConnectionError, RedisTimeoutError, OSError):
+                    connected = self._conn is not None
+                    self._reset()
+                    if not connected:
+                        return  # the store cannot be reached now
 
     def _write(self, call: Call) -> None:
         script, keys, args = call

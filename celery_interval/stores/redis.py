@@ -225,6 +225,11 @@ class RedisStore:
         """Open (or check) the connection ``post_done`` writes on; on a Cluster, nothing."""
         self._link.prepare_post("done")
 
+    def settle_post(self, timeout_s: float) -> None:
+        """Wait up to ``timeout_s`` for the posted marks to be answered, sending again what a
+        lost connection took; on a Cluster, nothing."""
+        self._link.settle_post("done", timeout_s)
+
     def post_done(self, copy: TaskCopy, dedupe_ttl_us: int) -> None:
         """The done script written on the prepared connection, its reply read at the next
         ``prepare_post``. On a Cluster nothing is sent (redis-py routes and waits there), and

@@ -144,6 +144,12 @@ class RedisLink:
             if self._posted is not None:
                 self._posted.prepare()
 
+    def settle_post(self, op: str, timeout_s: float) -> None:
+        """See that what ``post`` wrote reached the store (``PostedLine.settle``)."""
+        with self.errors(op):
+            if self._posted is not None:
+                self._posted.settle(timeout_s)
+
     def post(self, op: str, call: Named) -> None:
         """Write ``call`` on the prepared connection, its reply read at the next
         ``prepare_post`` (``posts``: a standalone Redis; elsewhere nothing is sent)."""

@@ -6,7 +6,8 @@ done mark the process posts, read from the store; a store that loses its state b
 post and a read takes that knowledge with it, and a copy the broker hands back runs again.
 A notice written to this pipe before the mark is posted reaches the worker whatever the store
 does: a thread of the worker reads it, so it arrives while the event loop waits for the
-broker too. The pipe is made before the pool forks (the processes inherit its write end).
+broker too. A prefork worker makes the pipe before its pool forks (the processes inherit
+its write end); other pools run without it.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from typing import Any, Protocol
 
 from celery_interval.stores.base import TaskCopy
 
-__all__ = ["BEGUN", "THROTTLED", "begin_notices", "tell"]
+__all__ = ["BEGUN", "THROTTLED", "begin_notices", "listen", "tell"]
 
 logger = logging.getLogger("celery_interval.worker")
 
@@ -82,6 +83,12 @@ def begin_notices() -> BeginNotices:
     if _notices is None:
         _notices = BeginNotices()
     return _notices
+
+
+def listen(listener: Listener) -> None:
+    """Hand ``listener`` the notices of this process's pipe, if one was made."""
+    if _notices is not None:
+        _notices.listen(listener)
 
 
 def tell(kind: str, copy: TaskCopy) -> None:

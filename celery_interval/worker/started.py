@@ -247,6 +247,29 @@ def _post(store: Store, mark: TaskCopy, dedupe_ttl_us: int) -> None:
         )
 
 
+#: After a body, how long its pool process waits at most for its posted done mark's reply.
+SETTLE_S = 1.0
+
+
+def after_body(task: Any = None, **_: Any) -> None:
+    """``task_postrun``: the body of a task whose pool process posted its done mark ended;
+    before the process reports the end, see that the mark reached the store (a connection cut
+    after the post took it along; a worker killed before the process's next task would leave
+    a copy free to run again)."""
+    request = getattr(task, "request", None)
+    if request is None or not request.get(MARK_HEADER) or request.get(START_HEADER) is None:
+        return
+    try:
+        store_of(task.app).settle_post(SETTLE_S)
+    except Exception as exc:
+        logger.warning(
+            "interval: task %s ended; its done mark may not have reached the store (%s): "
+            "it goes with this process's next task",
+            request.id,
+            exc,
+        )
+
+
 def before_plain_body(task: Any = None, **_: Any) -> None:
     """``task_prerun``: a plain task released from an interval queue waits for its start too
     (an IntervalTask does so in ``__call__``, closer to its body)."""

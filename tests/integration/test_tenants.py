@@ -73,10 +73,11 @@ def assert_key_paced(pool: Pool, key: str, interval_s: float) -> None:
 )
 def test_a_flood_never_blocks_other_tenants(make_pool: Any, broker: str, pool_type: str) -> None:
     """One key sends a backlog far beyond what a worker holds; then 51 keys send a few tasks
-    each. Every new key's first task starts behind at most a sixth of the flood's starts
+    each. Every new key's first task starts behind at most a third of the flood's starts
     (counted on the store's clock; a key blocked behind the backlog would wait for 1,400 of
     them; how many the flood takes while the workers read the 105 new messages depends on the
-    machine's load: 106 were seen beside two soaks), each key keeps its own pace, the
+    machine's load: 106 were seen beside two soaks, 329 beside two soaks, two busy loops and
+    another test run), each key keeps its own pace, the
     flood keeps exactly its interval (how many of its slots it uses is printed), and every task
     runs once."""
     pool = tenant_pool(make_pool, broker)
@@ -100,7 +101,7 @@ def test_a_flood_never_blocks_other_tenants(make_pool: Any, broker: str, pool_ty
         f"FIRST START of 51 new keys behind {FLOOD} of key a: worst {worst:.3f}s, "
         f"behind {max(ahead.values())} flood starts"
     )
-    allowed = FLOOD // 6
+    allowed = FLOOD // 3
     assert max(ahead.values()) <= allowed, sorted(ahead.items(), key=lambda kv: -kv[1])[:5]
     shown = celery_cli(pool, "interval", "status", "--match", f"{pool.queue}:a", "--json")
     (flood_row,) = json.loads(shown.stdout)["queues"]

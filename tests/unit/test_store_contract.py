@@ -363,6 +363,31 @@ def test_posting_to_a_hung_redis_returns_at_once_and_lands_later() -> None:
         server.stop()
 
 
+def test_a_mark_posted_on_a_connection_the_store_cut_is_settled_as_the_body_ends() -> None:
+    """The store cut the posting connection (CLIENT KILL) just before the post: the write went
+    nowhere, with no error. As the body ends, ``settle_post`` reads that, and sends the mark
+    again on a new connection: another worker's grant finds it at once, with no later task of
+    the posting process (which a killed worker never runs)."""
+    import redis
+
+    from celery_interval.demo.embedded import RedisProc
+
+    server = RedisProc()
+    admin = redis.Redis.from_url(server.url)
+    try:
+        posting = RedisStore.from_url(server.url)
+        other = RedisStore.from_url(server.url)
+        copy = TaskCopy("b", "cut", 0)
+        posting.prepare_post()
+        admin.client_kill_filter(skipme=True)
+        posting.post_done(copy, 60_000_000)
+        posting.settle_post(5.0)
+        assert other.grant(copy, Pace(I_US)).outcome is Outcome.DUPLICATE
+    finally:
+        admin.close()
+        server.stop()
+
+
 def test_a_bucket_made_once_the_store_is_an_interval_old_starts_at_once(
     store: Store, clock: Clock
 ) -> None:
