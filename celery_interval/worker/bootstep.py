@@ -18,7 +18,6 @@ from celery_interval.worker.brokerloss import (
 from celery_interval.worker.consumer import service_for
 from celery_interval.worker.delivery import consumed_queue, stamp_consumed_queues
 from celery_interval.worker.hubtimers import poll_until_next_timer
-from celery_interval.worker.notices import begin_notices
 from celery_interval.worker.parking import ConsumerBroker
 from celery_interval.worker.strategy import interval_strategy
 from celery_interval.worker.timeouts import warn_broker_timeouts
@@ -109,8 +108,6 @@ class IntervalStep(bootsteps.StartStopStep):
         self.visibility: VisibilityRefresh | None = None
         install_restore_fix()
         install_pop_rescue()
-        if _forks(c):
-            begin_notices()  # before the pool forks: its processes inherit the pipe
         super().__init__(c, **kwargs)
 
     def start(self, c: Any) -> None:
@@ -178,13 +175,3 @@ def _read_before_collect(c: Any) -> None:
 
     c.on_connection_error_after_connected = on_connection_error_after_connected
     c._interval_reads_first = True
-
-
-def _forks(c: Any) -> bool:
-    """Whether the worker's pool runs tasks in processes it forks (prefork): they tell the
-    worker of the bodies they begin on a pipe (``worker.notices``); a green pool's blocking
-    read would stall its loop, and in-process pools report their tasks directly."""
-    from celery.concurrency.prefork import TaskPool
-
-    pool_cls = getattr(getattr(c, "controller", None), "pool_cls", None)
-    return isinstance(pool_cls, type) and issubclass(pool_cls, TaskPool)

@@ -10,7 +10,6 @@ from celery.worker.state import reserved_requests
 from celery_interval.config import settings_of
 from celery_interval.stores import store_for_settings
 from celery_interval.stores.overflow import overflow_index_for
-from celery_interval.worker.notices import listen
 from celery_interval.worker.notify import Notify
 from celery_interval.worker.service import IntervalService
 
@@ -38,7 +37,6 @@ def service_for(c: Any) -> IntervalService:
             call_soon=c.call_soon,
             notify=Notify(lambda: getattr(c, "event_dispatcher", None), c),
         )
-        listen(service.done)
         c.interval_service = service
     return service
 

@@ -12,7 +12,6 @@ from celery_interval.config import Settings
 from celery_interval.errors import StoreError
 from celery_interval.schedule import Done, Granted, Lease, Mark
 from celery_interval.stores.base import Store, TaskCopy
-from celery_interval.worker.notices import BEGUN, THROTTLED
 from celery_interval.worker.outage import StoreOutage
 from celery_interval.worker.timer import cancel
 
@@ -71,14 +70,6 @@ class DoneMarks:
         #: Bodies whose pool processes posted their marks and whose acks wait for their ends
         #: (their processes reached them late), by task id: a broken channel returns them.
         self.acks_waiting: dict[str, TaskCopy] = {}
-        #: Notices from the pool processes (``worker.notices``), as a thread reads them.
-        self._notices: deque[tuple[str, TaskCopy, float]] = deque()
-        #: Copies whose bodies a notice said began, with when it was read, recent ones only.
-        self._told: OrderedDict[TaskCopy, float] = OrderedDict()
-        #: Copies looked for (``look_for_marks``): a notice of one is as good as its mark.
-        self._watched: OrderedDict[TaskCopy, float] = OrderedDict()
-        #: Copies looked for and found (``_remember_found``), with when.
-        self._orphans: OrderedDict[TaskCopy, float] = OrderedDict()
 
     def began(self, copy: TaskCopy, *, ended: bool = False, start_us: int | None = None) -> None:
         """``copy``'s body began here and its message was acknowledged: a copy of it that the
@@ -124,40 +115,6 @@ class DoneMarks:
         self._began.pop(copy, None)
         self._owed.discard(copy)
 
-    def notice(self, kind: str, copy: TaskCopy, read_s: float) -> None:
-        """A pool process's notice (``worker.notices``; any thread): ``copy``'s body began
-        (``BEGUN``) or its run was throttled and its copy sent again (``THROTTLED``)."""
-        self._notices.append((kind, copy, read_s))
-
-    def _take_notices(self) -> None:
-        """Keep the notices read (a body that began, recent ones); a copy looked for that a
-        notice names is remembered as its read mark would be, and forgotten again if its run
-        was throttled and its copy sent again (that copy, under the same mark, must run)."""
-        while self._notices:
-            kind, copy, read_s = self._notices.popleft()
-            self._told.pop(copy, None)
-            if kind == THROTTLED:
-                self._watched.pop(copy, None)
-                if self._orphans.pop(copy, None) is not None:
-                    self.forget(copy)
-                continue
-            self._told[copy] = read_s
-            if len(self._told) > BEGAN_KEPT:
-                self._told.popitem(last=False)
-            if self._watched.pop(copy, None) is not None:
-                self._remember_found(copy, read_s)
-
-    def _remember_found(self, copy: TaskCopy, read_s: float) -> None:
-        """A copy looked for began here (its mark read, or a notice): remembered as begun and
-        ended; its mark goes again now if a birth came since it was read."""
-        self.began(copy, ended=True)
-        self._orphans.pop(copy, None)
-        self._orphans[copy] = read_s
-        if len(self._orphans) > BEGAN_KEPT:
-            self._orphans.popitem(last=False)
-        if read_s < self._rewritten_s:
-            self.add(copy.bucket, copy.task_id, copy.retries)
-
     def look_for_marks(
         self, copies: list[TaskCopy], gaps_s: tuple[float, ...] | None = None
     ) -> None:
@@ -171,17 +128,10 @@ class DoneMarks:
         would take marks readable before."""
         if gaps_s is None:
             gaps_s = (*ORPHAN_READS_S, self.settings.lease_us / 1e6)
-        self._take_notices()
-        for copy in copies:
-            self._watched.pop(copy, None)
-            self._watched[copy] = time.monotonic()
-            if len(self._watched) > BEGAN_KEPT:
-                self._watched.popitem(last=False)
-        left = [copy for copy in copies if copy not in self._told and not self.marked(copy)]
+        left = [copy for copy in copies if not self.marked(copy)]
         for copy in copies:
             if copy not in left:
-                self._watched.pop(copy, None)
-                self._remember_found(copy, time.monotonic())
+                self.began(copy, ended=True)
         if left and gaps_s:
             self._later(gaps_s[0], self._read_later, left, gaps_s[1:])
 
@@ -198,11 +148,13 @@ class DoneMarks:
             self._later(gaps_s[0], self._read_later, left, gaps_s[1:])
 
     def _take_found(self) -> None:
-        """Remember the copies the later reads or a notice found; a mark read before the marks
-        were last written again (a birth came meanwhile) goes again now."""
-        self._take_notices()
+        """Remember the copies the later reads found; a mark read before the marks were last
+        written again (a birth came meanwhile) goes again now."""
         while self._found:
-            self._remember_found(*self._found.popleft())
+            copy, read_s = self._found.popleft()
+            self.began(copy, ended=True)
+            if read_s < self._rewritten_s:
+                self.add(copy.bucket, copy.task_id, copy.retries)
 
     def marked(self, copy: TaskCopy) -> bool:
         """Whether the store holds ``copy``'s done mark now (False if it cannot say: a store
@@ -221,10 +173,9 @@ class DoneMarks:
         return mark
 
     def remembers(self) -> bool:
-        """Whether any body that began here is remembered, or may have begun (its mark may
-        have to go again)."""
+        """Whether any body that began here is remembered (its mark may have to go again)."""
         self._take_found()
-        return bool(self._began or self._watched)
+        return bool(self._began)
 
     def began_here(self, copy: TaskCopy) -> bool:
         """Whether ``copy``'s body began here within the dedupe window (``began``)."""
@@ -279,25 +230,13 @@ class DoneMarks:
         now_s = time.monotonic()
         live = [(c, ended) for c, (forget_s, ended) in kept if forget_s > now_s]
         again = [c for c, ended in live if ended]
-        found = {c for c, _ in list(self._found)} | self._told_watched()
-        found -= set(again)  # the loop takes them later
+        found = {c for c, _ in list(self._found)} - set(again)  # the loop takes them later
         again.extend(found)
         if again:
             self.store.done(again, self.settings.dedupe_ttl_us)
         self._born_us, self._rewritten_s = born_us, now_s
         self._owed.update(c for c, ended in live if not ended and c not in found)
         return len(again)
-
-    def _told_watched(self) -> set[TaskCopy]:
-        """The copies looked for that a notice named, the loop not having taken it yet (from
-        another thread: what the loop changes meanwhile is read again)."""
-        while True:
-            try:
-                watched = set(self._watched)
-                told = {c for kind, c, _ in list(self._notices) if kind == BEGUN}
-                return watched & (told | set(self._told))
-            except RuntimeError:
-                continue
 
     def later(self, delay_s: float, fn: Callable[..., None], *args: Any) -> None:
         """Run ``fn(*args)`` after ``delay_s`` on a thread of its own (``Later``)."""

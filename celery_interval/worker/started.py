@@ -29,7 +29,6 @@ from celery_interval.schedule import MAX_LEAD_US, Outcome
 from celery_interval.stores import Store, TaskCopy
 from celery_interval.stores.base import ClaimArgs
 from celery_interval.worker.clock import local_ns
-from celery_interval.worker.notices import BEGUN, tell
 
 logger = logging.getLogger("celery_interval")
 
@@ -235,7 +234,6 @@ def _post(store: Store, mark: TaskCopy, dedupe_ttl_us: int) -> None:
     anyway (its claim was granted) without a mark, as a plain Celery task runs: a copy, which
     exists only if the ack was lost too, would run again.
     """
-    tell(BEGUN, mark)  # first: the worker hears of it whatever the store does next
     try:
         store.post_done(mark, dedupe_ttl_us)
     except Exception as exc:

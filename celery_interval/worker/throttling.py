@@ -22,7 +22,6 @@ from celery_interval.placement import own_of
 from celery_interval.schedule import Backoff
 from celery_interval.stores.base import ClaimArgs
 from celery_interval.throttled import Throttled
-from celery_interval.worker.notices import THROTTLED, tell
 from celery_interval.worker.resend import connected_producer, until_sent
 
 __all__ = ["throttled"]
@@ -63,8 +62,6 @@ def throttled(task: Any, exc: Throttled) -> NoReturn:
     policy = until_sent(f"interval {claimed.bucket}: throttled", request.id)
     with connected_producer(task.app, policy) as producer:
         sig.apply_async(producer=producer, retry=True, retry_policy=policy)
-    if exc.place_kept:  # the copy sent again is this one's: its worker must not mark it done
-        tell(THROTTLED, claimed.copy)
     raise Retry(str(exc), exc=exc, when=exc.retry_after_s, sig=sig)
 
 

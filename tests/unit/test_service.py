@@ -293,62 +293,6 @@ def test_a_task_the_pool_never_accepted_is_remembered_once_its_mark_is_found() -
     assert not later.pending(), "every copy was found"
 
 
-def told_by_a_pool_process(service: IntervalService, *notices: tuple[str, TaskCopy]) -> None:
-    """A forked process (as a pool process is) writes ``notices`` to this process's pipe; the
-    reader thread hands them to ``service``: wait until it has them all."""
-    import os
-
-    from celery_interval.worker.notices import begin_notices, tell
-
-    notices_pipe = begin_notices()
-    notices_pipe.listen(service.done)
-    pid = os.fork()
-    if pid == 0:  # the pool process
-        for kind, copy in notices:
-            tell(kind, copy)
-        os._exit(0)
-    assert os.waitpid(pid, 0)[1] == 0
-    deadline = time.monotonic() + 30
-    while len(service.done._notices) < len(notices):
-        assert time.monotonic() < deadline, "the notices never arrived"
-        time.sleep(0.01)
-
-
-def test_a_task_its_process_began_between_the_reads_is_remembered_by_its_notice() -> None:
-    """A task released to the pool as the channel closed, that its process began only after
-    the second read (it waited in the process's pipe), posted its mark, and the store lost
-    its state before the last read: the process's notice, written before the mark, tells the
-    worker, so the mark goes again to the new store and a copy handed back is dropped."""
-    from celery_interval.worker.notices import BEGUN
-
-    clock, store, service, later = orphans("a")
-    copy = TaskCopy("api", "a", 0)
-    service.connection_lost()
-    assert later.run_next() == 0.25
-    assert later.run_next() == 1.0
-    told_by_a_pool_process(service, (BEGUN, copy))  # its process begins it now,
-    store.done([copy], 7_200_000_000)  # posts its mark,
-    store._marks.clear()  # and the store loses its state
-    later.run_next()  # the last read finds nothing
-    assert service.done.began_here(copy)
-    assert service.done.write_again(clock() + 1) == 1, "its mark goes again"
-    service.done.flush()
-    assert store.grant(copy, Pace(INTERVAL_US)).outcome is Outcome.DUPLICATE
-
-
-def test_a_looked_for_task_throttled_with_its_place_kept_is_forgotten_by_its_notice() -> None:
-    """Its copy sent again keeps the same mark and must run: the mark of the run it replaced
-    must not go again to a store born again."""
-    from celery_interval.worker.notices import BEGUN, THROTTLED
-
-    clock, _store, service, _later = orphans("a")
-    copy = TaskCopy("api", "a", 0)
-    service.connection_lost()
-    told_by_a_pool_process(service, (BEGUN, copy), (THROTTLED, copy))
-    assert not service.done.began_here(copy)
-    assert service.done.write_again(clock() + 1) == 0
-
-
 def test_an_unreported_task_whose_mark_is_in_the_store_is_remembered_before_a_reconnect() -> None:
     """Celery runs no timer while it reconnects to the broker: a store that loses its state
     meanwhile must not take the only trace of a body that began here. The mark is read as the
