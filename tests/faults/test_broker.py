@@ -115,13 +115,17 @@ def live_rabbit(rabbit: RabbitNode) -> RabbitNode:
     return rabbit
 
 
+def waiting_in(pool: Pool, name: str) -> int:
+    """Messages ready in the broker's queue ``name`` (0 if it is not there)."""
+    options = pool.conf.get("broker_transport_options")
+    with Connection(pool.broker, transport_options=options) as c, contextlib.suppress(Exception):
+        return int(c.default_channel.queue_declare(name, passive=True).message_count)
+    return 0
+
+
 def parked_now(pool: Pool) -> int:
     """Messages waiting in the queue's overflow queue in the broker."""
-    with Connection(pool.broker, transport_options=pool.conf.get("broker_transport_options")) as c:
-        name = overflow_queue_name(pool.queue, pool.queue)
-        with contextlib.suppress(Exception):
-            return int(c.default_channel.queue_declare(name, passive=True).message_count)
-    return 0
+    return waiting_in(pool, overflow_queue_name(pool.queue, pool.queue))
 
 
 def start_and_wait(pool: Pool) -> list[str]:
@@ -178,9 +182,11 @@ def assert_survived(pool: Pool, ids: list[str], name: str) -> list[int]:
     stranded messages each worker put back."""
     try:
         records = pool.wait_records(TASKS, timeout_s=90)
-    except AssertionError:  # which worker stopped taking tasks, and where
+    except AssertionError:  # which worker stopped taking tasks, and where the tasks wait
         for worker in pool.workers:
             print(f"--- {worker.name}, the end of its log:\n{worker.log()[-3000:]}")
+        ready, parked = waiting_in(pool, pool.queue), parked_now(pool)
+        print(f"--- ready in the broker: {pool.queue}={ready} parked={parked}")
         raise
     wait_logged(pool, BACK)
     for worker in pool.workers:
