@@ -64,6 +64,7 @@ def recheck(path: Path) -> int:
         resent_unseen=resent_unseen(ledger),
         pops=int(raw.get("pops") or 0),
         losses=raw["losses"],
+        returns=raw.get("returns", []),
         pauses=[tuple(p) for p in raw["pauses"]],
         overrides=[tuple(o) for o in raw["overrides"]],
         throttles=[tuple(t) for t in raw["throttles"]],

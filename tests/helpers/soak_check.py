@@ -44,12 +44,16 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from celery_interval.worker.births import LOOK_S
 from tests.helpers.soak_config import Rule
 
 MAX_LEAD_NS = 20_000_000
 #: A throttled run's copy goes to the broker as the run ends: a worker killed this soon after
 #: may have popped it.
 RESENT_POP_NS = 2_000_000_000
+#: A worker alive when the store comes back without its state writes its remembered marks
+#: again within one read of the store's birth (every ``LOOK_S``); twice that for a loaded host.
+REMARK_NS = round(2 * LOOK_S * 1e9)
 #: How far a store-clock time may be off once mapped to this host's monotonic clock.
 CLOCKS_SLACK_NS = 3_000_000
 
@@ -85,8 +89,10 @@ class Events:
     #: how many popped messages may be lost (a Redis broker): one per killed worker, and one
     #: per worker at each broker death (the pop's reply dies with the broker); 0 elsewhere.
     pops: int = 0
-    #: monotonic ns of each store restart that lost its state.
+    #: monotonic ns of each store restart that lost its state ...
     losses: list[int] = field(default_factory=list)
+    #: ... and of each such store's return (it answered again), in the same order.
+    returns: list[int] = field(default_factory=list)
     #: (bucket, from ns, to ns) of each pause in force.
     pauses: list[tuple[str, int, int]] = field(default_factory=list)
     #: (bucket, from ns, to ns, interval µs) of each set_interval in force.
@@ -264,21 +270,27 @@ def _across_loss(
 
 
 def _forgotten(key: tuple[str, str, int], records: list[Record], events: Events) -> bool:
-    """Whether the first run of the step ``key`` was remembered nowhere when its second began:
-    its worker SIGKILLed after it began, then a store state loss, both before the second (a
-    throttled start is no run: its copy went again)."""
+    """Whether the first run of the step ``key`` was remembered nowhere when its second began
+    (a throttled start is no run: its copy went again): its worker SIGKILLed after it began,
+    then a store state loss, both before the second; or the other way round, the loss after
+    it began and then the kill, before the worker could write its mark again (within
+    ``REMARK_NS`` of the store's return)."""
     mine = [r for r in records if (r["job"], r["task"], r["r"]) == key]
     throttled = {(r["host"], r["dl"]) for r in mine if r["k"] == "throttled"}
     runs = sorted(
         (r for r in mine if r["k"] == "start" and (r["host"], r["dl"]) not in throttled),
         key=lambda r: int(r["mono"]),
     )
-    first, second_ns = runs[0], int(runs[1]["mono"])
-    return any(
-        host == first["host"] and int(first["mono"]) <= killed_ns <= lost_ns < second_ns
-        for host, killed_ns in events.kills
-        for lost_ns in events.losses
-    )
+    first, began_ns, second_ns = runs[0], int(runs[0]["mono"]), int(runs[1]["mono"])
+    kills = [at_ns for host, at_ns in events.kills if host == first["host"]]
+    for i, lost_ns in enumerate(events.losses):
+        back_ns = events.returns[i] if i < len(events.returns) else lost_ns
+        for killed_ns in kills:
+            if began_ns <= killed_ns <= lost_ns < second_ns:
+                return True
+            if began_ns <= lost_ns <= killed_ns <= back_ns + REMARK_NS and killed_ns < second_ns:
+                return True
+    return False
 
 
 def _died_mid_body(records: list[Record], kills: list[tuple[str, int]]) -> tuple[str, int] | None:

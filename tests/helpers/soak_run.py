@@ -256,6 +256,7 @@ class Soak:
             self.store.restart()
         elif kind == "store_loss":
             self.store.restart_empty()
+            self.events.returns.append(time.monotonic_ns())
         elif kind == "store_hang":
             self.store.resume()
         elif kind == "broker_restart":

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from tests.helpers.popped import held_at_the_end
-from tests.helpers.soak_check import Events, check, describe
+from tests.helpers.soak_check import REMARK_NS, Events, check, describe
 from tests.helpers.soak_config import Layout
 
 LAYOUT = Layout("u")
@@ -279,14 +279,14 @@ def test_a_body_its_worker_and_the_store_both_forgot_is_beyond_the_promise() -> 
     """Doubled across a state loss is a failure while the first body's worker lived; its
     worker killed, then the state lost, before the second run, it is counted apart."""
     first = start("a", LAYOUT.main, 0)
-    after = {**start("a", LAYOUT.main, 900), "host": "w2@x"}
-    records = [first, end(first, 5), after, end(after, 905)]
+    after = {**start("a", LAYOUT.main, 9000), "host": "w2@x"}
+    records = [first, end(first, 5), after, end(after, 9005)]
     events = expecting([first])
-    events.losses = [500 * MS]
+    events.losses, events.returns = [500 * MS], [600 * MS]
     verdict = check(records, events, LAYOUT.rule)
     assert len(verdict.doubled) == 1 and not verdict.forgotten, "its worker remembered it"
-    events.kills = [("w1@x", 600 * MS)]
-    assert len(check(records, events, LAYOUT.rule).doubled) == 1, "killed after the loss"
+    events.kills = [("w1@x", 600 * MS + REMARK_NS + 1)]
+    assert len(check(records, events, LAYOUT.rule).doubled) == 1, "killed after its mark went"
     events.kills = [("w1@x", 400 * MS)]
     verdict = check(records, events, LAYOUT.rule)
     assert not verdict.doubled and len(verdict.forgotten) == 1 and verdict.ok
@@ -307,6 +307,22 @@ def test_a_forgotten_run_after_a_throttled_start_is_beyond_the_promise() -> None
     events.kills = [("w2@x", 2000 * MS)]
     verdict = check(records, events, LAYOUT.rule)
     assert not verdict.doubled and len(verdict.forgotten) == 1 and verdict.ok
+
+
+def test_a_run_whose_worker_died_before_writing_its_mark_again_is_beyond_the_promise() -> None:
+    """The other way round: the store lost its state after the first run began, came back,
+    and the run's worker was killed before its next read of the birth (``REMARK_NS``): nothing
+    remembered the run. Killed later, the worker had written the mark again: doubled."""
+    first = start("h", LAYOUT.throttled, 1000)
+    again = {**start("h", LAYOUT.throttled, 9000), "host": "w3@x"}
+    records = [first, end(first, 1005), again, end(again, 9005)]
+    events = expecting([first])
+    events.losses, events.returns = [1500 * MS], [2000 * MS]
+    events.kills = [(first["host"], 2000 * MS + REMARK_NS)]
+    verdict = check(records, events, LAYOUT.rule)
+    assert not verdict.doubled and len(verdict.forgotten) == 1 and verdict.ok
+    events.kills = [(first["host"], 2000 * MS + REMARK_NS + 1)]
+    assert len(check(records, events, LAYOUT.rule).doubled) == 1
 
 
 def test_a_capped_task_that_ran_twice_has_two_bodies_not_one_long_one() -> None:
