@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from celery_interval.config import settings_of
 from celery_interval.starts import happened, is_readmit
 from celery_interval.stores.redis import RedisStore
 
@@ -16,6 +17,8 @@ pytestmark = pytest.mark.slow
 INTERVAL_S = 0.05
 PER_S = 8  # the extra limit "8/s": tighter than the interval's 20/s
 TASKS = 80
+#: How close (store-clock µs) a start must be to the limit's first free time.
+SLACK_US = 1_000
 
 
 def test_an_interval_and_a_tighter_rate_hold_at_once_and_the_rate_is_saturated(
@@ -23,9 +26,10 @@ def test_an_interval_and_a_tighter_rate_hold_at_once_and_the_rate_is_saturated(
 ) -> None:
     """Interval 50 ms and "8/s", 2 workers x 3 processes, 80 tasks sent at once: in every
     1-s window of the starts the store admitted at most 8 (the limit holds, on the store's
-    clock), the interval holds between any two, the run saturates the limit (>= 7 a second),
-    starts come in ticket order (FIFO), every claim in the ledger names the limit, and
-    interval_stats shows it."""
+    clock), the interval holds between any two, the store leaves the limit idle only for want
+    of a claim (a claim that came while it was busy got its first free start), starts come in
+    ticket order (FIFO), every claim in the ledger names the limit, and interval_stats shows
+    it. How fast a loaded machine's workers claim is the benchmark's (BENCHMARKS, section 8)."""
     queue = f"q{uuid.uuid4().hex[:10]}"
     pool = make_pool(
         INTERVAL_S, queue=queue, conf={"interval_queues": {queue: {"limits": [f"{PER_S}/s"]}}}
@@ -47,7 +51,23 @@ def test_an_interval_and_a_tighter_rate_hold_at_once_and_the_rate_is_saturated(
     span_s = (max(ran.values()) - min(ran.values())) / 1e6
     rate = (len(ran) - 1) / span_s
     print(f"{len(ran)} starts in {span_s:.2f} s: {rate:.2f}/s; min gap {min(gaps_us) / 1e3} ms")
-    assert rate >= PER_S - 1, "the tighter limit was not saturated"
+    admissions = sorted((int(f["start"]), int(f["now"])) for f in entries if f["op"] == "claim:OK")
+    # (claim, start) in ms after the limit was free again, of each start after another
+    early = [
+        ((now_us - free_us) / 1e3, (start_us - free_us) / 1e3)
+        for (prev_us, _), (start_us, now_us) in itertools.pairwise(admissions)
+        for free_us in [prev_us + 1_000_000 // PER_S]
+        if now_us < free_us - SLACK_US
+    ]
+    assert len(early) >= TASKS // 2, f"only {len(early)} claims came while the limit was busy"
+    # a start is never sooner than a handoff (at most the lead) after its claim
+    reach_ms = settings_of(pool.app).lead_us / 1e3
+    idle = [
+        (claim_ms, start_ms)
+        for claim_ms, start_ms in early
+        if start_ms > max(0.0, claim_ms + reach_ms) + SLACK_US / 1e3
+    ]
+    assert not idle, f"claimed before the limit was free, started after it (ms): {idle}"
     by_ticket = sorted((int(f["ticket"]), int(f["start"])) for f in starts if not is_readmit(f))
     assert [s for _, s in by_ticket] == sorted(s for _, s in by_ticket), "not in ticket order"
     recorded = f"{1_000_000 // PER_S}:1"
