@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import functools
 import logging
+import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -26,6 +28,10 @@ _kombu: Any = kombu  # its entities are untyped
 DIRECTORY_QUEUE = "ci-overflow-directory"
 #: An overflow queue nobody used (no get, no declare) this long is deleted by RabbitMQ.
 EXPIRES_MS = 7 * 24 * 3600 * 1000
+#: A RabbitMQ node killed within about 2 s of a durable queue's declaration may come back
+#: without the queue, and so without the copies it confirmed into it: the originals of copies
+#: parked in a queue first declared on this connection less than this ago wait to be acked.
+QUEUE_SETTLE_S = 3.0
 
 
 class OverflowBroker(Protocol):
@@ -204,7 +210,8 @@ class ConsumerBroker:
         self._channel: Any = None
         self._producer: Any = None
         self._confirms: _Confirms | None = None
-        self._declared: set[str] = set()
+        #: When each queue was first declared on the publishing channel (monotonic s).
+        self._declared: dict[str, float] = {}
         self._declared_get: set[str] = set()
 
     def _ready(self) -> Any:
@@ -225,7 +232,7 @@ class ConsumerBroker:
         for name, message, origin in copies:
             if name not in self._declared:
                 _queue(name).bind(self._channel).declare()
-                self._declared.add(name)
+                self._declared[name] = time.monotonic()
             properties = message.properties or {}
             priority = properties.get("priority")
             if priority is None:
@@ -247,7 +254,19 @@ class ConsumerBroker:
         if self._confirms is None:
             settled(None)  # Redis: each publish returned once the broker had it
         else:
-            self._confirms.when_confirmed(first, settled)
+            names = [name for name, _message, _origin in copies]
+            self._confirms.when_confirmed(first, functools.partial(self._kept, names, settled))
+
+    def _kept(
+        self, names: list[str], settled: Callable[[Exception | None], None], refused: Any
+    ) -> None:
+        """The broker confirmed (or refused) a batch: settle it once its queues are old enough
+        to outlive a crash of the broker (``QUEUE_SETTLE_S``)."""
+        wait_s = 0.0 if refused is not None else self.young_for_s(names)
+        if wait_s > 0:
+            self._c.timer.call_after(wait_s, settled, (None,), priority=6)
+        else:
+            settled(refused)
 
     def get(self, name: str) -> Any:
         consumer = self._c.task_consumer
@@ -263,7 +282,7 @@ class ConsumerBroker:
         producer = self._ready()
         if DIRECTORY_QUEUE not in self._declared:
             _queue(DIRECTORY_QUEUE).bind(self._channel).declare()
-            self._declared.add(DIRECTORY_QUEUE)
+            self._declared[DIRECTORY_QUEUE] = time.monotonic()
         for entry in entries:
             producer.publish(
                 entry,
@@ -295,6 +314,15 @@ class ConsumerBroker:
             message.requeue()
             return
         on_message(message)
+
+    def young_for_s(self, names: Iterable[str]) -> float:
+        """How long until each named queue was first declared ``QUEUE_SETTLE_S`` ago on the
+        publishing channel (one not declared there counts as declared now)."""
+        now_s = time.monotonic()
+        return max(
+            (self._declared.get(name, now_s) + QUEUE_SETTLE_S - now_s for name in names),
+            default=0.0,
+        )
 
     def returns_unacked_within_s(self) -> float:
         """AMQP returns a dead worker's unacked messages as its connection closes; kombu's Redis
