@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from collections import OrderedDict, deque
@@ -24,9 +25,12 @@ DONE_FLUSH_S = 0.0
 #: dedupe window.
 BEGAN_KEPT = 20_000
 
-#: When (seconds, one after another) the marks of tasks released to the pool but never
-#: reported are read again, after the read as the channel closes; a last read at the lease's end.
-ORPHAN_READS_S = (0.25, 1.0)
+#: The marks of tasks released to the pool but never reported are read again this often
+#: (seconds) after the read as the channel closes, until a lease and ``ORPHAN_READS_PAST_S``
+#: later: a process held in a claim (a pause, a settle window) may begin one late, and a store
+#: that loses its state soon after would take the mark before a sparser read found it.
+ORPHAN_READ_EVERY_S = 0.25
+ORPHAN_READS_PAST_S = 1.25
 #: Runs ``fn(*args)`` after ``delay_s`` seconds on a thread of its own.
 Later = Callable[..., None]
 
@@ -120,14 +124,15 @@ class DoneMarks:
     ) -> None:
         """Tasks released to the pool but never reported (the channel closed): a process may
         have begun one and posted its mark, now or soon after. A read now, and after each of
-        ``gaps_s`` (seconds, one after another; by default ``ORPHAN_READS_S`` and then at the
-        lease's end), that finds the mark remembers the copy as
+        ``gaps_s`` (seconds, one after another; by default every ``ORPHAN_READ_EVERY_S`` until
+        a lease and ``ORPHAN_READS_PAST_S`` later), that finds the mark remembers the copy as
         begun and ended here, so its mark goes again if the store is born again and a copy
         handed back here is dropped. The later reads run on a thread of their own: Celery runs
         no timer while it reconnects to the broker, and a store that loses its state meanwhile
         would take marks readable before."""
         if gaps_s is None:
-            gaps_s = (*ORPHAN_READS_S, self.settings.lease_us / 1e6)
+            last_s = self.settings.lease_us / 1e6 + ORPHAN_READS_PAST_S
+            gaps_s = (ORPHAN_READ_EVERY_S,) * math.ceil(last_s / ORPHAN_READ_EVERY_S)
         left = [copy for copy in copies if not self.marked(copy)]
         for copy in copies:
             if copy not in left:

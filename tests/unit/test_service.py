@@ -277,8 +277,8 @@ def orphans(*task_ids: str) -> tuple[Clock, MemoryStore, IntervalService, Later]
 
 def test_a_task_the_pool_never_accepted_is_remembered_once_its_mark_is_found() -> None:
     """A process may have begun it and posted its mark: the worker reads the marks of such
-    tasks as the channel closes, then a quarter second, a second and a lease later, and
-    remembers the ones marked, so their marks go again if the store is born again."""
+    tasks as the channel closes, then every quarter second until a lease and 1.25 s later,
+    and remembers the ones marked, so their marks go again if the store is born again."""
     _clock, store, service, later = orphans("a", "b", "c")
     store.done([TaskCopy("api", "a", 0)], 7_200_000_000)  # a's process posted its mark
     service.connection_lost()
@@ -286,11 +286,30 @@ def test_a_task_the_pool_never_accepted_is_remembered_once_its_mark_is_found() -
     store.done([TaskCopy("api", "b", 0)], 7_200_000_000)  # b's process posted its mark
     assert later.run_next() == 0.25
     assert [service.done.began_here(TaskCopy("api", t, 0)) for t in "abc"] == [True, True, False]
-    assert later.run_next() == 1.0
-    store.done([TaskCopy("api", "c", 0)], 7_200_000_000)  # c's began later
-    assert later.run_next() == service.settings.lease_us / 1e6
+    reads = round((service.settings.lease_us / 1e6 + 1.25) / 0.25)
+    for _ in range(reads - 2):
+        assert later.run_next() == 0.25
+    store.done([TaskCopy("api", "c", 0)], 7_200_000_000)  # c's began just before the last
+    assert later.run_next() == 0.25
     assert service.done.began_here(TaskCopy("api", "c", 0))
     assert not later.pending(), "every copy was found"
+
+
+def test_a_mark_posted_between_reads_then_lost_with_the_store_still_goes_again() -> None:
+    """A process held in a claim began the task 2.9 s after the channel closed and posted its
+    mark; the store lost its state 0.6 s later. The read a quarter second after the post
+    found it, so the worker writes it again at the store's birth and the copy is dropped."""
+    clock, store, service, later = orphans("a")
+    service.connection_lost()
+    for _ in range(11):  # 2.75 s of reads find nothing
+        assert later.run_next() == 0.25
+    store.done([TaskCopy("api", "a", 0)], 7_200_000_000)  # the body begins, mark posted
+    later.run_next()
+    store._marks.clear()  # the store loses its state
+    assert service.done.write_again(clock() + 1) == 1
+    fire_due(service.timer, clock, within_s=0.5)  # the marks' flush
+    copy = store.grant(TaskCopy("api", "a", 0), Pace(INTERVAL_US))
+    assert copy.outcome is Outcome.DUPLICATE
 
 
 def test_an_unreported_task_whose_mark_is_in_the_store_is_remembered_before_a_reconnect() -> None:
