@@ -61,7 +61,7 @@ def test_a_copy_in_a_queue_declared_just_now_settles_once_the_queue_is_old_enoug
         assert first == [], "settled while its queue is new"
         [entry] = timer.entries
         delay_s, _fn, _args = entry
-        assert 0.3 < delay_s <= 0.5
+        assert 0 < delay_s <= 0.5  # what is left of the 0.5 s after the confirm came
         timer.run()
         assert first == [None]
         time.sleep(0.5)
