@@ -200,8 +200,9 @@ def test_shared_task_and_apply_and_eager(compat: Pool) -> None:
 
 def priority_order(compat: Pool, kind: str, *, held_back: bool = False) -> list[str]:
     """With every process busy, 8 low- then 4 high-priority tasks; their labels in start order.
-    ``held_back``: the workers stop consuming the queue while the 12 are sent, so all of them
-    wait in the broker when the first process frees, however slowly a loaded machine sends."""
+    ``held_back``: the workers stop consuming the queue while the 12 are sent and until every
+    process is free again, so all of them wait in the broker, however slowly a loaded machine
+    sends."""
     redis_broker = compat.broker.startswith("redis")
     high, low = (0, 9) if redis_broker else (9, 0)  # kombu's Redis transport: 0 is highest
     # Plain blockers: a prefetch of one per process spreads them two and two, so every process
@@ -217,6 +218,10 @@ def priority_order(compat: Pool, kind: str, *, held_back: bool = False) -> list[
     lows = [prio.apply_async((f"low{i}",), priority=low) for i in range(8)]
     highs = [prio.apply_async((f"high{i}",), priority=high) for i in range(4)]
     if held_back:
+        # RabbitMQ counts a prefetch per consumer: a worker consuming again while its processes
+        # still run blockers would take two tasks it cannot start, behind them.
+        for blocker in blockers:
+            blocker.get(timeout=TIMEOUT_S)
         replies = compat.app.control.add_consumer(queue, reply=True, timeout=5)
         assert len(replies) == len(compat.workers), replies
     for result in lows + highs:
