@@ -5,9 +5,10 @@ The rules, and which promise each checks:
 
 - **once**: each step of a job (a task name and its ``retries``) has exactly one start that
   was not throttled. A revoked job may have none; a job whose send raised may have none. A
-  step missing after an earlier step began on a worker killed before that body ended is
-  excused, as is a throttled step whose worker was killed before it sent its copy again
-  (Celery runs an early-acked task at most once); so is a task the store admitted to a
+  step missing after an earlier step began on a worker killed before that body ended (its
+  end is recorded once its retry or replacement went) is excused, as is a throttled step
+  whose worker was killed before it sent its copy again (Celery runs an early-acked task at
+  most once); so is a task the store admitted to a
   worker as it died whose copy was dropped as a duplicate (``excused_ids``, from the ledger),
   and its replacement (``<job>/r``, the same task id), which that body may not have sent.
   On a Redis broker a first step that no worker's log ever received is counted apart
@@ -16,6 +17,10 @@ The rules, and which promise each checks:
   store's ledger never names, and a throttled step whose last ledger entry is its throttle
   (no worker took a ticket for the copy sent again: it died in a pop, its id received
   before); more than one per kill, and one per worker per broker death, is a loss.
+  A step that ran twice is *forgotten* (beyond the promise, counted apart) when nothing
+  remembered its first run: its worker killed and the store's state lost, in either order,
+  before the second; each of those runs sends the next step, which may then run once per run
+  of the step before it.
 - **budget** (P5, bursts, costs, extra limits, the outer bucket): the starts the workers
   handed their bodies, on the store's clock (``su``: the admitted start, so no mapping to this
   host's clock and no machine load enters), fed in order to the store's GCRA rule with the
@@ -194,15 +199,24 @@ def check_once(records: list[Record], events: Events, verdict: Verdict) -> None:
     for job, steps in sorted(events.expected.items()):
         died_at = _died_mid_body(by_job[job], events.kills)
         popped = False  # a step was popped: the job's later steps never existed
+        forgotten_runs = 0  # the previous step's runs, beyond the promise: each sent this one
         for step, (task, retries) in enumerate(steps):
             verdict.steps += 1
             key = (job, task, retries)
             runs = ran[key] - throttled[key]
+            sent_by_each, forgotten_runs = 1 < runs <= forgotten_runs, 0
             if runs > 1 and _forgotten(key, records, events):
                 verdict.forgotten.append(
                     f"{job} {task} retries={retries}: ran {runs} times (its first worker "
                     "killed, then the store's state lost, before the second)"
                 )
+                forgotten_runs = runs
+            elif sent_by_each:
+                verdict.forgotten.append(
+                    f"{job} {task} retries={retries}: ran {runs} times, once for each run of "
+                    "the step before it"
+                )
+                forgotten_runs = runs
             elif runs > 1:
                 verdict.doubled.append(
                     f"{job} {task} retries={retries}: ran {runs} times"

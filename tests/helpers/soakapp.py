@@ -13,6 +13,7 @@ from typing import Any
 
 import redis
 from celery import Celery
+from celery.exceptions import Ignore
 from celery.signals import worker_process_init
 
 from celery_interval import IntervalTask, Throttled
@@ -91,11 +92,13 @@ if os.environ.get("CI_SOAK_PREFIX"):
 
     @app.task(base=IntervalTask, bind=True, name="soak.step")
     def step(self: Any, job: str, fail_times: int = 0) -> str:
-        """A main-queue task; it retries ``fail_times`` times."""
+        """A main-queue task; it retries ``fail_times`` times. A body's end is recorded once
+        its follow-up went: killed before, the follow-up is lost as Celery's is."""
         note(self, "start", job, LAYOUT.main)
         if self.request.retries < fail_times:
+            retry = self.retry(countdown=0, max_retries=fail_times, throw=False)
             note(self, "end", job, LAYOUT.main)
-            raise self.retry(countdown=0, max_retries=fail_times)
+            raise retry
         note(self, "end", job, LAYOUT.main)
         return job
 
@@ -103,8 +106,11 @@ if os.environ.get("CI_SOAK_PREFIX"):
     def replacer(self: Any, job: str) -> Any:
         """Replaces itself with ``soak.step`` of job ``<job>/r``."""
         note(self, "start", job, LAYOUT.main)
-        note(self, "end", job, LAYOUT.main)
-        raise self.replace(step.si(f"{job}/r").set(queue=LAYOUT.main))
+        try:
+            self.replace(step.si(f"{job}/r").set(queue=LAYOUT.main))
+        except Ignore:  # the replacement went
+            note(self, "end", job, LAYOUT.main)
+            raise
 
     @app.task(
         base=IntervalTask,

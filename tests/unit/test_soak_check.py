@@ -309,6 +309,31 @@ def test_a_forgotten_run_after_a_throttled_start_is_beyond_the_promise() -> None
     assert not verdict.doubled and len(verdict.forgotten) == 1 and verdict.ok
 
 
+def test_each_run_of_a_forgotten_step_sends_its_own_retry() -> None:
+    """A retried step that ran twice beyond the promise sent its retry twice, each a message of
+    its own that ran once: beyond the promise too, down the chain. A retry that ran more times
+    than the step before it is doubled."""
+    first = {**start("m", LAYOUT.main, 0), "host": "w1@x"}
+    second = {**start("m", LAYOUT.main, 9000), "host": "w2@x"}
+    retries = [
+        {**start("m", LAYOUT.main, at_ms), "r": 1, "host": host}
+        for at_ms, host in ((1000, "w3@x"), (9500, "w2@x"))
+    ]
+    records = [first, end(first, 5), second, end(second, 9005)]
+    records += [r for retry in retries for r in (retry, end(retry, retry["mono"] / MS + 1))]
+    events = Events(expected={"m": [("soak.step", 0), ("soak.step", 1)]})
+    events.losses, events.returns = [2000 * MS], [2100 * MS]
+    events.kills = [("w1@x", 1500 * MS)]
+    verdict = check(records, events, LAYOUT.rule)
+    assert not verdict.doubled and len(verdict.forgotten) == 2 and verdict.ok, verdict
+    third = {**retries[0], "mono": 9800 * MS, "dl": 9800 * MS, "host": "w3@x"}
+    verdict = check([*records, third, end(third, 9801)], events, LAYOUT.rule)
+    assert [d.split(" (")[0] for d in verdict.doubled] == ["m soak.step retries=1: ran 3 times"]
+    events.kills = []
+    verdict = check(records, events, LAYOUT.rule)
+    assert len(verdict.doubled) == 2 and not verdict.forgotten, "no run was forgotten"
+
+
 def test_a_run_whose_worker_died_before_writing_its_mark_again_is_beyond_the_promise() -> None:
     """The other way round: the store lost its state after the first run began, came back,
     and the run's worker was killed before its next read of the birth (``REMARK_NS``): nothing
