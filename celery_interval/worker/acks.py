@@ -15,7 +15,7 @@ from celery_interval.throttled import Throttled
 from celery_interval.worker.brokerloss import ack_through
 from celery_interval.worker.started import missed_after_ns
 
-__all__ = ["SENT_PLAIN", "THROTTLED_KEY", "body_ended", "throttled_run", "track_ack"]
+__all__ = ["DROPPED_KEY", "SENT_PLAIN", "THROTTLED_KEY", "body_ended", "throttled_run", "track_ack"]
 
 
 #: Set on a request whose run raised ``Throttled``: the same copy was sent again to run
@@ -30,6 +30,8 @@ ACK_AT_END_KEY = "interval_ack_at_end"
 ENDED_KEY = "interval_ended"
 #: The copy of an acknowledged request remembered as begun here, until its body ends.
 BEGAN_KEY = "interval_began"
+#: Set on a request acknowledged as a duplicate copy, whose body never runs here.
+DROPPED_KEY = "interval_dropped"
 
 
 def body_ended(service: Any, request: Any) -> None:
@@ -139,8 +141,9 @@ def _acked(service: Any, request_dict: Any, copy: TaskCopy, acks_late: bool) -> 
     """The broker ack of ``copy`` went: remember that its body began here, and write its done
     mark now (an acks_late task, a body that ended), or at the body's end (``body_ended``),
     or not at all (a pool process posts it: ``MARK_HEADER``; a throttled run's copy was sent
-    again)."""
-    if request_dict.get(THROTTLED_KEY):
+    again). A duplicate copy's ack records nothing: no body of it ran here, and a body of the
+    same task that did is remembered already, with its end."""
+    if request_dict.get(THROTTLED_KEY) or request_dict.get(DROPPED_KEY):
         return
     ended = bool(acks_late or request_dict.get(ENDED_KEY))
     start_us = request_dict.get(STORE_START_HEADER)

@@ -20,6 +20,7 @@ from celery_interval.headers import (
 )
 from celery_interval.schedule import Claim, Grant, Outcome, Pace
 from celery_interval.stores.base import DoneBatch, Store, TaskCopy
+from celery_interval.worker.acks import DROPPED_KEY
 from celery_interval.worker.births import Births
 from celery_interval.worker.clock import StoreClock
 from celery_interval.worker.done import DoneMarks
@@ -318,6 +319,7 @@ class SlotCycle:
         logger.info(
             "interval %s: task %s %s, dropping duplicate copy", held.bucket, held.request.id, why
         )
+        held.request.request_dict[DROPPED_KEY] = True
         self._drop(held, ack=True)
 
     def _wait_for_lease(self, held: Held, left_us: int, then: Callable[[Held], None]) -> None:

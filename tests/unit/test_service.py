@@ -390,6 +390,32 @@ def test_an_unaccepted_tasks_mark_is_read_before_celery_restores_the_lost_channe
     assert service.done.write_again(clock() + 1) == 1, "its mark goes again to the new store"
 
 
+def test_the_ack_of_a_dropped_copy_leaves_the_body_that_ran_here_remembered_as_ended() -> None:
+    """A copy of a task whose body ran and ended here is dropped as it arrives; its ack (as
+    Celery's acknowledge runs it) records nothing, so the store born again still gets the
+    body's mark and a copy handed to another worker is dropped there."""
+    from types import SimpleNamespace
+
+    from celery_interval.worker.acks import track_ack
+
+    clock = Clock(1_000_000_000)
+    store = MemoryStore(clock)
+    service = make_service(store, [])
+    copy = TaskCopy("api", "a", 0)
+    service.done.began(copy, ended=True)  # its body ran here and ended
+    held = held_copy(service, "a", [])
+    req = held.request
+    req.on_ack = lambda *a, **k: None  # type: ignore[attr-defined]
+    req.on_reject = lambda *a, **k: None  # type: ignore[attr-defined]
+    req.message = SimpleNamespace(delivery_tag="t-a", acknowledged=True)  # type: ignore[attr-defined]
+    track_ack(req, service, held.copy, acks_late=False)
+    service.receive(held)
+    assert req.acked and service.holding.stats["api"].duplicates == 1
+    req._on_ack()  # type: ignore[attr-defined]  # Celery's acknowledge calls it
+    fire_due(service.timer, clock, within_s=0.5)
+    assert service.done.write_again(clock() + 1) == 1, "its mark goes again to the new store"
+
+
 def test_a_redelivered_copy_whose_mark_the_store_holds_is_dropped_as_it_arrives() -> None:
     """Its mark is read as it arrives, and its grant asked at once, which drops it: held or
     parked meanwhile, the copy could outlive the store's state (and its mark). A throttled
