@@ -91,7 +91,12 @@ def claim_capped(
 
 
 def marks_settle_until_us(
-    knew_born_us: int | None, store_born_us: int | None, until_us: int | None, now_us: int
+    knew_born_us: int | None,
+    store_born_us: int | None,
+    until_us: int | None,
+    now_us: int,
+    *,
+    redelivered: bool = False,
 ) -> int | None:
     """The end of the done marks' settle window once a claimer that saw the store's birth
     ``knew_born_us`` comes (``until_us``: its end so far; None: none was opened).
@@ -101,8 +106,16 @@ def marks_settle_until_us(
     claim meets the new birth. So each such claimer's arrival holds every new start for
     ``MARKS_SETTLE_US`` from then: the window follows the workers as they come back, not the
     birth (a store born while the broker was down has no claimer for seconds). A claimer that
-    saw no birth, or the store's own, or a store without a marker opens nothing."""
-    if knew_born_us is None or store_born_us is None or knew_born_us == store_born_us:
+    saw no birth, or the store's own, or a store without a marker opens nothing, unless its
+    message was ``redelivered`` (a body of it may have run, remembered only by a worker not
+    back yet: a worker started since the loss knows no earlier birth) within
+    ``MARKS_SETTLE_US`` of the birth: then the window lasts until that long after the birth,
+    while the workers that stayed up write their marks again."""
+    if store_born_us is None:
+        return until_us
+    if redelivered and now_us < store_born_us + MARKS_SETTLE_US:
+        until_us = max(store_born_us + MARKS_SETTLE_US, until_us or 0)
+    if knew_born_us is None or knew_born_us == store_born_us:
         return until_us
     return max(now_us + MARKS_SETTLE_US, until_us or 0)
 

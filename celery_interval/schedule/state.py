@@ -225,6 +225,9 @@ class ClaimTerms:
     #: The store's birth the claimer saw last (its birth marker; None: none): a store born
     #: since lost its state (``schedule.places.marks_settle_until_us``).
     knew_born_us: int | None = None
+    #: The claimed message was delivered before (a body of it may have run under a birth the
+    #: store lost: ``schedule.places.marks_settle_until_us``).
+    redelivered: bool = False
 
 
 @dataclass(frozen=True, slots=True, order=True)

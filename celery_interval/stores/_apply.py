@@ -94,10 +94,14 @@ def _settle_until_us(txn: BucketTxn, terms: ClaimTerms) -> int | None:
     """The done marks' settle window's end once ``terms``' claimer came
     (``schedule.marks_settle_until_us``); kept in ``txn`` when it moved."""
     until_us = txn.settle_until_us()
-    if terms.knew_born_us is None:
+    if terms.knew_born_us is None and not terms.redelivered:
         return until_us
     moved_us = schedule.marks_settle_until_us(
-        terms.knew_born_us, txn.places_born_us(), until_us, txn.now_us
+        terms.knew_born_us,
+        txn.places_born_us(),
+        until_us,
+        txn.now_us,
+        redelivered=terms.redelivered,
     )
     if moved_us is not None and moved_us != until_us:
         txn.set_settle_until_us(moved_us)

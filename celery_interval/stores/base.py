@@ -64,6 +64,8 @@ class ClaimArgs(NamedTuple):
     limits: Limits = ()
     #: The bucket's cap on running bodies (``schedule.claim_capped``; None: none).
     cap: int | None = None
+    #: The message was delivered before (``ClaimTerms.redelivered``).
+    redelivered: bool = False
 
     @property
     def copy(self) -> TaskCopy:
@@ -86,6 +88,7 @@ class ClaimArgs(NamedTuple):
             cost=self.cost,
             limits=self.limits,
             knew_born_us=knew_born_us,
+            redelivered=self.redelivered,
         )
 
     def claim(

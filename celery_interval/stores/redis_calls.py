@@ -16,7 +16,7 @@ from celery_interval.stores.redis_nested import (
     outer_args,
     tag_of,
 )
-from celery_interval.stores.scripts import Named, cap_args, knew_arg, not_after_arg, share_arg
+from celery_interval.stores.scripts import Named, cap_args, claimer_arg, not_after_arg, share_arg
 from celery_interval.stores.tats import limits_arg
 
 __all__ = ["ScriptCalls"]
@@ -141,7 +141,7 @@ class ScriptCalls:
         outer = self.nested(copy.bucket)
         if outer is not None:
             return self.claim_nested(copy, interval_us, slot, terms, outer, ticket)
-        args = [*self._claim_args(copy, interval_us, slot, terms, ticket), knew_arg(terms)]
+        args = [*self._claim_args(copy, interval_us, slot, terms, ticket), claimer_arg(terms)]
         return self._call("claim", self._task_keys(copy), args)
 
     def claim_nested(
@@ -157,7 +157,7 @@ class ScriptCalls:
         args = [
             *self._claim_args(copy, interval_us, slot, terms, ticket),
             *outer_args(outer, copy.bucket),
-            knew_arg(terms),
+            claimer_arg(terms),
         ]
         return self._call("claim_nested", self._nested_keys(copy, outer), args)
 
@@ -171,7 +171,7 @@ class ScriptCalls:
     def take_nested(self, copy: TaskCopy, pace: Pace, terms: ClaimTerms, outer: Outer) -> Named:
         """take_nested.lua's call: take.lua's, then the outer's key and arguments."""
         _name, _keys, args = self._plain_take(copy, pace, terms)
-        args = [*args[:-1], *outer_args(outer, copy.bucket), args[-1]]  # knew_arg stays last
+        args = [*args[:-1], *outer_args(outer, copy.bucket), args[-1]]  # claimer_arg stays last
         return "take_nested", self._nested_keys(copy, outer), args
 
     def _plain_take(self, copy: TaskCopy, pace: Pace, terms: ClaimTerms) -> Named:
@@ -182,7 +182,7 @@ class ScriptCalls:
              copy.retries, self._ledger_max, terms.holder, terms.lease_us, terms.lead_us,
              terms.handoff_us, *cap_args(copy, terms), terms.burst, terms.cost,
              not_after_arg(pace), limits_arg(pace.limits), limits_arg(terms.limits),
-             share_arg(pace), knew_arg(terms)],
+             share_arg(pace), claimer_arg(terms)],
         )  # fmt: skip
 
     def _grant_args(self, copy: TaskCopy, pace: Pace) -> list[str | int]:

@@ -19,7 +19,7 @@ __all__ = [
     "Named",
     "batched",
     "cap_args",
-    "knew_arg",
+    "claimer_arg",
     "not_after_arg",
     "script_source",
     "share_arg",
@@ -121,9 +121,11 @@ def share_arg(pace: Pace) -> str:
     return "" if pace.share is None else repr(pace.share)
 
 
-def knew_arg(terms: ClaimTerms) -> str | int:
-    """A claiming script's last argument: the birth of the store its claimer saw ('' = none)."""
-    return "" if terms.knew_born_us is None else terms.knew_born_us
+def claimer_arg(terms: ClaimTerms) -> str:
+    """A claiming script's last argument: the birth of the store its claimer saw ('' = none),
+    after an ``r`` when the claimed message was delivered before (lib.lua's claimer_args)."""
+    knew = "" if terms.knew_born_us is None else str(terms.knew_born_us)
+    return ("r" if terms.redelivered else "") + knew
 
 
 def cap_args(copy: TaskCopy, terms: ClaimTerms) -> list[str | int]:

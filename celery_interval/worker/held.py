@@ -76,6 +76,13 @@ class Held:
     received_ns: int = field(default_factory=time.monotonic_ns)
 
     @property
+    def redelivered(self) -> bool:
+        """The broker hands this copy out again (not a throttled task's copy sent again: that
+        runs): a body of it may have run."""
+        info = getattr(self.request, "delivery_info", None) or {}
+        return bool(info.get("redelivered")) and not self.resent
+
+    @property
     def key(self) -> tuple[str, str, int]:
         return (self.bucket, self.task_id, self.retries)
 
@@ -107,4 +114,5 @@ class Held:
             self.cost,
             self.limits,
             self.cap,
+            self.redelivered,
         )

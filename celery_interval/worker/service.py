@@ -105,7 +105,7 @@ class IntervalService:
         A copy of what began here, or a redelivered copy whose done mark the store holds, asks
         for its grant at once, which drops it (and says so in the ledger): held or parked, it
         could outlive the store's state."""
-        if self.slots.began_here(held) or (_redelivered(held) and self.done.marked(held.copy)):
+        if self.slots.began_here(held) or (held.redelivered and self.done.marked(held.copy)):
             self.holding.add(held)
             self.slots.grant(held)
             return
@@ -231,9 +231,3 @@ class IntervalService:
         """Per-bucket figures for ``inspect interval_stats`` (see ``stats.interval_stats``)."""
         running = self.places.by_bucket()
         return interval_stats(self.holding, self.overflow, running, top, match, buckets, tasks)
-
-
-def _redelivered(held: Held) -> bool:
-    """A copy the broker hands out again (not a throttled task's copy sent again: it runs)."""
-    info = getattr(held.request, "delivery_info", None) or {}
-    return bool(info.get("redelivered")) and not held.resent

@@ -111,7 +111,7 @@ steps_us = st.one_of(
 
 
 #: The birth of the store a claimer saw: none, the store's own, or one before it.
-knews = st.sampled_from(["none", "none", "born", "earlier"])
+knews = st.sampled_from(["none", "none", "born", "earlier", "r-none", "r-born", "r-earlier"])
 
 
 class Differential(RuleBasedStateMachine):
@@ -334,7 +334,7 @@ class Differential(RuleBasedStateMachine):
         args = (
             TaskCopy(bucket, task, retry),
             Pace(interval, not_before, burst, cost, not_after, limits, share),
-            replace(terms, knew_born_us=self._knew(knew)),
+            self._claimer(terms, knew),
         )
         if outer is not None and bucket in OUTER_OF:
             expected, got = self._compared_pair(bucket, "take_nested", *args, outer)
@@ -501,11 +501,18 @@ class Differential(RuleBasedStateMachine):
             TaskCopy(bucket, task, retry),
             interval,
             Slot(epoch, slot + slot_shift),
-            replace(terms, knew_born_us=self._knew(knew)),
+            self._claimer(terms, knew),
         )
 
+    def _claimer(self, terms: ClaimTerms, kind: str) -> ClaimTerms:
+        """``terms`` of a claimer ``kind`` (``knews``): the birth it saw, its message delivered
+        before when ``r-``."""
+        redelivered = kind.startswith("r-")
+        born_us = self._knew(kind.removeprefix("r-"))
+        return replace(terms, knew_born_us=born_us, redelivered=redelivered)
+
     def _knew(self, kind: str) -> int | None:
-        """The birth a claimer saw (``knews``): none, the model's marker, or one before it."""
+        """The birth a claimer saw: none, the model's marker, or one before it."""
         born = self.model._born
         if kind == "none" or (kind == "born" and born is None):
             return None

@@ -578,6 +578,34 @@ def test_a_claimer_that_saw_an_earlier_birth_holds_new_starts_for_the_marks_to_s
     assert store.claim(c3, I_US, g3.slot, knew_this).outcome is Outcome.OK
 
 
+def test_a_redelivered_message_claimed_soon_after_the_birth_holds_new_starts_until_it_settles(
+    store: Store, clock: Clock
+) -> None:
+    """A message delivered before may have run under a birth the store lost, remembered by a
+    worker that has not come back yet, while its claimer (started since) saw no earlier birth:
+    its claim within MARKS_SETTLE_US of the birth holds every new start until that long after
+    the birth. A first delivery opens nothing, nor a redelivery later than that."""
+    c1, c2, c3, c4 = (TaskCopy("api", f"t{i}", 0) for i in (1, 2, 3, 4))
+    g1, g2, g3, g4 = (store.grant(c, Pace(I_US)) for c in (c1, c2, c3, c4))
+    wait(clock, g1.delay_us)
+    first = store.claim(c1, I_US, g1.slot, ClaimTerms("w1", LEASE_US))
+    assert first.outcome is Outcome.OK and first.born_us is not None
+    born_us = first.born_us
+    assert clock.now_us < born_us + MARKS_SETTLE_US
+    wait(clock, g2.slot_us - g1.slot_us)
+    again = ClaimTerms("w2", LEASE_US, redelivered=True)
+    held = store.claim(c2, I_US, g2.slot, again)
+    assert (held.outcome, held.delay_us) == (Outcome.WAIT, born_us + MARKS_SETTLE_US - clock.now_us)
+    others = store.claim(c2, I_US, g2.slot, ClaimTerms("w3", LEASE_US))
+    assert (others.outcome, others.delay_us) == (Outcome.WAIT, held.delay_us), "whoever claims"
+    clock.now_us = born_us + MARKS_SETTLE_US
+    assert store.claim(c2, I_US, g2.slot, again).outcome is Outcome.OK
+    wait(clock, g3.slot_us - g2.slot_us)
+    assert store.claim(c3, I_US, g3.slot, replace(again, holder="w4")).outcome is Outcome.OK
+    wait(clock, g4.slot_us - g3.slot_us)
+    assert store.claim(c4, I_US, g4.slot, ClaimTerms("w1", LEASE_US)).outcome is Outcome.OK
+
+
 def test_the_birth_marker_reads_as_claims_find_it_and_no_read_writes_it(
     store: Store, clock: Clock
 ) -> None:

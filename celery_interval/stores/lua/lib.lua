@@ -560,18 +560,30 @@ local PLACE_SETTLE_US = 3000000
 -- this long for the done marks the workers remember to be written again.
 local MARKS_SETTLE_US = 3000000
 
--- A claiming script's ARGV without its last, the claimer's knew_born_us ('' = none), as the
--- operation reads them. schedule.places.marks_settle_until_us: a claimer that knew another
--- birth than the marker (born_key; none on a Cluster) moves the end of the done marks' settle
--- window (settle_key, µs) to now + MARKS_SETTLE_US at least.
+-- A claiming script's ARGV without its last, the claimer (scripts.claimer_arg: the birth it
+-- saw, '' = none, after an 'r' when its message was delivered before), as the operation reads
+-- them. schedule.places.marks_settle_until_us: a claimer that knew another birth than the
+-- marker (born_key; none on a Cluster) moves the end of the done marks' settle window
+-- (settle_key, µs) to now + MARKS_SETTLE_US at least; a redelivered message's claim within
+-- MARKS_SETTLE_US of the birth, to the birth + MARKS_SETTLE_US at least.
 local function claimer_args(argv, born_key, settle_key)
-  local args, knew = { unpack(argv, 1, #argv - 1) }, num(argv[#argv])
-  if knew == nil or born_key == nil then
+  local args, claimer = { unpack(argv, 1, #argv - 1) }, argv[#argv]
+  local redelivered = string.sub(claimer, 1, 1) == 'r'
+  local knew = num(redelivered and string.sub(claimer, 2) or claimer)
+  if (knew == nil and not redelivered) or born_key == nil then
     return args
   end
   local now = clock_us(args[1])
-  if born_us(born_key, nil, now, true) ~= knew then
-    local till = math.max(now + MARKS_SETTLE_US, num(redis.call('GET', settle_key)) or 0)
+  local born = born_us(born_key, nil, now, true)
+  local till = nil
+  if redelivered and now < born + MARKS_SETTLE_US then
+    till = born + MARKS_SETTLE_US
+  end
+  if knew ~= nil and born ~= knew then
+    till = math.max(now + MARKS_SETTLE_US, till or 0)
+  end
+  if till ~= nil then
+    till = math.max(till, num(redis.call('GET', settle_key)) or 0)
     redis.call('SET', settle_key, fmt(till), 'PX', fmt(math.floor((till - now) / 1000) + 60000))
   end
   return args
