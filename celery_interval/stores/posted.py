@@ -20,6 +20,8 @@ logger = logging.getLogger("celery_interval")
 
 #: Replies a posted line may owe; more means the store stopped answering (the line resets).
 MAX_OWED = 64
+#: How often (seconds) ``settle`` tries again to reach a store it could not.
+SETTLE_RETRY_S = 0.05
 
 
 class PostedLine:
@@ -72,10 +74,13 @@ class PostedLine:
                 raise
 
     def post(self, call: Call) -> None:
-        """Write ``call`` on the prepared connection: never connects, never waits for a reply."""
+        """Write ``call`` on the prepared connection: never connects, never waits for a reply.
+        With none (the store could not be reached as it was prepared), the call is owed: it
+        goes with the next ``settle`` or ``prepare`` that reaches the store."""
         with self._lock:
             if self._conn is None:
-                raise RedisConnectionError("no connection was prepared for this call")
+                self._unsent = [*self._unsent, call][-MAX_OWED:]
+                return
             try:
                 self._write(call)
             except BaseException:
@@ -87,7 +92,8 @@ class PostedLine:
         and send again, on a new connection, what a lost one took along. A mark written on a
         connection the store then cut (or that a proxy dropped) is otherwise sent again only
         with this process's next task: a worker killed before then leaves a copy with no mark.
-        Gives up at once while the store refuses, or cannot be reached (``prepare`` retries)."""
+        Gives up at once while the store refuses; one that cannot be reached is tried again
+        every ``SETTLE_RETRY_S`` until ``timeout_s`` (then ``prepare`` tries again)."""
         deadline_s = time.monotonic() + timeout_s
         with self._lock:
             while (self._owed or self._unsent) and not self._refusing:
@@ -105,8 +111,8 @@ class PostedLine:
                 except (RedisConnectionError, RedisTimeoutError, OSError):
                     connected = self._conn is not None
                     self._reset()
-                    if not connected:
-                        return  # the store cannot be reached now
+                    if not connected:  # the store cannot be reached now
+                        time.sleep(max(0.0, min(SETTLE_RETRY_S, deadline_s - time.monotonic())))
 
     def _write(self, call: Call) -> None:
         script, keys, args = call

@@ -205,10 +205,10 @@ def _not_this_copy(bucket: str, task_id: str, outcome: Outcome) -> NoReturn:
 
 def poster(app: Any, mark: TaskCopy) -> Callable[[], None] | None:
     """Before a start's wait: make the connection for the task's done mark ready, and return
-    what posts the mark (None if the connection could not be made)."""
+    what posts the mark (None without a store). A store out of reach now gets the mark as
+    the body ends (``after_body``) or with this process's next task, once it answers."""
     try:
         store = store_of(app)
-        store.prepare_post()
         dedupe_ttl_us = settings_of(app).dedupe_ttl_us
     except Exception as exc:
         logger.warning(
@@ -218,6 +218,16 @@ def poster(app: Any, mark: TaskCopy) -> Callable[[], None] | None:
             exc,
         )
         return None
+    try:
+        store.prepare_post()
+    except Exception as exc:
+        logger.warning(
+            "interval %s: task %s starts before its done mark can reach the store (%s): "
+            "it goes once the store answers",
+            mark.bucket,
+            mark.task_id,
+            exc,
+        )
     return functools.partial(_post, store, mark, dedupe_ttl_us)
 
 
@@ -231,8 +241,9 @@ def _post(store: Store, mark: TaskCopy, dedupe_ttl_us: int) -> None:
     duplicate; and a task whose worker died before that spin began has no mark, so its copy
     runs. Posting never waits for the store, and goes out during the spin because the write
     wakes redis-server, which may take this CPU for a while. If it fails, the body starts
-    anyway (its claim was granted) without a mark, as a plain Celery task runs: a copy, which
-    exists only if the ack was lost too, would run again.
+    anyway (its claim was granted) and the mark is owed: it goes as the body ends if the store
+    answers within ``SETTLE_S`` (``after_body``), else with this process's next task; a copy
+    of a task whose worker died before (a copy exists only if the ack was lost too) runs again.
     """
     try:
         store.post_done(mark, dedupe_ttl_us)
@@ -252,8 +263,8 @@ SETTLE_S = 1.0
 def after_body(task: Any = None, **_: Any) -> None:
     """``task_postrun``: the body of a task whose pool process posted its done mark ended;
     before the process reports the end, see that the mark reached the store (a connection cut
-    after the post took it along; a worker killed before the process's next task would leave
-    a copy free to run again)."""
+    after the post took it along, or the store was out of reach as the body began; a worker
+    killed before the process's next task would leave a copy free to run again)."""
     request = getattr(task, "request", None)
     if request is None or not request.get(MARK_HEADER) or request.get(START_HEADER) is None:
         return

@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from celery_interval.errors import StoreUnavailable
 from celery_interval.schedule import (
     MARKS_SETTLE_US,
     MAX_LEAD_US,
@@ -385,6 +386,32 @@ def test_a_mark_posted_on_a_connection_the_store_cut_is_settled_as_the_body_ends
         assert other.grant(copy, Pace(I_US)).outcome is Outcome.DUPLICATE
     finally:
         admin.close()
+        server.stop()
+
+
+def test_a_mark_owed_while_the_store_was_out_of_reach_is_settled_as_the_body_ends() -> None:
+    """The store was down as the pool process prepared the mark's connection (its body starts
+    anyway): the mark is owed, and ``settle_post`` as the body ends tries to reach the store
+    until it answers, within its timeout, so another worker's grant finds the mark."""
+    import threading
+
+    from celery_interval.demo.embedded import RedisProc
+
+    server = RedisProc()
+    try:
+        posting = RedisStore.from_url(server.url)
+        copy = TaskCopy("b", "owed", 0)
+        server.kill()
+        with pytest.raises(StoreUnavailable):
+            posting.prepare_post()
+        posting.post_done(copy, 60_000_000)
+        back = threading.Timer(0.3, server.restart)
+        back.start()
+        posting.settle_post(10.0)
+        back.join()
+        other = RedisStore.from_url(server.url)
+        assert other.grant(copy, Pace(I_US)).outcome is Outcome.DUPLICATE
+    finally:
         server.stop()
 
 
