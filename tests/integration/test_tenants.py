@@ -88,9 +88,18 @@ def test_a_flood_never_blocks_other_tenants(make_pool: Any, broker: str, pool_ty
     other_ids = send_tenants(pool, others)
     keys = {key for key, _ in others}
 
-    by_key = wait_for(pool, lambda got: keys <= set(got), timeout_s=30.0)
+    allowed = FLOOD // 3
+
+    def judged(got: dict[str, list[dict[str, Any]]]) -> bool:
+        """Every key started, or the flood took more starts than a new key may wait for: judged
+        by counts on the store's clock, however slowly a loaded machine runs them."""
+        flood_after = sum(1 for r in got.get("a", []) if r["us"] >= sent_us)
+        return keys <= set(got) or flood_after > allowed
+
+    by_key = wait_for(pool, judged, timeout_s=300.0)
     firsts_s = {key: (by_key[key][0]["us"] - sent_us) / 1e6 for key in keys if by_key.get(key)}
-    assert set(firsts_s) == keys, f"keys never started: {sorted(keys - set(firsts_s))}"
+    missing = sorted(keys - set(firsts_s))
+    assert not missing, f"keys not started within {allowed} flood starts: {missing}"
     worst = max(firsts_s.values())
     flood_us = sorted(r["us"] for r in by_key.get("a", []))
     ahead = {
@@ -101,7 +110,6 @@ def test_a_flood_never_blocks_other_tenants(make_pool: Any, broker: str, pool_ty
         f"FIRST START of 51 new keys behind {FLOOD} of key a: worst {worst:.3f}s, "
         f"behind {max(ahead.values())} flood starts"
     )
-    allowed = FLOOD // 3
     assert max(ahead.values()) <= allowed, sorted(ahead.items(), key=lambda kv: -kv[1])[:5]
     shown = celery_cli(pool, "interval", "status", "--match", f"{pool.queue}:a", "--json")
     (flood_row,) = json.loads(shown.stdout)["queues"]
