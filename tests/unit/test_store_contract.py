@@ -25,6 +25,7 @@ from celery_interval.schedule import (
     PLACE_SETTLE_US,
     Claim,
     ClaimTerms,
+    Grant,
     Limit,
     Outcome,
     Pace,
@@ -576,18 +577,26 @@ def test_on_the_stores_own_clocks_slots_follow_and_a_due_claim_starts(
     assert store.status("short", SHORT_US).last_start_us >= g.slot_us
 
 
+def four_granted_the_first_claimed(
+    store: Store, clock: Clock
+) -> tuple[list[TaskCopy], list[Grant], int]:
+    """Four tasks of bucket api granted, the first claimed at its slot: the copies, their
+    grants, and the store's birth its claim carried."""
+    copies = [TaskCopy("api", f"t{i}", 0) for i in (1, 2, 3, 4)]
+    grants = [store.grant(c, Pace(I_US)) for c in copies]
+    wait(clock, grants[0].delay_us)
+    first = store.claim(copies[0], I_US, grants[0].slot, ClaimTerms("w1", LEASE_US))
+    assert first.outcome is Outcome.OK and first.born_us is not None
+    return copies, grants, first.born_us
+
+
 def test_a_claimer_that_saw_an_earlier_birth_holds_new_starts_for_the_marks_to_settle(
     store: Store, clock: Clock
 ) -> None:
     """A claimer that saw another birth (the store lost its state since) opens the done marks'
     settle window when it comes, however long after the birth: for MARKS_SETTLE_US from then
     every new start waits, whoever claims it; later arrivals of such claimers lengthen it."""
-    c1, c2, c3, c4 = (TaskCopy("api", f"t{i}", 0) for i in (1, 2, 3, 4))
-    g1, g2, g3, g4 = (store.grant(c, Pace(I_US)) for c in (c1, c2, c3, c4))
-    wait(clock, g1.delay_us)
-    first = store.claim(c1, I_US, g1.slot, ClaimTerms("w1", LEASE_US))
-    assert first.outcome is Outcome.OK and first.born_us is not None
-    born_us = first.born_us
+    (_, c2, c3, c4), (g1, g2, g3, g4), born_us = four_granted_the_first_claimed(store, clock)
     knew_this = ClaimTerms("w2", LEASE_US, knew_born_us=born_us)
     wait(clock, g2.slot_us - g1.slot_us)
     assert store.claim(c2, I_US, g2.slot, knew_this).outcome is Outcome.OK
@@ -612,12 +621,7 @@ def test_a_redelivered_message_claimed_soon_after_the_birth_holds_new_starts_unt
     worker that has not come back yet, while its claimer (started since) saw no earlier birth:
     its claim within MARKS_SETTLE_US of the birth holds every new start until that long after
     the birth. A first delivery opens nothing, nor a redelivery later than that."""
-    c1, c2, c3, c4 = (TaskCopy("api", f"t{i}", 0) for i in (1, 2, 3, 4))
-    g1, g2, g3, g4 = (store.grant(c, Pace(I_US)) for c in (c1, c2, c3, c4))
-    wait(clock, g1.delay_us)
-    first = store.claim(c1, I_US, g1.slot, ClaimTerms("w1", LEASE_US))
-    assert first.outcome is Outcome.OK and first.born_us is not None
-    born_us = first.born_us
+    (_, c2, c3, c4), (g1, g2, g3, g4), born_us = four_granted_the_first_claimed(store, clock)
     assert clock.now_us < born_us + MARKS_SETTLE_US
     wait(clock, g2.slot_us - g1.slot_us)
     again = ClaimTerms("w2", LEASE_US, redelivered=True)
