@@ -196,10 +196,13 @@ def check_once(records: list[Record], events: Events, verdict: Verdict) -> None:
     for r in records:
         by_job[r["job"]].append(r)
     after_pops: list[str] = []
-    for job, steps in sorted(events.expected.items()):
+    forgotten_last: dict[str, int] = {}  # job → its last step's runs beyond the promise
+    for job, steps in sorted(events.expected.items()):  # a replacer before its "<job>/r"
         died_at = _died_mid_body(by_job[job], events.kills)
         popped = False  # a step was popped: the job's later steps never existed
-        forgotten_runs = 0  # the previous step's runs, beyond the promise: each sent this one
+        # the previous step's runs beyond the promise (a replacement's: its replacer's): each
+        # sent this one
+        forgotten_runs = forgotten_last.get(job.removesuffix("/r"), 0) if job.endswith("/r") else 0
         for step, (task, retries) in enumerate(steps):
             verdict.steps += 1
             key = (job, task, retries)
@@ -239,6 +242,7 @@ def check_once(records: list[Record], events: Events, verdict: Verdict) -> None:
                 popped = True
             else:
                 verdict.lost.append(f"{job} {task} retries={retries}: never ran")
+        forgotten_last[job] = forgotten_runs
     if len(verdict.popped) > events.pops:
         verdict.lost += [f"{p} (more than {events.pops} popped)" for p in verdict.popped]
         verdict.lost += after_pops

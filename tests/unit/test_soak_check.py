@@ -334,6 +334,26 @@ def test_each_run_of_a_forgotten_step_sends_its_own_retry() -> None:
     assert len(verdict.doubled) == 2 and not verdict.forgotten, "no run was forgotten"
 
 
+def test_each_run_of_a_forgotten_replacer_sends_its_own_replacement() -> None:
+    """A replacer that ran twice beyond the promise sent two replacements (job ``<job>/r``),
+    each of which ran once: beyond the promise too."""
+    first = {**start("m", LAYOUT.main, 0), "task": "soak.replacer"}
+    second = {**start("m", LAYOUT.main, 9000), "task": "soak.replacer", "host": "w2@x"}
+    replacements = [
+        {**start("m/r", LAYOUT.main, at_ms), "host": host}
+        for at_ms, host in ((1000, "w3@x"), (9500, "w2@x"))
+    ]
+    records = [first, end(first, 5), second, end(second, 9005)]
+    records += [r for rep in replacements for r in (rep, end(rep, rep["mono"] / MS + 1))]
+    events = Events(expected={"m": [("soak.replacer", 0)], "m/r": [("soak.step", 0)]})
+    events.losses, events.returns = [2000 * MS], [2100 * MS]
+    events.kills = [("w1@x", 1500 * MS)]
+    verdict = check(records, events, LAYOUT.rule)
+    assert not verdict.doubled and len(verdict.forgotten) == 2 and verdict.ok, verdict
+    events.kills = []
+    assert len(check(records, events, LAYOUT.rule).doubled) == 2, "no run was forgotten"
+
+
 def test_a_run_whose_worker_died_before_writing_its_mark_again_is_beyond_the_promise() -> None:
     """The other way round: the store lost its state after the first run began, came back,
     and the run's worker was killed before its next read of the birth (``REMARK_NS``): nothing
