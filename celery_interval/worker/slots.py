@@ -319,8 +319,10 @@ class SlotCycle:
         logger.info(
             "interval %s: task %s %s, dropping duplicate copy", held.bucket, held.request.id, why
         )
+        self._forget(held)
         held.request.request_dict[DROPPED_KEY] = True
-        self._drop(held, ack=True)
+        held.request.acknowledge()
+        self.tickets.fill(held.bucket)
 
     def _wait_for_lease(self, held: Held, left_us: int, then: Callable[[Held], None]) -> None:
         """The task runs under another holder's lease: this copy gives up its place among the
@@ -355,12 +357,6 @@ class SlotCycle:
         self._forget(held)
         self.notify.received(held)
         held.release(held.request)
-
-    def _drop(self, held: Held, *, ack: bool) -> None:
-        self._forget(held)
-        if ack:
-            held.request.acknowledge()
-        self.tickets.fill(held.bucket)
 
     def _forget(self, held: Held) -> None:
         self._full.get(held.bucket, set()).discard(held)

@@ -121,11 +121,14 @@ def test_every_row_runs_exactly_once_across_two_runs(
     store = RedisStore(pool.recorder)
     _done_marks(store, pool.queue, list(ids))
     assert run() == EnqueueCounts(rows=ROWS, partitions=4)
-    deadline = time.monotonic() + 60
+    # however slowly a loaded machine drops them: until all are, or none more for 30 s
+    idle_until = time.monotonic() + 30
     dropped: set[str] = set()
-    while len(dropped) < ROWS and time.monotonic() < deadline:
+    while len(dropped) < ROWS and time.monotonic() < idle_until:
         ops = _ledger_ops(pool.recorder, pool.queue)
-        dropped = {t for op, t in ops if op == "grant:DUPLICATE"}
+        before, dropped = len(dropped), {t for op, t in ops if op == "grant:DUPLICATE"}
+        if len(dropped) > before:
+            idle_until = time.monotonic() + 30
         time.sleep(0.5)
     assert dropped == set(ids), f"{len(dropped)} of {ROWS} re-sent tasks dropped at grant"
     time.sleep(1.0)  # anything that wrongly ran would have recorded by now

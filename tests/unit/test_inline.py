@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import re
 import threading
 import time
 from typing import Any
@@ -44,15 +45,17 @@ def test_a_wait_past_the_timeout_raises_at_once_and_takes_no_ticket(
     store = store_of(app)
     for i in range(20):  # a backlog of tasks two seconds deep
         store.grant(TaskCopy("api", f"t{i}", 0), Pace(round(INTERVAL_S * 1e6)))
-    begun = time.monotonic()
+    # "no ticket was taken" is said only by a refusal at its first grant, before any wait;
+    # how far the start is depends on how long a loaded machine took to grant the backlog
     with (
         pytest.raises(
-            SlotTimeout, match=r"interval api: the next start is 2\.\d+s away.*no ticket"
-        ),
+            SlotTimeout, match=r"the next start is (\d+\.\d+)s away.*no ticket"
+        ) as refused,
         slot(app, "api", timeout_s=0.5),
     ):
         pytest.fail("the block ran")
-    assert time.monotonic() - begun < 0.4, "it waited instead of refusing at once"
+    away_s = float(re.search(r"(\d+\.\d+)s away", str(refused.value)).group(1))  # type: ignore[union-attr]
+    assert away_s > 0.5
     assert store.status("api", round(INTERVAL_S * 1e6)).ticket == 20
 
 
