@@ -8,6 +8,7 @@ from typing import Any
 import redis
 
 from celery_interval.config.table import KEY_PREFIX
+from celery_interval.placement import SEND_SHIFT
 from celery_interval.stores.keys import ledger_key
 
 #: A task admitted to a worker this close to its SIGKILL may have died as its body began
@@ -59,13 +60,24 @@ def died_as_they_began(ledger: Ledger, kill_windows_us: list[tuple[str, int, int
     return found
 
 
+def retries_in(entry: dict[str, str]) -> int:
+    """A ledger entry's retries: its ``r`` holds the send's code above them
+    (``placement.SEND_SHIFT``), the bodies' records only the retries."""
+    return int(entry["r"]) & ((1 << SEND_SHIFT) - 1)
+
+
+def in_ledger(ledger: Ledger) -> set[tuple[str, int]]:
+    """(task id, retries) of each message the ledger names."""
+    return {(e["task"], retries_in(e)) for e in ledger.values() if "task" in e and "r" in e}
+
+
 def resent_unseen(ledger: Ledger) -> set[tuple[str, int]]:
     """(task id, retries) whose last entry, in stream order, is a throttle: no worker took a
     ticket for the copy its worker sent again."""
     last: dict[tuple[str, int], str] = {}
     for _key, e in sorted(ledger.items(), key=lambda kv: _order(kv[0][1])):
         if "task" in e and "r" in e:
-            last[(e["task"], int(e["r"]))] = e.get("op", "")
+            last[(e["task"], retries_in(e))] = e.get("op", "")
     return {key for key, op in last.items() if op == "throttle"}
 
 

@@ -32,6 +32,7 @@ from tests.helpers.soak_faults import schedule as make_schedule
 from tests.helpers.soak_ledger import (
     Ledger,
     died_as_they_began,
+    in_ledger,
     read_ledgers,
     resent_unseen,
     throttles,
@@ -394,7 +395,7 @@ class Soak:
         self.events.throttles = throttles(self.ledger, self.wall_offset_ns)
         self.events.wall_offset_ns = self.wall_offset_ns
         self.events.excused_ids = died_as_they_began(self.ledger, self.kill_windows_us)
-        self.events.in_ledger = {(e["task"], int(e["r"])) for e in self.ledger.values() if "r" in e}
+        self.events.in_ledger = in_ledger(self.ledger)
         self.events.resent_unseen = resent_unseen(self.ledger)
         # a message back in the broker after a lost connection may be popped as a worker dies
         self.events.received = held_at_the_end(

@@ -438,3 +438,21 @@ def test_the_soak_waits_while_records_keep_coming_however_slow_its_check() -> No
     finally:
         soak_run.time.monotonic, soak_run.time.sleep = saved
     assert len(checks) == 7, "checked at each growing count; ended at the first unchanged one"
+
+
+def test_the_ledger_names_messages_by_their_retries_not_their_send_code() -> None:
+    """A ledger entry's ``r`` carries its send's code above the retries; the bodies' records
+    carry only the retries: a throttled task's copy no worker took a ticket for is found by
+    (task id, retries), as the checker looks it up."""
+    from celery_interval.placement import SEND_SHIFT
+    from tests.helpers.soak_ledger import in_ledger, resent_unseen
+
+    r = str((834546636 << SEND_SHIFT) | 0)
+    ledger = {
+        ("q", b"1-0"): {"op": "claim:OK", "task": "h", "r": r},
+        ("q", b"2-0"): {"op": "throttle", "task": "h", "r": r},
+        ("q", b"3-0"): {"op": "throttle", "task": "k", "r": r},
+        ("q", b"4-0"): {"op": "grant:OK", "task": "k", "r": r},
+    }
+    assert resent_unseen(ledger) == {("h", 0)}
+    assert in_ledger(ledger) == {("h", 0), ("k", 0)}
