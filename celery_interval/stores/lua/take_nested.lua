@@ -3,8 +3,8 @@
 -- KEYS as outer.lua's. ARGV[1..19] as take.lua's (an interactive share, ARGV[19], does not
 -- apply), ARGV[20] the outer's interval_us, ARGV[21] its burst, ARGV[22] its extra limits,
 -- ARGV[23] and ARGV[24] the bucket's weight and name in the outer's fair share ('': none).
--- The last ARGV, as take.lua's: the claimer (lib.lua's claimer_args) (KEYS[8]: the settle window's end,
--- as KEYS[6] of take.lua). Returns take.lua's reply; grant's
+-- The last ARGV, as take.lua's: the claimer (lib.lua's claimer_args; KEYS[8]: the settle
+-- window's end, as KEYS[6] of take.lua). Returns take.lua's reply; grant's
 -- paused is 1 also while the outer is paused (then no claim is made).
 local argv = claimer_args(ARGV, KEYS[7], KEYS[8])
 local now = fmt(clock_us(argv[1]))
