@@ -202,7 +202,7 @@ def check_once(records: list[Record], events: Events, verdict: Verdict) -> None:
         popped = False  # a step was popped: the job's later steps never existed
         # the previous step's runs beyond the promise (a replacement's: its replacer's): each
         # sent this one
-        forgotten_runs = forgotten_last.get(job.removesuffix("/r"), 0) if job.endswith("/r") else 0
+        forgotten_runs = forgotten_last.get(job.removesuffix("/r"), 0)  # a job's own: none yet
         for step, (task, retries) in enumerate(steps):
             verdict.steps += 1
             key = (job, task, retries)
