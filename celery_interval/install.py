@@ -23,9 +23,9 @@ def install(app: Any) -> None:
 
     import celery_interval.worker.control  # noqa: F401  (registers the control commands)
     from celery_interval.headers import stamp_send
-    from celery_interval.worker import started
     from celery_interval.worker.banner import extend_banner
     from celery_interval.worker.bootstep import IntervalStep
+    from celery_interval.worker.process import started
 
     app.steps["consumer"].add(IntervalStep)
     worker_process_init.connect(

@@ -16,7 +16,7 @@ from celery_interval.errors import ConfigurationError, UnknownBucket, short_repr
 from celery_interval.headers import BUCKET_HEADER, COST_HEADER, START_HEADER
 from celery_interval.placement import PACED_STRATEGY, Arrival, bucket_of, own_of
 from celery_interval.throttled import Throttled
-from celery_interval.worker import resend, started, throttling
+from celery_interval.worker.process import resend, started, throttling
 
 __all__ = ["IntervalTask"]
 

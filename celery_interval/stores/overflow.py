@@ -12,14 +12,14 @@ import celery_interval.stores.keys as keys
 __all__ = [
     "MemoryOverflowIndex",
     "OverflowIndex",
-    "Parking",
+    "ParkedBucket",
     "RedisOverflowIndex",
     "overflow_index_for",
 ]
 
 
 @dataclass(frozen=True)
-class Parking:
+class ParkedBucket:
     """One bucket with parked tasks: its queue, and the index's change count when it was read
     (a bucket found empty is dropped only if nobody parked into it since)."""
 
@@ -39,7 +39,7 @@ class OverflowIndex(Protocol):
         """Mark each member as holding parked tasks (due now unless already listed)."""
         ...
 
-    def due(self, limit: int) -> list[Parking]:
+    def due(self, limit: int) -> list[ParkedBucket]:
         """Up to ``limit`` members due now, soonest first."""
         ...
 
@@ -162,9 +162,11 @@ class RedisOverflowIndex:
         if members:
             self._call("park", _PARK, [member_of(q, b) for q, b in members])
 
-    def due(self, limit: int) -> list[Parking]:
+    def due(self, limit: int) -> list[ParkedBucket]:
         reply = self._call("due", _DUE, [max(1, limit)])
-        return [Parking(*_split(m), int(c)) for m, c in zip(reply[::2], reply[1::2], strict=True)]
+        return [
+            ParkedBucket(*_split(m), int(c)) for m, c in zip(reply[::2], reply[1::2], strict=True)
+        ]
 
     def changes(self, queue: str, bucket: str) -> int:
         with self._store.guard("overflow changes"):
@@ -207,11 +209,11 @@ class MemoryOverflowIndex:
                 self._due_us.setdefault(member, self._now_us())
                 self._changes[member] = self._changes.get(member, 0) + 1
 
-    def due(self, limit: int) -> list[Parking]:
+    def due(self, limit: int) -> list[ParkedBucket]:
         now_us = self._now_us()
         with self._lock:
             ready = sorted((d, m) for m, d in self._due_us.items() if d <= now_us)[: max(1, limit)]
-            return [Parking(*_split(m), self._changes.get(m, 0)) for _, m in ready]
+            return [ParkedBucket(*_split(m), self._changes.get(m, 0)) for _, m in ready]
 
     def changes(self, queue: str, bucket: str) -> int:
         with self._lock:

@@ -12,8 +12,8 @@ from celery_interval.config import Settings
 from celery_interval.headers import CLAIM_HEADER, MARK_HEADER, START_HEADER, STORE_START_HEADER
 from celery_interval.stores.base import ClaimArgs, TaskCopy
 from celery_interval.throttled import Throttled
-from celery_interval.worker.brokerloss import ack_through
-from celery_interval.worker.started import missed_after_ns
+from celery_interval.worker.broker.brokerloss import ack_through
+from celery_interval.worker.process.started import missed_after_ns
 
 __all__ = ["DROPPED_KEY", "SENT_PLAIN", "THROTTLED_KEY", "body_ended", "throttled_run", "track_ack"]
 
@@ -87,9 +87,9 @@ def track_ack(req: Any, service: Any, copy: TaskCopy, acks_late: bool) -> None:
     A process that takes it after the start claims a new one and may wait for it: that ack
     waits for the body's end (``ACK_AT_END_KEY``), for the same reason.
     A task released with ``MARK_HEADER`` gets its mark from the pool process, posted as the
-    body starts (``worker.started``). A mark here too would cost a script call per task and add
-    nothing, except where a sent ack never reached the broker: there it would drop the copy of
-    a task whose body had not begun.
+    body starts (``worker.process.started``). A mark here too would cost a script call per
+    task and add nothing, except where a sent ack never reached the broker: there it would
+    drop the copy of a task whose body had not begun.
 
     Without it (a store that posts no marks: a Cluster), the mark of an ordinary task waits
     for the body's end (``body_ended``): its pool process, reaching the task after the start

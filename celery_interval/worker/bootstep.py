@@ -9,19 +9,19 @@ from celery import bootsteps
 
 from celery_interval.placement import is_paced
 from celery_interval.stores import mask_url
-from celery_interval.worker import started
-from celery_interval.worker.brokerloss import (
+from celery_interval.worker.broker.brokerloss import (
     BrokerWatch,
     install_pop_rescue,
     install_restore_fix,
 )
+from celery_interval.worker.broker.delivery import consumed_queue, stamp_consumed_queues
+from celery_interval.worker.broker.overflow_queues import ConsumerBroker
+from celery_interval.worker.broker.timeouts import warn_broker_timeouts
+from celery_interval.worker.broker.visibility import VisibilityRefresh, short_sweep_lock
 from celery_interval.worker.consumer import service_for
-from celery_interval.worker.delivery import consumed_queue, stamp_consumed_queues
 from celery_interval.worker.hubtimers import poll_until_next_timer
-from celery_interval.worker.parking import ConsumerBroker
+from celery_interval.worker.process import started
 from celery_interval.worker.strategy import interval_strategy
-from celery_interval.worker.timeouts import warn_broker_timeouts
-from celery_interval.worker.visibility import VisibilityRefresh, short_sweep_lock
 
 __all__ = ["IntervalStep"]
 
@@ -122,8 +122,8 @@ class IntervalStep(bootsteps.StartStopStep):
             self.visibility = VisibilityRefresh(c.timer)
         self.visibility.start(c.task_consumer.channel)
         paced = _pace_other_tasks(c, set(settings.queues_us))
-        if service.overflow is not None:
-            service.overflow.start(ConsumerBroker(c))
+        if service.parking is not None:
+            service.parking.start(ConsumerBroker(c))
         if not self.announced:  # once per worker, not per reconnect
             self.announced = True
             queues = ", ".join(f"{q}={us / 1e6:g}s" for q, us in sorted(settings.queues_us.items()))

@@ -8,12 +8,14 @@ import time
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from celery_interval.config import Settings
 from celery_interval.schedule import Limits
 from celery_interval.worker.held import Held
-from celery_interval.worker.overflow import Overflow
+
+if TYPE_CHECKING:
+    from celery_interval.worker.broker.parking import Parking
 
 __all__ = ["BucketStats", "Holding"]
 
@@ -50,7 +52,6 @@ class Holding:
         qos: Callable[[], Any],
         stop_queue: Callable[[str], None],
         resume_queue: Callable[[str], None],
-        overflow: Overflow | None,
     ) -> None:
         self.settings = settings
         self._qos = qos
@@ -61,12 +62,21 @@ class Holding:
         self.stats: dict[str, BucketStats] = defaultdict(BucketStats)
         self.stopped: set[str] = set()
         self.latest_due_ns: dict[str, int] = {}
-        self.overflow = overflow
+        #: Set by the service when parking is on: told when a held task leaves.
+        self.parking: Parking | None = None
         #: By queue: its buckets holding more than half ``max_held`` (they keep it stopped).
         self._crowded: dict[str, set[str]] = defaultdict(set)
         #: By queue: a max-heap of (-due_ns, bucket); entries whose bucket holds nothing or
         #: has a later due are stale and dropped as they reach the top.
         self._dues: dict[str, list[tuple[int, str]]] = defaultdict(list)
+
+    def held_in(self, bucket: str) -> int:
+        """How many tasks of ``bucket`` this worker holds."""
+        return len(self.held.get(bucket, ()))
+
+    def held_total(self) -> int:
+        """How many tasks this worker holds in all."""
+        return self.count
 
     def add(self, held: Held) -> None:
         """Hold ``held``: its message stays unacked, so the prefetch makes room for it."""
@@ -91,8 +101,8 @@ class Holding:
             if not items:
                 self._prune(held.bucket)
                 emptied = True
-            if self.overflow is not None:
-                self.overflow.left(held.queue, held.bucket)
+            if self.parking is not None:
+                self.parking.left(held.queue, held.bucket)
         self.apply_caps(held.queue, held.bucket)
         return emptied
 
@@ -136,7 +146,7 @@ class Holding:
         cap; resuming reads the queue's crowded buckets and its latest start."""
         if not queue:
             return
-        if self.overflow is not None and self.overflow.active:
+        if self.parking is not None and self.parking.active:
             if queue in self.stopped:  # stopped while parking was out
                 self.stopped.discard(queue)
                 self._resume_queue(queue)

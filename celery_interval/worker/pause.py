@@ -11,7 +11,7 @@ from celery_interval.errors import StoreError
 from celery_interval.schedule.outer import status_nested
 from celery_interval.stores.base import Store
 from celery_interval.worker.held import Held, HeldState
-from celery_interval.worker.outage import StoreOutage
+from celery_interval.worker.store.outage import StoreOutage
 from celery_interval.worker.timer import cancel
 
 __all__ = ["PausedTasks"]

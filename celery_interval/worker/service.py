@@ -11,18 +11,17 @@ from typing import Any
 from celery_interval.config import Settings
 from celery_interval.stores.base import Store
 from celery_interval.stores.overflow import OverflowIndex
-from celery_interval.worker.done import DoneMarks
+from celery_interval.worker.broker.overflow_queues import log_trail
+from celery_interval.worker.broker.parking import Parking
 from celery_interval.worker.held import Held
 from celery_interval.worker.holding import Holding
-from celery_interval.worker.leases import Leases
 from celery_interval.worker.notify import Notify, iso_of
-from celery_interval.worker.outage import StoreOutage
-from celery_interval.worker.overflow import Overflow
-from celery_interval.worker.parking import log_trail
-from celery_interval.worker.pause import PausedTasks
-from celery_interval.worker.places import RunningPlaces
-from celery_interval.worker.slots import SlotCycle
+from celery_interval.worker.slots import SlotCycle, SlotParts
 from celery_interval.worker.stats import interval_stats
+from celery_interval.worker.store.done import DoneMarks
+from celery_interval.worker.store.leases import Leases
+from celery_interval.worker.store.outage import StoreOutage
+from celery_interval.worker.store.places import RunningPlaces
 from celery_interval.worker.timer import cancel
 
 __all__ = ["IntervalService"]
@@ -33,7 +32,7 @@ logger = logging.getLogger("celery_interval.worker")
 class IntervalService:
     """Plain object behind the bootstep: no I/O of its own beyond the store and the timer.
 
-    It parks what this worker cannot hold (``overflow``), holds the rest (``holding``) and takes
+    It parks what this worker cannot hold (``parking``), holds the rest (``holding``) and takes
     each held task through its slot (``slots``); ``paused``, ``done``, ``leases`` and ``outage``
     keep what a claim, an ack or a failed store call leaves behind.
     """
@@ -62,42 +61,23 @@ class IntervalService:
         #: Channels lost so far: a message that waits for a retry from before the last one went
         #: back to the broker with its channel.
         self.connection_losses = 0
-        self.overflow: Overflow | None = None
+        self.holding = Holding(settings, qos, stop_queue, resume_queue)
+        self.parking: Parking | None = None
         if overflow_index is not None and settings.overflow:
-            self.overflow = Overflow(
-                settings,
-                overflow_index,
-                timer,
-                held_count=lambda bucket: len(self.holding.held.get(bucket, ())),
-                held_total=lambda: self.holding.count,
-                hold=self.receive,
-                qos=qos,
+            self.parking = Parking(
+                settings, overflow_index, timer, self.holding, hold=self.receive, qos=qos
             )
-        self.holding = Holding(settings, qos, stop_queue, resume_queue, self.overflow)
-        self.outage = StoreOutage(
-            settings.retry_max_s,
-            lambda: sum(len(v) for v in self.holding.held.values()),
-            timer,
-        )
+            self.holding.parking = self.parking
+        self.outage = StoreOutage(settings.retry_max_s, self.holding.held_total, timer)
         self.done = DoneMarks(settings, store, timer, self.outage)
         self.leases = Leases(settings, store, timer, self.outage)
         self.places = RunningPlaces(settings, store, timer, self.outage)
-        self.paused = PausedTasks(
-            settings, store, timer, self.outage, due=lambda held: self.slots.due(held)
-        )
-        self.slots = SlotCycle(
-            settings,
-            store,
-            timer,
-            pool_slots,
-            self.holding,
-            self.paused,
-            self.done,
-            self.leases,
-            self.outage,
-            notify=self.notify,
-            places=self.places,
-        )
+        parts = SlotParts(
+            settings, store, timer, self.holding, self.done, self.leases, self.outage,
+            self.places, self.notify,
+        )  # fmt: skip
+        self.slots = SlotCycle(parts, pool_slots)
+        self.paused = self.slots.paused
 
     def receive(self, held: Held) -> None:
         """Take a new message: raise prefetch for it, queue it for a ticket (an ETA or countdown
@@ -109,7 +89,7 @@ class IntervalService:
             self.holding.add(held)
             self.slots.grant(held)
             return
-        if self.overflow is not None and self.overflow.parks(held):
+        if self.parking is not None and self.parking.parks(held):
             return
         self.holding.add(held)
         self.slots.admit(held)
@@ -163,8 +143,8 @@ class IntervalService:
         self.paused.clear()
         self.slots.clear()
         self.holding.clear()
-        if self.overflow is not None:
-            self.overflow.stop()
+        if self.parking is not None:
+            self.parking.stop()
         if dropped:
             logger.warning(
                 "interval: connection lost, %d held task(s) return to the broker", len(dropped)
@@ -230,4 +210,4 @@ class IntervalService:
     ) -> dict[str, Any]:
         """Per-bucket figures for ``inspect interval_stats`` (see ``stats.interval_stats``)."""
         running = self.places.by_bucket()
-        return interval_stats(self.holding, self.overflow, running, top, match, buckets, tasks)
+        return interval_stats(self.holding, self.parking, running, top, match, buckets, tasks)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from celery_interval.config import Settings
@@ -21,22 +22,22 @@ from celery_interval.headers import (
 from celery_interval.schedule import Claim, Grant, Outcome, Pace
 from celery_interval.stores.base import DoneBatch, Store, TaskCopy
 from celery_interval.worker.acks import DROPPED_KEY
-from celery_interval.worker.births import Births
 from celery_interval.worker.clock import StoreClock
-from celery_interval.worker.done import DoneMarks
 from celery_interval.worker.held import Held, HeldState
 from celery_interval.worker.holding import Holding
-from celery_interval.worker.leases import Leases
 from celery_interval.worker.notify import Notify
-from celery_interval.worker.outage import StoreOutage
 from celery_interval.worker.pause import PausedTasks
-from celery_interval.worker.places import RunningPlaces
 from celery_interval.worker.pool import POOL_POLL_S, Pool
-from celery_interval.worker.started import lead_for, spin_ns_for
+from celery_interval.worker.process.started import lead_for, spin_ns_for
+from celery_interval.worker.store.births import Births
+from celery_interval.worker.store.done import DoneMarks
+from celery_interval.worker.store.leases import Leases
+from celery_interval.worker.store.outage import StoreOutage
+from celery_interval.worker.store.places import RunningPlaces
 from celery_interval.worker.tickets import Tickets
 from celery_interval.worker.timer import cancel
 
-__all__ = ["SlotCycle"]
+__all__ = ["SlotCycle", "SlotParts"]
 
 logger = logging.getLogger("celery_interval.worker")
 
@@ -44,44 +45,41 @@ logger = logging.getLogger("celery_interval.worker")
 HELD_RECHECK_S = 1.0
 
 
+@dataclass(frozen=True)
+class SlotParts:
+    """What the slot cycle works with, made by its service: the store and the worker's records."""
+
+    settings: Settings
+    store: Store
+    timer: Any
+    holding: Holding
+    done: DoneMarks
+    leases: Leases
+    outage: StoreOutage
+    places: RunningPlaces
+    notify: Notify
+
+
 class SlotCycle:
     """Takes each held task through its ticket (a grant), its claim at the slot and its start
     in the pool, with the outcomes between: a wait, a pause, another holder's lease, a new
-    ticket, a duplicate dropped. It owns the tickets, the pool's queue and the store clock."""
+    ticket, a duplicate dropped. It owns the tickets, the pool's queue, the store clock and
+    the tasks waiting out a pause."""
 
-    def __init__(
-        self,
-        settings: Settings,
-        store: Store,
-        timer: Any,
-        pool_slots: Callable[[], int],
-        holding: Holding,
-        paused: PausedTasks,
-        done: DoneMarks,
-        leases: Leases,
-        outage: StoreOutage,
-        *,
-        notify: Notify,
-        places: RunningPlaces,
-    ) -> None:
-        self.settings = settings
-        self.store = store
-        self.timer = timer
-        self.holding = holding
-        self.paused = paused
-        self.done = done
-        self.leases = leases
-        self.outage = outage
-        self.notify = notify
-        self.places = places
+    def __init__(self, parts: SlotParts, pool_slots: Callable[[], int]) -> None:
+        self.settings, self.store, self.timer = parts.settings, parts.store, parts.timer
+        self.holding, self.done, self.leases = parts.holding, parts.done, parts.leases
+        self.outage, self.places, self.notify = parts.outage, parts.places, parts.notify
+        #: Tasks whose claim found their bucket paused, claimed again as it resumes.
+        self.paused = PausedTasks(self.settings, self.store, self.timer, self.outage, due=self.due)
         self.clock = StoreClock()
-        self.births = Births(done, store, timer)
+        self.births = Births(self.done, self.store, self.timer)
         self._epochs: dict[str, int] = {}
         #: Tasks whose claim found their capped bucket FULL, by bucket: the first claims again
         #: at once when a body of the bucket ends here.
         self._full: dict[str, set[Held]] = {}
-        self.pool = Pool(timer, pool_slots, claim=self._claim)
-        self.tickets = Tickets(timer, self.pool, grant=self.grant, forget=self._forget)
+        self.pool = Pool(self.timer, pool_slots, claim=self._claim)
+        self.tickets = Tickets(self.timer, self.pool, grant=self.grant, forget=self._forget)
 
     def admit(self, held: Held) -> None:
         """Queue a newly held task for a ticket (an ETA or countdown task once it is due)."""

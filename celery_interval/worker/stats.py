@@ -8,15 +8,15 @@ from fnmatch import fnmatchcase
 from typing import Any
 
 from celery_interval.config.values import limit_dict
+from celery_interval.worker.broker.parking import Parking
 from celery_interval.worker.holding import Holding
-from celery_interval.worker.overflow import Overflow
 
 __all__ = ["interval_stats"]
 
 
 def interval_stats(
     holding: Holding,
-    overflow: Overflow | None,
+    parking: Parking | None,
     running: Counter[str],
     top: int,
     match: str | None,
@@ -59,6 +59,6 @@ def interval_stats(
         }
     out["_buckets_total"] = len(names)
     out["_queues_stopped"] = sorted(holding.stopped)
-    if overflow is not None:
-        out["_overflow"] = overflow.snapshot()
+    if parking is not None:
+        out["_overflow"] = parking.snapshot()
     return out

@@ -25,10 +25,10 @@ from celery_interval.headers import (
 from celery_interval.placement import Arrival, own_of, placement_of
 from celery_interval.stores.base import TaskCopy
 from celery_interval.worker.acks import THROTTLED_KEY, body_ended, throttled_run, track_ack
+from celery_interval.worker.broker.delivery import consumed_queue, taken_back
 from celery_interval.worker.consumer import service_for
-from celery_interval.worker.delivery import consumed_queue, taken_back
 from celery_interval.worker.held import Held
-from celery_interval.worker.outage import FIRST_BACKOFF_S
+from celery_interval.worker.store.outage import FIRST_BACKOFF_S
 
 __all__ = ["interval_strategy"]
 

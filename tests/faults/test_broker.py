@@ -22,7 +22,7 @@ from kombu import Connection, Consumer, Queue
 
 from celery_interval.buckets import overflow_queue_name
 from celery_interval.demo.embedded import RedisProc
-from celery_interval.worker.brokerloss import BrokerWatch, ack_through, restore_bug_present
+from celery_interval.worker.broker.brokerloss import BrokerWatch, ack_through, restore_bug_present
 from tests.helpers.assertions import (
     assert_claims_spaced,
     assert_exactly_once,

@@ -49,7 +49,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from celery_interval.worker.births import LOOK_S
+from celery_interval.worker.store.births import LOOK_S
 from tests.helpers.soak_config import Rule
 
 MAX_LEAD_NS = 20_000_000

@@ -12,7 +12,7 @@ import sys
 import time
 from types import FrameType
 
-from celery_interval.worker.started import spin_ns_for, wait_until
+from celery_interval.worker.process.started import spin_ns_for, wait_until
 
 FLUSH_EVERY = 25
 

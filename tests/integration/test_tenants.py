@@ -301,7 +301,7 @@ def test_a_dead_workers_parked_tasks_are_found_after_the_store_forgot_them(
     """The worker that parked a flood is killed, then the store restarts empty (its overflow
     index gone): no live worker knows the bucket, yet a fresh worker finds the parked tasks
     (through the broker's overflow directory, or through the held tasks the broker gives back,
-    whichever comes first: ``test_overflow.py`` covers the directory alone) and runs every task
+    whichever comes first: ``test_parking.py`` covers the directory alone) and runs every task
     once (but for one whose body
     began as the worker died: lost to Celery's early ack, or run again once its done mark was
     lost with the store; on a Redis broker, the one message it had popped and not yet

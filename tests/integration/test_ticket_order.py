@@ -18,7 +18,7 @@ from celery_interval.testing import (
     ledger_starts,
     start_interval_worker,
 )
-from celery_interval.worker import started
+from celery_interval.worker.process import started
 
 pytestmark = pytest.mark.slow
 

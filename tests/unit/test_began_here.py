@@ -10,9 +10,9 @@ from celery import Celery
 
 from celery_interval.config import settings_of
 from celery_interval.stores.base import TaskCopy
-from celery_interval.worker import done
-from celery_interval.worker.births import Births
-from celery_interval.worker.done import DoneMarks
+from celery_interval.worker.store import done
+from celery_interval.worker.store.births import Births
+from celery_interval.worker.store.done import DoneMarks
 from tests.helpers.fakes import Timer
 
 

@@ -13,7 +13,7 @@ from celery_interval.app_store import store_of
 from celery_interval.schedule import PLACE_SETTLE_US, ClaimTerms, Outcome, Pace
 from celery_interval.stores.base import ClaimArgs, TaskCopy
 from celery_interval.stores.memory import MemoryStore
-from celery_interval.worker import started
+from celery_interval.worker.process import started
 from tests.helpers.fakeclock import Clock
 
 I_US = 20_000

@@ -35,7 +35,6 @@ def _holding(max_held: int = 4, max_ahead_s: float = 10.0) -> tuple[Holding, lis
         lambda: qos,
         lambda queue: calls.append(f"stop {queue}"),
         lambda queue: calls.append(f"resume {queue}"),
-        None,
     )
     return holding, calls
 

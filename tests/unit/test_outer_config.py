@@ -107,7 +107,7 @@ def test_a_cost_above_the_outer_burst_is_refused() -> None:
 def test_a_tenants_starts_are_paced_by_its_outer_when_it_is_slower() -> None:
     """A pool process reaching a 1 ms tenant's start late counts as missed only past a tenth
     of its account's 40 ms (4 ms, at most 3 ms), not of its own 1 ms."""
-    from celery_interval.worker.started import missed_after_ns
+    from celery_interval.worker.process.started import missed_after_ns
 
     settings = settings_of(_app(**{"api:*": {"interval": 0.001, "outer": "api"}}))
     assert settings.pace_us("api:acme", 1_000) == 40_000

@@ -8,8 +8,8 @@ from celery import Celery
 from celery_interval.config import settings_of
 from celery_interval.stores.memory import MemoryStore
 from celery_interval.worker.held import Held
-from celery_interval.worker.outage import StoreOutage
 from celery_interval.worker.pause import PausedTasks
+from celery_interval.worker.store.outage import StoreOutage
 from tests.helpers.fakeclock import Clock
 from tests.helpers.fakes import Timer
 

@@ -11,8 +11,8 @@ from celery_interval.schedule import PLACE_SETTLE_US, ClaimTerms, Outcome, Pace
 from celery_interval.stores.base import TaskCopy
 from celery_interval.stores.memory import MemoryStore
 from celery_interval.worker.held import Held
-from celery_interval.worker.outage import StoreOutage
-from celery_interval.worker.places import RunningPlaces
+from celery_interval.worker.store.outage import StoreOutage
+from celery_interval.worker.store.places import RunningPlaces
 from tests.helpers.fakeclock import Clock
 from tests.helpers.fakes import Timer, fire_soonest, held_copy, make_service
 

@@ -14,8 +14,8 @@ from celery_interval.app_store import store_of
 from celery_interval.headers import CLAIM_HEADER, MARK_HEADER, SPIN_HEADER, START_HEADER
 from celery_interval.schedule import ClaimTerms, Pace
 from celery_interval.stores.base import ClaimArgs, TaskCopy
-from celery_interval.worker import started
-from celery_interval.worker.started import wait_until
+from celery_interval.worker.process import started
+from celery_interval.worker.process.started import wait_until
 
 #: Generous, so a descheduled test process does not pass for the order under test.
 SPIN_NS = 40_000_000

@@ -285,7 +285,7 @@ def test_a_pool_process_claiming_again_waits_out_a_refusal(
 
     from celery_interval.app_store import store_of
     from celery_interval.stores.base import ClaimArgs
-    from celery_interval.worker import started as started_mod
+    from celery_interval.worker.process import started as started_mod
 
     app = Celery("claim_again", set_as_current=False)
     app.conf.interval_store_url = limited
@@ -333,7 +333,7 @@ def test_a_posted_done_mark_the_store_refused_is_posted_again(
 def throttled_while_refused(
     client: redis.Redis[Any], url: str, headers: dict[str, Any]
 ) -> tuple[dict[str, Any], Any]:
-    """Run ``worker.throttling.throttled`` for a real task's body (its request carrying
+    """Run ``worker.process.throttling.throttled`` for a real task's body (its request carrying
     ``headers``, as a worker's does) that raised ``Throttled(2.0)`` while the store refuses
     every script: the options of the copy it published (to an in-memory broker, its headers
     stamped as ``before_task_publish`` does), and the ``Retry`` it raised."""
@@ -343,7 +343,7 @@ def throttled_while_refused(
 
     from celery_interval.headers import CLAIM_HEADER, stamp_send
     from celery_interval.stores.base import ClaimArgs
-    from celery_interval.worker.throttling import throttled
+    from celery_interval.worker.process.throttling import throttled
 
     app = Celery("throttle", set_as_current=False, broker="memory://")
     app.conf.interval_store_url = url
@@ -408,7 +408,7 @@ def test_refusals_between_answers_log_one_refusal_and_one_end() -> None:
     """Out of memory, Redis runs the scripts whose first write frees memory: answers and
     refusals alternate. One line as it starts, one once nothing failed for QUIET_S."""
     from celery_interval.errors import StoreRefused
-    from celery_interval.worker.outage import StoreOutage
+    from celery_interval.worker.store.outage import StoreOutage
 
     timer = Timer()
     outage = StoreOutage(5.0, lambda: 3, timer)

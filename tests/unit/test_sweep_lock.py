@@ -13,7 +13,7 @@ import redis
 from celery import Celery
 
 from celery_interval.demo.embedded import RedisProc
-from celery_interval.worker.visibility import UNACKED_MUTEX_EXPIRE_S, short_sweep_lock
+from celery_interval.worker.broker.visibility import UNACKED_MUTEX_EXPIRE_S, short_sweep_lock
 
 #: A message is visible again (restorable) this long after its delivery.
 VISIBILITY_S = 1.0

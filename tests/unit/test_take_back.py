@@ -1,5 +1,5 @@
 """Taking a parked copy back from a Redis broker: one step, so a broker that dies in it loses
-nothing (``worker.redis_take``), on a private durable redis-server."""
+nothing (``worker.broker.redis_take``), on a private durable redis-server."""
 
 from __future__ import annotations
 
@@ -15,8 +15,8 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 
 from celery_interval.buckets import overflow_queue_name
 from celery_interval.demo.embedded import RedisProc
-from celery_interval.worker import brokerloss
-from celery_interval.worker.parking import ConsumerBroker
+from celery_interval.worker.broker import brokerloss
+from celery_interval.worker.broker.overflow_queues import ConsumerBroker
 
 NAME = overflow_queue_name("api", "api")
 

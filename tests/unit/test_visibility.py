@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 import redis
 
-from celery_interval.worker.visibility import VisibilityRefresh, refresh_every_s
+from celery_interval.worker.broker.visibility import VisibilityRefresh, refresh_every_s
 from tests.helpers.fakes import Timer
 
 

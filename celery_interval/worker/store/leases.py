@@ -8,7 +8,7 @@ from typing import Any
 from celery_interval.config import Settings
 from celery_interval.errors import StoreError
 from celery_interval.stores.base import Store
-from celery_interval.worker.outage import StoreOutage
+from celery_interval.worker.store.outage import StoreOutage
 
 __all__ = ["Leases"]
 

@@ -10,7 +10,7 @@ from typing import Any
 from celery_interval.errors import StoreError
 from celery_interval.schedule import MARKS_SETTLE_US
 from celery_interval.stores.base import Store
-from celery_interval.worker.done import DoneMarks
+from celery_interval.worker.store.done import DoneMarks
 
 __all__ = ["Births"]
 

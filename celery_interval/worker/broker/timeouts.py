@@ -31,7 +31,7 @@ def warn_broker_timeouts(app: Any, settings: Settings) -> None:
     """Warn when a held task's wait can pass the broker's redelivery timeout: with parking, the
     bucket's hold cap times its interval; without, ``max_ahead_s`` and one interval more. The
     dedupe still prevents double runs, but slots are wasted."""
-    from celery_interval.worker.overflow import hold_cap
+    from celery_interval.worker.broker.parking import hold_cap
 
     found = broker_timeout_s(app, settings)
     if found is None:

@@ -10,7 +10,7 @@ from celery_interval.config import Settings
 from celery_interval.errors import StoreError
 from celery_interval.schedule import PLACE_RENEW_US
 from celery_interval.stores.base import Store, TaskCopy
-from celery_interval.worker.outage import StoreOutage
+from celery_interval.worker.store.outage import StoreOutage
 
 __all__ = ["RunningPlaces"]
 

@@ -12,8 +12,8 @@ from typing import Any, Protocol
 import kombu
 
 from celery_interval.headers import PARKED_HEADER
-from celery_interval.worker.delivery import QUEUE_KEY, UNPARKED_KEY
-from celery_interval.worker.redis_take import is_redis_channel, take_back
+from celery_interval.worker.broker.delivery import QUEUE_KEY, UNPARKED_KEY
+from celery_interval.worker.broker.redis_take import is_redis_channel, take_back
 
 __all__ = ["ConsumerBroker", "OverflowBroker", "ack_each", "log_trail"]
 
@@ -35,7 +35,7 @@ QUEUE_SETTLE_S = 3.0
 
 
 class OverflowBroker(Protocol):
-    """The broker side of parking, on the worker's own connection (see ``worker.parking``)."""
+    """The broker side of parking, on the worker's own connection (``ConsumerBroker`` below)."""
 
     def publish(
         self, copies: list[tuple[str, Any, str]], settled: Callable[[Exception | None], None]

@@ -22,7 +22,7 @@ from celery_interval.placement import own_of
 from celery_interval.schedule import Backoff
 from celery_interval.stores.base import ClaimArgs
 from celery_interval.throttled import Throttled
-from celery_interval.worker.resend import connected_producer, until_sent
+from celery_interval.worker.process.resend import connected_producer, until_sent
 
 __all__ = ["throttled"]
 

@@ -13,7 +13,7 @@ from celery_interval.config import Settings
 from celery_interval.errors import StoreError
 from celery_interval.schedule import Done, Granted, Lease, Mark
 from celery_interval.stores.base import Store, TaskCopy
-from celery_interval.worker.outage import StoreOutage
+from celery_interval.worker.store.outage import StoreOutage
 from celery_interval.worker.timer import cancel
 
 __all__ = ["DoneMarks"]

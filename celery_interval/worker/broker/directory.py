@@ -11,7 +11,7 @@ from typing import Any
 from celery_interval.buckets import overflow_queue_name
 from celery_interval.errors import StoreUnavailable
 from celery_interval.stores.overflow import OverflowIndex
-from celery_interval.worker.parking import OverflowBroker
+from celery_interval.worker.broker.overflow_queues import OverflowBroker
 
 __all__ = ["Directory"]
 

@@ -10,16 +10,19 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from celery_interval.buckets import overflow_queue_name
 from celery_interval.config import Settings
 from celery_interval.errors import StoreUnavailable, UnknownBucket
 from celery_interval.stores.overflow import OverflowIndex
-from celery_interval.worker.directory import Directory
-from celery_interval.worker.parking import OverflowBroker, ack_each, log_trail
+from celery_interval.worker.broker.directory import Directory
+from celery_interval.worker.broker.overflow_queues import OverflowBroker, ack_each, log_trail
 
-__all__ = ["Overflow", "hold_cap"]
+if TYPE_CHECKING:
+    from celery_interval.worker.holding import Holding
+
+__all__ = ["Parking", "hold_cap"]
 
 logger = logging.getLogger("celery_interval.worker")
 
@@ -56,7 +59,7 @@ class _Known:
     interval_us: int
 
 
-class Overflow:
+class Parking:
     """Decides which received tasks park, parks them in batches, and refills buckets as their
     held tasks leave; the slot cycle itself is ``slots.SlotCycle``."""
 
@@ -65,8 +68,7 @@ class Overflow:
         settings: Settings,
         index: OverflowIndex,
         timer: Any,
-        held_count: Callable[[str], int],
-        held_total: Callable[[], int],
+        holding: Holding,
         hold: Callable[[Any], None],
         qos: Callable[[], Any],
     ) -> None:
@@ -74,8 +76,7 @@ class Overflow:
         self.index = index
         self.timer = timer
         self.broker: OverflowBroker | None = None
-        self._held_count = held_count
-        self._held_total = held_total
+        self._holding = holding
         self._hold = hold
         self._qos = qos
         self.known: dict[tuple[str, str], _Known] = {}
@@ -116,8 +117,8 @@ class Overflow:
         key = (held.queue, held.bucket)
         if not (
             key in self.known
-            or self._held_count(held.bucket) >= self.cap(held.interval_us)
-            or self._held_total() >= self.settings.max_held_total
+            or self._holding.held_in(held.bucket) >= self.cap(held.interval_us)
+            or self._holding.held_total() >= self.settings.max_held_total
         ):
             return False
         self.known.setdefault(key, _Known(held.queue, held.interval_us))
@@ -231,7 +232,7 @@ class Overflow:
         """A held task of ``bucket`` left this worker: once half its cap is gone, refill it from
         its parked tasks (in one batch: one index read and one write per refill)."""
         known = self.known.get((queue, bucket)) if queue is not None else None
-        if known is not None and self._held_count(bucket) <= self.cap(known.interval_us) // 2:
+        if known is not None and self._holding.held_in(bucket) <= self.cap(known.interval_us) // 2:
             self.want_refill(known.queue, bucket)
 
     def want_refill(self, queue: str, bucket: str) -> None:
@@ -253,8 +254,8 @@ class Overflow:
             return 0
         interval_us = self._interval_us(queue, bucket)
         room = min(
-            self.cap(interval_us) - self._held_count(bucket),
-            self.settings.max_held_total - self._held_total(),
+            self.cap(interval_us) - self._holding.held_in(bucket),
+            self.settings.max_held_total - self._holding.held_total(),
             REFILL_BATCH,
         )
         if room <= 0:
@@ -290,7 +291,7 @@ class Overflow:
         finally:
             self._busy = False
         self.refilled += got
-        if got == room and self._held_count(bucket) < self.cap(interval_us):
+        if got == room and self._holding.held_in(bucket) < self.cap(interval_us):
             self.want_refill(queue, bucket)  # more room: another turn, not this one
         return got
 
@@ -367,7 +368,7 @@ class Overflow:
         again, now and then, the buckets this worker knows have parked tasks."""
         if self.broker is None or self._busy:
             return
-        room = self.settings.max_held_total - self._held_total()
+        room = self.settings.max_held_total - self._holding.held_total()
         try:
             if self.down_since is not None:
                 self.index.size()  # parking stopped on an error: resume once the store answers
