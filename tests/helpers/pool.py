@@ -19,6 +19,7 @@ from typing import Any
 
 import redis
 
+from celery_interval.config import settings_of
 from celery_interval.testing.processes import WorkerProcess as Worker
 from tests.helpers.workerapp import make_app
 
@@ -49,6 +50,9 @@ class Pool:
     #: The app factory of ``app_module`` (the same settings as the workers' app).
     app_factory: Callable[..., Any] = make_app
     stopped: bool = False
+    #: Store-clock µs until which a copy a killed worker held may still start elsewhere (its
+    #: death, then the lease, then a Redis broker's redelivery): strays are awaited until then.
+    strays_until_us: int = 0
 
     def __post_init__(self) -> None:
         # The pool's own remote-control exchange: its broadcasts reach its workers only, and a
@@ -170,12 +174,16 @@ class Pool:
     def wait_records(
         self, count: int, kind: str = "start", timeout_s: float = 120.0
     ) -> list[dict[str, Any]]:
-        """Wait until ``count`` records of ``kind`` exist (and a little longer for strays)."""
+        """Wait until ``count`` records of ``kind`` exist, then for strays: five intervals, and
+        after a kill until every copy the killed worker held could have started elsewhere
+        (``strays_until_us``), so a copy run twice after its lease shows here."""
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             got = [r for r in self.records() if r["kind"] == kind]
             if len(got) >= count:
                 time.sleep(max(0.5, 5 * self.interval_s))
+                while self.store_now_us() < self.strays_until_us:
+                    time.sleep(0.2)
                 return [r for r in self.records() if r["kind"] == kind]
             time.sleep(0.1)
         got = [r for r in self.records() if r["kind"] == kind]
@@ -197,7 +205,19 @@ class Pool:
             with contextlib.suppress(ProcessLookupError, ValueError):
                 os.kill(int(pid), sig)
         worker.proc.wait(timeout=30)
-        return first_us, self.store_now_us()
+        dead_us = self.store_now_us()
+        self.strays_until_us = max(self.strays_until_us, dead_us + self._redelivery_us())
+        return first_us, dead_us
+
+    def _redelivery_us(self) -> int:
+        """How long after a kill a copy the worker held may start elsewhere: its lease, plus a
+        Redis broker's visibility timeout when short enough for a test to see (the default,
+        an hour, returns nothing within any test)."""
+        lease_s = settings_of(self.app).lease_us / 1e6
+        options = self.app.conf.broker_transport_options or {}
+        visibility_s = float(options.get("visibility_timeout", 0.0))
+        redelivery_s = visibility_s if self.broker.startswith("redis") and visibility_s <= 60 else 0
+        return round((lease_s + redelivery_s + 1.0) * 1e6)
 
     def stop(self) -> None:
         """Stop the workers and delete the queues (once: a test may stop it before its broker)."""
