@@ -33,7 +33,11 @@ From the keys' ledgers (store clock, one start per task: the last admitted ``cla
 - Jain's index of those ratios among the keys of one weight backlogged during a whole window
   (groups of two or more); reported: the minimum over windows and weights;
 - a small key's finish (its last start) after its first send, against the time its tasks take
-  alone at the share it had when sent (``small-tasks`` / (its share of ``limit``)): p50 / max;
+  alone at the share it had when sent (``small-tasks`` / (its share of ``limit``)), and
+  against its finish under the ideal fluid fair share with the same sends (``fluid``: its
+  share follows the keys that arrive and finish later): p50 / max;
+- most starts short: the most a backlogged key got below its share in one window, in starts
+  (a scheduler of whole starts is behind by up to about one start at a window's edge);
 - utilization: starts / (limit x span), the span from the first start to the stop, while the
   flood always had work;
 - unused budget (``fifo``, ``fair``): the seconds of the limit's budget between starts, by
@@ -365,6 +369,37 @@ def water_fill(weights: dict[str, int], caps: dict[str, float], capacity: float)
     return rates
 
 
+def fluid_finish_us(
+    sends: dict[str, int],
+    counts: dict[str, int],
+    weights: dict[str, int],
+    caps: dict[str, float],
+    capacity: float,
+) -> dict[str, int]:
+    """When each key would finish under the ideal fluid fair share (weighted max-min, each key
+    at most its cap, ``capacity`` starts a second shared), with the same sends: the baseline
+    of a key's finish. Between two events (a send, a key done) the rates are ``water_fill``'s."""
+    left = {k: float(n) for k, n in counts.items()}
+    arrivals = sorted(sends.values())
+    finish: dict[str, int] = {}
+    now = float(arrivals[0])
+    while len(finish) < len(left):
+        active = [k for k in left if sends[k] <= now and k not in finish]
+        later = [a for a in arrivals if a > now]
+        if not active:
+            now = float(later[0])
+            continue
+        rates = water_fill({k: weights[k] for k in active}, caps, capacity)
+        done_in = min(left[k] / rates[k] * 1e6 for k in active if rates[k] > 0)
+        step = min(done_in, later[0] - now) if later else done_in
+        for k in active:
+            left[k] -= rates[k] * step / 1e6
+            if left[k] <= 1e-9:
+                finish[k] = round(now + step)
+        now += step
+    return finish
+
+
 def measure(
     mode: str, load: Workload, sends: dict[str, int], starts: dict[str, list[int]], stop_us: int
 ) -> dict[str, Any]:
@@ -386,6 +421,7 @@ def measure(
 
     share_at = [fractions(t, also=k) for t, k in merged]
     ratios: list[float] = []
+    shorts: list[float] = []
     jains: list[float] = []
     starved_groups = 0
     windows = []
@@ -399,6 +435,7 @@ def measure(
         fair = {k: sum(share_at[j].get(k, 0.0) for j in range(lo, hi)) for k in whole}
         ratio = {k: got[k] / fair[k] for k in whole if fair[k] > 0}
         ratios += ratio.values()
+        shorts += [fair[k] - got[k] for k in ratio]
         for w in {weight[k] for k in ratio}:
             same = [ratio[k] for k in ratio if weight[k] == w]
             if len(same) >= 2 and any(same):
@@ -412,8 +449,10 @@ def measure(
         )  # fmt: skip
 
     finish: list[float] = []
+    finish_fluid: list[float] = []
     finish_s: list[float] = []
     unfinished = 0
+    fluid_us = fluid_finish_us(sends, {k: load.count(k) for k in keys}, weight, cap, load.limit)
     for k in keys[1:]:
         if len(starts[k]) < load.small_tasks:
             unfinished += 1
@@ -421,6 +460,7 @@ def measure(
         took_s = (starts[k][-1] - sends[k]) / 1e6
         alone_s = load.small_tasks / (load.limit * fractions(sends[k], also=k)[k])
         finish.append(took_s / alone_s)
+        finish_fluid.append(took_s / ((fluid_us[k] - sends[k]) / 1e6))
         finish_s.append(took_s)
 
     waits = [(starts[k][0] - sends[k]) / 1e6 for k in keys[1:] if starts[k]]
@@ -435,11 +475,14 @@ def measure(
         "share_ratio_median": statistics.median(ratios) if ratios else None,
         "share_ratio_n": len(ratios),
         "share_ratio_below_0_9": sum(r < 0.9 for r in ratios),
+        "share_short_max": max(shorts, default=None),
         "jain_min": min(jains, default=None),
         "jain_groups": len(jains),
         "jain_starved_groups": starved_groups,
         "finish_ratio_p50": statistics.median(finish) if finish else None,
         "finish_ratio_max": max(finish, default=None),
+        "finish_fluid_p50": statistics.median(finish_fluid) if finish_fluid else None,
+        "finish_fluid_max": max(finish_fluid, default=None),
         "finish_s_p50": statistics.median(finish_s) if finish_s else None,
         "finish_s_max": max(finish_s, default=None),
         "small_first_start_s_p50": statistics.median(waits) if waits else None,
@@ -461,8 +504,9 @@ def fmt(value: float | None, spec: str = ".2f") -> str:
 
 
 def table(results: list[dict[str, Any]]) -> str:
-    header = ["mode", "share ratio min / median (n)", "below 0.9", "Jain min (groups)",
-              "small 1st start s p50 / max (started)", "small finish ÷ alone p50 / max",
+    header = ["mode", "share ratio min / median (n)", "below 0.9", "most starts short",
+              "Jain min (groups)", "small 1st start s p50 / max (started)",
+              "small finish ÷ alone p50 / max", "small finish ÷ fluid p50 / max",
               "small finish s p50 / max", "finished",
               "utilization", "gaps < 20 ms (min)", "per-key gaps < own", "most in 1 s",
               "starts (flood)", "dup bodies"]  # fmt: skip
@@ -471,10 +515,12 @@ def table(results: list[dict[str, Any]]) -> str:
             r["mode"],
             f"{fmt(r['share_ratio_min'])} / {fmt(r['share_ratio_median'])} ({r['share_ratio_n']})",
             str(r["share_ratio_below_0_9"]),
+            fmt(r["share_short_max"], ".1f"),
             f"{fmt(r['jain_min'], '.3f')} ({r['jain_groups']})",
             f"{fmt(r['small_first_start_s_p50'], '.1f')} / "
             f"{fmt(r['small_first_start_s_max'], '.1f')} ({r['small_started']})",
             f"{fmt(r['finish_ratio_p50'])} / {fmt(r['finish_ratio_max'])}",
+            f"{fmt(r['finish_fluid_p50'])} / {fmt(r['finish_fluid_max'])}",
             f"{fmt(r['finish_s_p50'], '.1f')} / {fmt(r['finish_s_max'], '.1f')}",
             f"{r['small_finished']}/{r['small_finished'] + r['small_unfinished']}",
             fmt(r["utilization"], ".3f"),
@@ -486,7 +532,7 @@ def table(results: list[dict[str, Any]]) -> str:
         ]
         for r in results
     ]
-    return markdown_table(header, rows, "l" + "r" * 13)
+    return markdown_table(header, rows, "l" + "r" * 15)
 
 
 def main(argv: list[str] | None = None) -> None:
