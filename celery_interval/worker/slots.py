@@ -88,7 +88,7 @@ class SlotCycle:
             held.state = HeldState.ETA
             self._arm(held, eligible_in_us / 1e6, self.tickets.enqueue)
         else:
-            self.tickets.enqueue(held, front=held.resent)
+            self.tickets.enqueue(held, at_head=held.resent)
 
     def pool_freed(self) -> None:
         """A pool process finished a task (on the loop's thread): fill soon."""
@@ -333,8 +333,8 @@ class SlotCycle:
         self.tickets.fill(held.bucket)
 
     def _requeue(self, held: Held) -> None:
-        """Back to the front of the bucket's queue, to take a ticket when a process is free."""
-        self.tickets.enqueue(held, front=True)
+        """Back to the head of the bucket's queue, to take a ticket when a process is free."""
+        self.tickets.enqueue(held, at_head=True)
 
     def _start(self, held: Held, start_ns: int, start_us: int) -> None:
         held.state = HeldState.STARTED

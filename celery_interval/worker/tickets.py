@@ -39,12 +39,12 @@ class Tickets:
         self._fill_entry: Any = None
         self._starved_entry: Any = None
 
-    def enqueue(self, held: Held, *, front: bool = False) -> None:
-        """Queue ``held`` for a ticket: behind the tasks of its rank (or first), then fill."""
+    def enqueue(self, held: Held, *, at_head: bool = False) -> None:
+        """Queue ``held`` for a ticket: behind the tasks of its rank (or at the head), then fill."""
         held.entry = None
         held.state = HeldState.QUEUED
         queued = self.queued[held.bucket]
-        if front:
+        if at_head:
             queued.appendleft(held)
         else:
             at = len(queued)
