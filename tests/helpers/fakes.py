@@ -95,11 +95,16 @@ class Timer:
 
 
 class Qos:
+    """A consumer's prefetch as the service moves it: ``value`` is the net change."""
+
+    def __init__(self) -> None:
+        self.value = 0
+
     def increment_eventually(self) -> None:
-        return None
+        self.value += 1
 
     def decrement_eventually(self) -> None:
-        return None
+        self.value -= 1
 
 
 def make_service(

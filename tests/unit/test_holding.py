@@ -12,14 +12,7 @@ from celery import Celery
 from celery_interval.config import settings_of
 from celery_interval.worker.held import Held
 from celery_interval.worker.holding import Holding
-
-
-class Qos:
-    def increment_eventually(self) -> None:
-        pass
-
-    def decrement_eventually(self) -> None:
-        pass
+from tests.helpers.fakes import Qos
 
 
 def _holding(max_held: int = 4, max_ahead_s: float = 10.0) -> tuple[Holding, list[str]]:

@@ -14,7 +14,7 @@ from celery_interval.config import settings_of
 from celery_interval.errors import StoreUnavailable
 from celery_interval.stores.overflow import MemoryOverflowIndex
 from celery_interval.worker.broker.parking import TAKEN_LEASE_US, Parking
-from tests.helpers.fakes import Timer
+from tests.helpers.fakes import Qos, Timer
 
 INTERVAL_S = 0.02
 HOLD_AHEAD_S = 0.1  # a cap of 5 tasks per bucket at 20 ms
@@ -165,17 +165,6 @@ class FlakyIndex(MemoryOverflowIndex):
         if self.down or self.hold_down:
             raise StoreUnavailable("store down")
         super().hold(members, in_us)
-
-
-class Qos:
-    def __init__(self) -> None:
-        self.value = 0
-
-    def increment_eventually(self) -> None:
-        self.value += 1
-
-    def decrement_eventually(self) -> None:
-        self.value -= 1
 
 
 class Counts(defaultdict[str, int]):
