@@ -114,3 +114,21 @@ def test_each_module_is_small_and_says_what_it_is_for(name: str) -> None:
     assert lines <= MAX_LINES or name in LONG_MODULES, (
         f"{name} has {lines} lines (more than {MAX_LINES} wants a reason in LONG_MODULES)"
     )
+
+
+#: The longest a function of the package may be, its signature and docstring included. The
+#: few past 60 are the model's claims (``schedule.core.claim``, ``schedule.fair_claim.
+#: claim_fair``) and the pool process's claim again (``worker.process.started``): one decision
+#: each, read top to bottom, whose long part is its parameters and their docstring.
+MAX_FUNCTION_LINES = 70
+
+
+def test_no_function_is_long() -> None:
+    long = []
+    for name, path in _modules().items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                lines = (node.end_lineno or node.lineno) - node.lineno + 1
+                if lines > MAX_FUNCTION_LINES:
+                    long.append(f"{name}.{node.name}: {lines} lines")
+    assert not long, "split these functions:\n" + "\n".join(long)
