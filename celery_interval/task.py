@@ -16,7 +16,7 @@ from celery_interval.errors import ConfigurationError, UnknownBucket, short_repr
 from celery_interval.headers import BUCKET_HEADER, COST_HEADER, START_HEADER
 from celery_interval.placement import PACED_STRATEGY, Arrival, bucket_of, own_of
 from celery_interval.throttled import Throttled
-from celery_interval.worker.process import resend, started, throttling
+from celery_interval.worker.process import resend, started, throttle
 
 __all__ = ["IntervalTask"]
 
@@ -76,7 +76,7 @@ class IntervalTask(Task):  # type: ignore[misc]
         try:
             return super().__call__(*args, **kwargs)
         except Throttled as exc:
-            throttling.throttled(self, exc)
+            throttle.throttled(self, exc)
 
     def retry(self, *args: Any, **options: Any) -> Any:
         """Celery's retry, its message published however long the broker is down (unless the

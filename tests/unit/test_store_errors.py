@@ -333,7 +333,7 @@ def test_a_posted_done_mark_the_store_refused_is_posted_again(
 def throttled_while_refused(
     client: redis.Redis[Any], url: str, headers: dict[str, Any]
 ) -> tuple[dict[str, Any], Any]:
-    """Run ``worker.process.throttling.throttled`` for a real task's body (its request carrying
+    """Run ``worker.process.throttle.throttled`` for a real task's body (its request carrying
     ``headers``, as a worker's does) that raised ``Throttled(2.0)`` while the store refuses
     every script: the options of the copy it published (to an in-memory broker, its headers
     stamped as ``before_task_publish`` does), and the ``Retry`` it raised."""
@@ -343,7 +343,7 @@ def throttled_while_refused(
 
     from celery_interval.headers import CLAIM_HEADER, stamp_send
     from celery_interval.stores.base import ClaimArgs
-    from celery_interval.worker.process.throttling import throttled
+    from celery_interval.worker.process.throttle import throttled
 
     app = Celery("throttle", set_as_current=False, broker="memory://")
     app.conf.interval_store_url = url
