@@ -52,6 +52,8 @@ def _record(task: Any, kind: str, *extra: Any) -> None:
         "mono_ns": mono_ns,
         "deadline_ns": task.request.get("interval_start_ns"),
         "su": task.request.get("interval_start_us"),  # the admitted start, the store's clock
+        # the worker's estimate of the store clock's offset that mapped su to deadline_ns
+        "offset_ns": task.request.get("interval_clock_offset_ns"),
         "handoff_ms": (
             (task.request.get("prerun_ns") or 0) - (task.request.get("interval_claimed_ns") or 0)
         )
