@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from typing import Any
 
@@ -20,6 +21,20 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if SLOW_DIRS & set(item.path.parts):
             item.add_marker(pytest.mark.slow)
+
+
+@pytest.fixture(autouse=True)
+def _cpu_s(request: pytest.FixtureRequest) -> Iterator[None]:
+    """With ``CI_TEST_CPU_LOG=FILE``, a line per test there: its id and CPU seconds, its
+    process's and that of the children it reaped meanwhile (worker processes, servers): which
+    tests compute and which wait (a module's pool counts where it ends)."""
+    log = os.environ.get("CI_TEST_CPU_LOG")
+    before = os.times()
+    yield
+    if log:
+        after = os.times()
+        with open(log, "a") as out:
+            out.write(f"{sum(after[:4]) - sum(before[:4]):.2f} {request.node.nodeid}\n")
 
 
 # ---------------------------------------------------------------------------------------
