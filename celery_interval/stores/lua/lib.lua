@@ -32,13 +32,18 @@ local function fmt(x)
   return string.format('%d', x)
 end
 
--- The store's clock: Redis TIME, unless a (test-only) override is given.
+-- The store's clock: Redis TIME, read once per call (a call is one instant: take's claimer
+-- and its operation, take_many's takes), unless a (test-only) override is given.
+local NOW_US = nil
 local function clock_us(override)
   if override ~= nil and override ~= '' then
     return tonumber(override)
   end
-  local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000000 + tonumber(t[2])
+  if NOW_US == nil then
+    local t = redis.call('TIME')
+    NOW_US = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  end
+  return NOW_US
 end
 
 local function num(v)
@@ -148,15 +153,21 @@ end
 -- schedule.new_state's born_us: the birth marker at born_key (set to now when missing, if
 -- set_missing), or the bucket's reset if later. A Cluster passes no born_key (a script may touch
 -- only keys of one hash slot): born = now, so a new bucket's first start waits one interval.
+-- BORN: the marker's value as this call read or wrote it (false: none), read once per call.
+local BORN = {}
 local function born_us(born_key, reset, now, set_missing)
   if born_key == nil then
     return now
   end
-  local born = num(redis.call('GET', born_key))
+  if BORN[born_key] == nil then
+    BORN[born_key] = num(redis.call('GET', born_key)) or false
+  end
+  local born = BORN[born_key] or nil
   if born == nil then
     born = now
     if set_missing then
       redis.call('SET', born_key, fmt(now))
+      BORN[born_key] = now
     end
   end
   if reset ~= nil then
@@ -440,17 +451,23 @@ local function save_fields(key, s, is_new, now, interval, ...)
     save_state(key, s, now, interval)
     return
   end
-  local args, gone = {}, {}
+  local args, gone, read = {}, {}, HELD[key]
+  -- A field this call saw absent needs no HDEL.
+  local function drop(f)
+    if read == nil or read[STATE_INDEX[f]] ~= false then
+      gone[#gone + 1] = f
+    end
+  end
   for _, f in ipairs({ ... }) do
     if f == 'x' then
       if #s.x == 0 then
-        gone[#gone + 1] = f
+        drop(f)
       else
         args[#args + 1] = f
         args[#args + 1] = encode_tats(s.x)
       end
     elseif s[f] == nil or ((f == 'k' or f == 'q' or f == 'u' or f == 's') and s[f] == 0) then
-      gone[#gone + 1] = f
+      drop(f)
     else
       args[#args + 1] = f
       args[#args + 1] = fmt(s[f])
@@ -613,6 +630,8 @@ end
 -- cap <= 0 writes nothing. fields: name, value, ... (numbers are written with fmt()).
 -- redis.LEDGER_TTL_MS: a bucket's ledger goes this long after its last entry (idle tenants).
 local LEDGER_TTL_MS = 604800000
+-- The ledgers this call appended to: each one's TTL is set once per call.
+local LEDGERS = {}
 
 local function ledger_append(key, cap, fields)
   if cap <= 0 then
@@ -628,7 +647,10 @@ local function ledger_append(key, cap, fields)
     args[#args + 1] = value
   end
   redis.call(unpack(args))
-  redis.call('PEXPIRE', key, LEDGER_TTL_MS)
+  if not LEDGERS[key] then
+    redis.call('PEXPIRE', key, LEDGER_TTL_MS)
+    LEDGERS[key] = true
+  end
 end
 
 -- The live places of a capped bucket's running bodies (schedule.status's running).

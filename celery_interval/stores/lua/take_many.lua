@@ -18,7 +18,7 @@ for j = 0, #KEYS / nkeys - 1 do
   if ok then
     replies[j + 1] = reply
   else
-    HELD, MARKS = {}, {}
+    HELD, MARKS, BORN = {}, {}, {}
     if type(reply) == 'table' and reply.err ~= nil then
       replies[j + 1] = reply
     else
