@@ -3,7 +3,8 @@ script, as a worker's claimer that knows the store's birth) and the task's done 
 sent with the next take (``piggy``) or posted by the pool process (``posted``).
 
 Run: python bench/store_commands.py [--tasks 500]. A private redis-server; INFO commandstats
-before and after, by command, per task (10 buckets whose states exist already).
+before and after, by command, per task (10 buckets whose states exist already), and the
+server's time in them per task (commandstats' usec: CPU-bound, but a busy machine adds to it).
 """
 
 from __future__ import annotations
@@ -27,6 +28,12 @@ def calls(client: redis.Redis[Any]) -> dict[str, int]:
     return {k.removeprefix("cmdstat_"): int(v["calls"]) for k, v in stats.items()}
 
 
+def server_us(client: redis.Redis[Any]) -> float:
+    """Microseconds the server spent in commands (INFO commandstats' usec, INFO excluded)."""
+    stats: dict[str, dict[str, Any]] = client.info("commandstats")
+    return sum(float(v["usec"]) for k, v in stats.items() if k != "cmdstat_info")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--tasks", type=int, default=500)
@@ -46,7 +53,7 @@ def main() -> None:
             store.take(copy, Pace(1), terms)
             previous = copy
         for mode in ("piggy", "posted"):
-            before = calls(client)
+            before, before_us = calls(client), server_us(client)
             for i in range(args.tasks):
                 copy = TaskCopy(f"b{i % BUCKETS}", f"{mode}{i}", 0)
                 if mode == "piggy":
@@ -58,11 +65,14 @@ def main() -> None:
                     store.post_done(copy, DEDUPE_TTL_US)
                     store.settle_post(1.0)
                 previous = copy
-            after = calls(client)
+            after, spent_us = calls(client), server_us(client) - before_us
             used = {k: after[k] - before.get(k, 0) for k in after if k != "info"}
             used = {k: n for k, n in sorted(used.items()) if n}
             per = " ".join(f"{k} {n / args.tasks:.2f}" for k, n in used.items())
-            print(f"{mode}: {sum(used.values()) / args.tasks:.2f} commands per task ({per})")
+            print(
+                f"{mode}: {sum(used.values()) / args.tasks:.2f} commands per task ({per}); "
+                f"server time {spent_us / args.tasks:.1f} us per task"
+            )
 
 
 if __name__ == "__main__":
