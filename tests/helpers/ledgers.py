@@ -26,15 +26,19 @@ def ledger(pool: Pool, bucket: str | None = None) -> list[dict[str, str]]:
     return ledger_entries(pool.recorder, bucket or pool.queue)
 
 
-def claim_times_us(pool: Pool, task_id: str | None = None, *, readmits: bool = True) -> list[int]:
+def claim_times_us(
+    pool: Pool, task_id: str | None = None, *, readmits: bool = True, bucket: str | None = None
+) -> list[int]:
     """Store-clock start times of every OK claim (of one task) that happened, read from the
-    bucket's ledger: a start its holder missed that a moved readmit replaced is left out.
+    ledger of ``bucket`` (default: the pool's queue): a start its holder missed that a moved
+    readmit replaced is left out.
 
     ``readmits=False`` leaves out a holder's new start after its admitted one passed unused (a
     pool process that came too late) where the missed start still counts: one start per run,
     for counting runs, not for spacing. A moved readmit stays: it replaced the missed start.
     """
-    entries = happened(ledger(pool)) if readmits else one_per_run(ledger(pool))
+    entries = ledger(pool, bucket)
+    entries = happened(entries) if readmits else one_per_run(entries)
     return sorted(
         int(fields["start"])
         for fields in entries
