@@ -137,6 +137,17 @@ def start_and_wait(pool: Pool) -> list[str]:
     return ids
 
 
+def outages(log: str) -> int:
+    """How many outages a worker's log reports, each as one loss line and then one recovery
+    line (a loss reported twice, or a recovery without a loss, fails). Since Celery 5.7 the
+    event loop also reads the events connection, so a broker that closes every connection can
+    restart a consumer once per connection: more than one outage is the broker's doing."""
+    lines = [m.group(0) for m in re.finditer(f"{re.escape(LOST)}|{BACK.pattern}", log)]
+    said = ["lost" if line.startswith(LOST) else "back" for line in lines]
+    assert said and said == ["lost", "back"] * (len(said) // 2), said
+    return len(said) // 2
+
+
 def wait_logged(pool: Pool, pattern: str | re.Pattern[str], timeout_s: float = 60.0) -> None:
     """Wait until every worker's log has a line matching ``pattern``."""
     deadline = time.monotonic() + timeout_s
@@ -177,7 +188,7 @@ def paused_through(pool: Pool) -> Iterator[None]:
 
 
 def assert_survived(pool: Pool, ids: list[str], name: str) -> list[int]:
-    """Every worker alive and said once that the broker went and once that it came back; each
+    """Every worker alive and reported each outage by one loss and one recovery line; each
     task started once; claims spaced by the interval on the store's clock. Returns how many
     stranded messages each worker put back."""
     try:
@@ -193,8 +204,7 @@ def assert_survived(pool: Pool, ids: list[str], name: str) -> list[int]:
         assert worker.proc.poll() is None, f"{worker.name} exited:\n{worker.log()[-3000:]}"
         log = worker.log()
         assert "Unrecoverable error" not in log, log[-3000:]
-        assert log.count(LOST) == 1, f"{worker.name}: {log.count(LOST)} outage lines"
-        assert len(BACK.findall(log)) == 1, f"{worker.name}: {BACK.findall(log)} recovery lines"
+        assert outages(log) >= 1, worker.name
     held = [w.name for w in pool.workers if "held task(s) return to the broker" in w.log()]
     assert held, "no worker held tasks through the outage"
     assert_exactly_once(records, ids)
@@ -431,7 +441,7 @@ def test_throttled_tasks_through_a_redis_broker_restart(
     for worker in pool.workers:
         log = worker.log()
         assert worker.proc.poll() is None and "Unrecoverable error" not in log, log[-3000:]
-        assert log.count(LOST) == 1 and len(BACK.findall(log)) == 1, worker.name
+        assert outages(log) >= 1, worker.name
     print(
         f"FIGURES test_throttled_tasks_through_a_redis_broker_restart: tasks={len(ids)} "
         f"ok={len(oks)} throttles={len(kinds(pool, 'throttled'))}"
