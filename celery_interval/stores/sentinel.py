@@ -6,6 +6,7 @@ from typing import Any, NamedTuple, cast
 from urllib.parse import parse_qsl, unquote, urlencode, urlsplit, urlunsplit
 
 import redis
+from redis.retry import Retry
 from redis.sentinel import Sentinel
 
 from celery_interval.errors import ConfigurationError
@@ -91,17 +92,21 @@ def _sentinel_node(item: str, shown: str) -> tuple[str, int]:
     return host, DEFAULT_SENTINEL_PORT if port is None else port
 
 
-def sentinel_client(url: str, shown: str, timeout_s: float, **client_options: Any) -> redis.Redis:
+def sentinel_client(
+    url: str, shown: str, timeout_s: float, retry: Retry, **client_options: Any
+) -> redis.Redis:
     """A client of the master the sentinels of ``url`` name (``client_options``: the store's
-    retry and health checks): each new connection asks the sentinels where the master is, so
-    after a failover the client reaches the promoted replica (a connection to the old master
-    fails, or finds a replica, and is dropped). No I/O here."""
+    health checks): each new connection asks the sentinels where the master is, so after a
+    failover the client reaches the promoted replica (a connection to the old master fails,
+    or finds a replica, and is dropped). The sentinels are asked with the store's ``retry``
+    too: redis-py's default backs off for seconds per sentinel, which would hold the worker's
+    event loop for a minute when none answers. No I/O here."""
     target = sentinel_target(url, shown)
     timeouts = {"socket_timeout": timeout_s, "socket_connect_timeout": timeout_s}
     manager: Any = cast(Any, Sentinel)(
-        target.sentinels, sentinel_kwargs={**timeouts, **target.sentinel_options}
+        target.sentinels, sentinel_kwargs={**timeouts, "retry": retry, **target.sentinel_options}
     )
     client: redis.Redis = manager.master_for(
-        target.service, **{**target.master_options, **timeouts, **client_options}
+        target.service, **{**target.master_options, **timeouts, "retry": retry, **client_options}
     )
     return client

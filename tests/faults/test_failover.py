@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import signal
 import statistics
+import subprocess
 import time
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
@@ -40,6 +42,8 @@ LAG_WAIT_S = 5.0
 #: How far a start deadline may stray in mapping the store's clock to this host's monotonic
 #: one (half a round trip to the store, with room for a slow one).
 MAPPING_US = 2_000
+#: How long a worker may take to stop after SIGTERM (Pool.stop's wait before it kills).
+STOP_S = 20.0
 
 
 def _ledger(url: str, bucket: str) -> list[dict[str, str]]:
@@ -168,6 +172,27 @@ def test_sentinel_master_killed_mid_run(make_pool: Any, redis_server: Any, lag: 
         )
         if lag:
             _assert_some_starts_were_lost(group.url, pool)
+
+
+def test_a_worker_stops_on_sigterm_when_no_sentinel_answers(
+    make_pool: Any, redis_server: Any
+) -> None:
+    """Every sentinel and the master gone: the worker's store calls fail at once (each one
+    asks every sentinel with the store's quick retry, not redis-py's seconds of backoff per
+    sentinel, which held the event loop for a minute a call), so a warm shutdown completes."""
+    with sentinel_group() as group:
+        pool = make_pool(
+            INTERVAL_S, broker="redis", store=group.url, record_url=redis_server.url_for(9)
+        )
+        (worker,) = pool.start(1)
+        ids = pool.send(5)
+        assert_exactly_once(pool.wait_records(len(ids)), ids)
+    time.sleep(1.0)  # the worker's timers (parking polls every 0.25 s) call the store meanwhile
+    worker.proc.send_signal(signal.SIGTERM)
+    try:
+        worker.proc.wait(timeout=STOP_S)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"still running {STOP_S} s after SIGTERM:\n{worker.log()[-3000:]}")
 
 
 @pytest.mark.parametrize("lag", [False, True], ids=["in-sync", "replica-behind"])
