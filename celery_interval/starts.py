@@ -14,6 +14,7 @@ __all__ = [
     "COST",
     "GRANT_OP",
     "LIMITS",
+    "MISSED",
     "MOVED",
     "READMIT",
     "START_OP",
@@ -44,6 +45,11 @@ READMIT = "readmit"
 #: after that one (it is the bucket's start just before, of the same task, retry and holder),
 #: so it moved to the new time and never happened where it first was.
 MOVED = "moved"
+#: Set (1) on a claim of the holder's own lease answered other than OK (the queue paused, a
+#: wait): its admitted start has not happened, and happens only if a later OK of the same
+#: holder (``again``, or a readmit) comes; without one, a start of the task by another holder
+#: (its message redelivered) is its one run, not a duplicate.
+MISSED = "missed"
 #: The op of a throttled run (``Throttled``): the task's next start is its run again, not a
 #: duplicate of it.
 THROTTLE_OP = "throttle"

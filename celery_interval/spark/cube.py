@@ -98,21 +98,33 @@ def duplicate_cells(entries: DataFrame, examples: int = 10) -> DataFrame:
     """Per bucket where a (task, retries) was started by more deliveries (holders) than its one
     run and one more per throttle (``Throttled``: it runs again, by design):
     ``duplicate_starts`` (the starts beyond those) and up to ``examples`` of those
-    ``duplicate_tasks``; an entry (bucket, id) is read once however often repeated."""
+    ``duplicate_tasks``. A holder counts when it was admitted a start and its last OK (a
+    start, or a re-claim ``is_again``) came after its last claim answered otherwise under its
+    lease (``is_missed``: that start had not happened); an entry (bucket, id) is read once
+    however often repeated."""
     keys = ("bucket", "task", "r")
-    # The distinct holders and throttles first, in one read of the entries: only counts in the
-    # buffers, so hash-aggregated, no sort.
+    is_start, is_again, is_missed = F.col("is_start"), F.col("is_again"), F.col("is_missed")
     is_throttle = F.col("op") == THROTTLE_OP
-    per_task = (
-        entries.where((F.col("is_start") & F.col("holder").isNotNull()) | is_throttle)
-        .select(
-            *keys,
-            F.when(F.col("is_start"), F.col("holder")).alias("holder"),
-            F.when(is_throttle, F.col("id")).alias("throttle"),
+    # Per holder (a throttle: per entry) and then per copy: only counts and maxima in the
+    # buffers, so hash-aggregated, no sort.
+    per_who = (
+        entries.where(
+            ((is_start | is_again | is_missed) & F.col("holder").isNotNull()) | is_throttle
         )
-        .distinct()
-        .groupBy(*keys)
-        .agg(F.count("holder").alias("holders"), F.count("throttle").alias("throttles"))
+        .groupBy(*keys, F.when(is_throttle, F.col("id")).otherwise(F.col("holder")).alias("who"))
+        .agg(
+            F.max(is_throttle.cast("int")).alias("throttle"),
+            F.max(is_start.cast("int")).alias("admitted"),
+            F.max(F.when(is_start | is_again, F.col("now"))).alias("last_ok"),
+            F.max(F.when(is_missed, F.col("now"))).alias("missed"),
+        )
+    )
+    ran = (F.col("admitted") == 1) & (
+        F.col("missed").isNull() | (F.col("last_ok") > F.col("missed"))
+    )
+    per_task = per_who.groupBy(*keys).agg(
+        F.count(F.when((F.col("throttle") == 0) & ran, True)).alias("holders"),
+        F.count(F.when(F.col("throttle") == 1, True)).alias("throttles"),
     )
     extra = F.col("holders") - 1 - F.col("throttles")
     return (

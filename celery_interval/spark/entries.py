@@ -9,7 +9,15 @@ from pyspark.sql import Column, DataFrame, Window, WindowSpec
 from pyspark.sql import functions as F
 from pyspark.sql.types import LongType, StringType, StructField, StructType
 
-from celery_interval.starts import AGAIN, CONTROL_OPS, GRANT_OP, MOVED, START_OP, THROTTLE_OP
+from celery_interval.starts import (
+    AGAIN,
+    CONTROL_OPS,
+    GRANT_OP,
+    MISSED,
+    MOVED,
+    START_OP,
+    THROTTLE_OP,
+)
 
 __all__ = [
     "AUDIT_FIELDS",
@@ -35,7 +43,7 @@ __all__ = [
 
 _TEXT = ("bucket", "id", "op", "task", "holder", "limits")
 _NUMBERS = ("now", "r", "ticket", "slot", "delay", "epoch", "paused", "start", "late", "again")
-_NUMBERS_TOO = ("changed", "interval", "readmit", "burst", "cost", "moved")
+_NUMBERS_TOO = ("changed", "interval", "readmit", "burst", "cost", "moved", "missed")
 #: Every field an exported entry may carry (``ledger.entry_record``), typed.
 LEDGER_SCHEMA = StructType(
     [StructField(n, StringType()) for n in _TEXT]
@@ -44,7 +52,7 @@ LEDGER_SCHEMA = StructType(
 #: The fields the audit reads.
 AUDIT_FIELDS = (
     "bucket", "id", "op", "now", "task", "r", "holder", "start", "late", "again",
-    "changed", "interval", "readmit", "burst", "cost", "limits", "moved",
+    "changed", "interval", "readmit", "burst", "cost", "limits", "moved", "missed",
 )  # fmt: skip
 #: Lateness over time is kept per second of store time, per bucket and worker.
 TBIN_US = 1_000_000
@@ -85,16 +93,20 @@ def keyed(raw: DataFrame) -> DataFrame:
     """The audited fields, typed, plus ``is_start``, ``kind`` and ``start_key`` (the admitted
     start of a start, else ``now``), shuffled by bucket; entries without bucket, op or now are
     dropped. A *start* is a ``claim:OK`` entry (a holder's re-claim of its own lease,
-    ``again=1``, is not). Only what a later step reads crosses the shuffle: ``op`` of the timeline's
-    entries, the start fields of starts. Overlapping exports' repeats of an entry (bucket, id)
+    ``again=1``, is not: ``is_again``); ``is_missed`` marks a claim of the holder's own lease
+    answered other than OK (``missed=1``). Only what a later step reads crosses the shuffle:
+    ``op`` of the timeline's entries, the start fields of starts, the copy (task, r, holder)
+    of a re-claim and of a missed claim. Overlapping exports' repeats of an entry (bucket, id)
     are still there."""
     valid = F.col("bucket").isNotNull() & F.col("op").isNotNull() & F.col("now").isNotNull()
     # An entry without an id (a hand-made ledger) is never taken for another one.
     unique_id = F.concat(F.lit("row-"), F.monotonically_increasing_id().cast("string"))
     # celery_interval.starts.is_start, as a Column
     is_start = (F.col("op") == START_OP) & ~flag(AGAIN)
+    is_again = (F.col("op") == START_OP) & flag(AGAIN)
     is_control = F.col("op").isin(*_TIMELINE_OPS)
     is_throttle = F.col("op") == THROTTLE_OP  # its task runs again: ``cube.duplicate_cells``
+    is_missed = F.col("op").startswith("claim:") & flag(MISSED)  # ``cube.duplicate_cells`` too
     return (
         typed_columns(raw, AUDIT_FIELDS)
         .where(valid)
@@ -104,12 +116,19 @@ def keyed(raw: DataFrame) -> DataFrame:
             F.coalesce(F.col("id"), unique_id).alias("id"),
             F.when(is_start | is_control | is_throttle, F.col("op")).alias("op"),
             *[
-                F.when(is_start | (is_throttle & F.lit(n in ("task", "r"))), F.col(n)).alias(n)
+                F.when(
+                    is_start
+                    | (is_throttle & F.lit(n in ("task", "r")))
+                    | ((is_missed | is_again) & F.lit(n in ("task", "r", "holder"))),
+                    F.col(n),
+                ).alias(n)
                 for n in _START_FIELDS
             ],
             F.when(is_start | is_control, F.col("interval")).alias("interval"),
             F.when(is_control, F.col("changed")).alias("changed"),
             is_start.alias("is_start"),
+            is_missed.alias("is_missed"),
+            is_again.alias("is_again"),
             kind_of().alias("kind"),
             F.when(is_start, F.coalesce(F.col("start"), F.col("now")))
             .otherwise(F.col("now"))

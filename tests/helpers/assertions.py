@@ -162,21 +162,25 @@ def assert_claims_spaced(pool: Pool, interval_s: float) -> list[int]:
 
 
 def missed_admissions(entries: list[dict[str, str]]) -> set[int]:
-    """Indexes of the admitted starts (``claim:OK``, not a re-claim ``again``) whose holder
-    claimed the same copy again later: a holder claims again past its admitted start only when
-    that start never happened, as the store itself reads it (a readmit). The later claim may be
-    answered other than OK (the queue paused meanwhile), and the copy then run by another
-    holder (its message redelivered after a broker outage): still one run."""
-    last_start: dict[tuple[str, str, str], int] = {}
+    """Indexes of the admitted starts (``claim:OK``, not a re-claim ``again``) that did not
+    happen: a later admission of the same holder replaced it (a readmit), or the holder's last
+    claim of the copy was answered other than OK (``claim:PAUSED`` once the queue paused, say:
+    a holder that claims again has not run the task, and runs it only after an OK, again or a
+    readmit). The copy may then run under another holder (its message redelivered after a
+    broker outage): still one run."""
+    admission: dict[tuple[str, str, str], int] = {}
+    last_ok: dict[tuple[str, str, str], bool] = {}
     missed: set[int] = set()
     for i, e in enumerate(entries):
-        if not e["op"].startswith("claim:") or "again" in e:
+        if not e["op"].startswith("claim:"):
             continue
         copy = (e.get("task", ""), e.get("r", ""), e.get("holder", ""))
-        if copy in last_start:
-            missed.add(last_start.pop(copy))
-        if e["op"] == "claim:OK":
-            last_start[copy] = i
+        last_ok[copy] = e["op"] == "claim:OK"
+        if e["op"] == "claim:OK" and "again" not in e:
+            if copy in admission:
+                missed.add(admission[copy])
+            admission[copy] = i
+    missed.update(i for copy, i in admission.items() if not last_ok[copy])
     return missed
 
 

@@ -107,6 +107,35 @@ def test_a_start_its_holder_missed_and_moved_is_at_its_new_time(
     assert audited(led) == (6, 1, ["b5"])
 
 
+def test_a_start_its_holder_missed_then_run_by_another_is_no_duplicate(
+    spark: Any,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    """A holder told PAUSED under its lease (``missed=1``) has not run the task: another
+    holder's start of it after a redelivery is its one run. A holder whose later OK (again, or
+    a readmit) came counts again; a missed claim of another holder does not excuse one."""
+    from celery_interval.spark import audit
+
+    led = Ledger("mis")
+    led.start("a", 0.0, "w1@a", holder="w1@a/0000000000aa")
+    led.add("claim:PAUSED", 0.2, task="a", r=0, holder="w1@a/0000000000aa", missed=1)
+    led.add("claim:PAUSED", 5.2, task="a", r=0, holder="w1@a/0000000000aa", missed=1)
+    led.start("a", 9.0, "w2@b")  # redelivered after an outage: its one run
+    led.start("b", 1.0, "w1@a", holder="w1@a/0000000000bb")
+    led.add("claim:PAUSED", 1.2, task="b", r=0, holder="w1@a/0000000000bb", missed=1)
+    led.start("b", 10.0, "w1@a", holder="w1@a/0000000000bb", again=1)  # w1 ran it after all
+    led.start("b", 11.0, "w2@b")  # a second run: a duplicate
+    led.start("d", 3.0, "w1@a", holder="w1@a/0000000000dd")
+    led.add("claim:PAUSED", 3.2, task="d", r=0, holder="w1@a/0000000000dd", missed=1)
+    led.start("d", 13.0, "w1@a", holder="w1@a/0000000000dd", readmit=1)  # its readmit: one run
+    led.start("c", 2.0, "w1@a")
+    led.add("claim:PAUSED", 2.2, task="c", r=0, holder="w9@z/0000000000cc", missed=1)
+    led.start("c", 12.0, "w2@b")  # the missed claim was another holder's: a duplicate
+    path = write_jsonl(tmp_path / "mis.jsonl", led.rows)
+    got = by_bucket(audit.audit(audit.read_ledgers(spark, [str(path)])).summary.collect())
+    assert (got["mis"]["duplicate_starts"], got["mis"]["duplicate_tasks"]) == (2, ["b", "c"])
+
+
 def test_a_throttled_task_run_again_is_no_duplicate(
     spark: Any,  # noqa: F811
     tmp_path: Path,

@@ -546,6 +546,13 @@ local function live(m, now)
   return nil
 end
 
+-- Whether a live mark is holder's lease: a claim of it answered other than OK says its
+-- admitted start has not happened (the ledger's missed=1, see ops.lua's claim_reply): the
+-- holder runs the task only after an OK again or a readmit.
+local function own_lease(m, holder)
+  return m ~= nil and m.kind == 'L' and m.holder == holder
+end
+
 -- Store a mark; the value's expiry is authoritative, PX only garbage-collects it 60 s later.
 local function put_mark(key, m, now)
   local value

@@ -199,6 +199,10 @@ local function claim_reply(keys, a, s, slot, outcome, delay, extra)
   for _, x in ipairs(extra or {}) do
     fields[#fields + 1] = x
   end
+  if a.missed and outcome ~= 'OK' then
+    fields[#fields + 1] = 'missed'
+    fields[#fields + 1] = 1
+  end
   ledger_append(keys[3], a.ledger_max, fields)
   local born = ''
   if keys[5] ~= nil then
@@ -266,6 +270,7 @@ end
 -- the latest throttle's wait ends (w): OK again (FULL under a cap whose places are all
 -- others'). nil: a start is decided.
 local function claim_settled(keys, a, s, m)
+  a.missed = own_lease(m, a.holder)
   if s.p ~= nil then
     return claim_reply(keys, a, s, a.slot, 'PAUSED', 0)
   end
@@ -425,7 +430,9 @@ end
 -- for OK start (real µs) and late (virtual start - slot, a ticket's slot pushed by u, >= 0;
 -- again=1 when the holder re-claims its own lease before its start; readmit=1 when its admitted
 -- start passed unheard and a new start was admitted, moved=1 too when that start replaces the
--- missed one, the bucket's last start), for WAIT, FULL and HELD delay; burst and cost on
+-- missed one, the bucket's last start), for WAIT, FULL and HELD delay; missed=1 on a claim
+-- of the holder's own lease answered other than OK (its admitted start has not happened: it
+-- runs only after an OK again or a readmit; lib.lua's own_lease); burst and cost on
 -- every claim of a bucket with a burst or a task with a cost (absent: 1); limits (as ARGV[18])
 -- on every claim of a bucket with extra limits.
 local function claim_op(keys, argv, gate)

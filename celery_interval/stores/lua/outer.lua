@@ -118,7 +118,7 @@ end
 -- schedule.fair_claim.claim_fair: claim_op's gate is the key's turn). PAUSED while the outer
 -- is paused (the inner's new epoch saved, an expired mark dropped).
 -- Ledger: claim_op's entries; op=claim:PAUSED now task r ticket slot holder epoch outer=1
--- for a claim refused by the outer's pause.
+-- (and missed=1, as claim_op's) for a claim refused by the outer's pause.
 local function nested_claim_op(keys, argv)
   local now = clock_us(argv[1])
   local interval = tonumber(argv[2])
@@ -130,14 +130,20 @@ local function nested_claim_op(keys, argv)
       save_state(keys[1], s, now, interval)
     end
     local raw = load_mark(keys[2])
-    if raw ~= nil and live(raw, now) == nil then
+    local m = live(raw, now)
+    if raw ~= nil and m == nil then
       redis.call('DEL', keys[2])
     end
-    ledger_append(keys[3], tonumber(argv[11]), {
+    local fields = {
       'op', 'claim:PAUSED', 'now', now, 'task', argv[8], 'r', tonumber(argv[9]),
       'ticket', tonumber(argv[10]), 'slot', tonumber(argv[4]), 'holder', argv[5], 'epoch', s.e,
       'outer', 1,
-    })
+    }
+    if own_lease(m, argv[5]) then
+      fields[#fields + 1] = 'missed'
+      fields[#fields + 1] = 1
+    end
+    ledger_append(keys[3], tonumber(argv[11]), fields)
     return { 'PAUSED', s.e, 0, now }
   end
   local v = virtual_now(s, now)
