@@ -46,9 +46,10 @@ READMIT = "readmit"
 #: so it moved to the new time and never happened where it first was.
 MOVED = "moved"
 #: Set (1) on a claim of the holder's own lease answered other than OK (the queue paused, a
-#: wait): its admitted start has not happened, and happens only if a later OK of the same
-#: holder (``again``, or a readmit) comes; without one, a start of the task by another holder
-#: (its message redelivered) is its one run, not a duplicate.
+#: wait, every place taken): its admitted start has not happened, and happens only if a later
+#: OK of the same holder comes (``again``, a readmit, or a new start once the lease lapsed);
+#: without one, a start of the task by another holder (its message redelivered) is its one
+#: run, not a duplicate. A *missed* start is one its holder did not use, here as in a readmit.
 MISSED = "missed"
 #: The op of a throttled run (``Throttled``): the task's next start is its run again, not a
 #: duplicate of it.

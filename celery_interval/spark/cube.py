@@ -5,7 +5,7 @@ from __future__ import annotations
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
-from celery_interval.spark.entries import KINDS, flag
+from celery_interval.spark.entries import KINDS, flag, ledger_order
 from celery_interval.starts import THROTTLE_OP
 
 __all__ = [
@@ -100,11 +100,13 @@ def duplicate_cells(entries: DataFrame, examples: int = 10) -> DataFrame:
     ``duplicate_starts`` (the starts beyond those) and up to ``examples`` of those
     ``duplicate_tasks``. A holder counts when it was admitted a start and its last OK (a
     start, or a re-claim ``is_again``) came after its last claim answered otherwise under its
-    lease (``is_missed``: that start had not happened); an entry (bucket, id) is read once
-    however often repeated."""
+    lease (``is_missed``: that start had not happened), in the order of the bucket's stream
+    (``ledger_order``: the store's clock may tie or step back); an entry (bucket, id) is read
+    once however often repeated."""
     keys = ("bucket", "task", "r")
     is_start, is_again, is_missed = F.col("is_start"), F.col("is_again"), F.col("is_missed")
     is_throttle = F.col("op") == THROTTLE_OP
+    order = ledger_order()
     # Per holder (a throttle: per entry) and then per copy: only counts and maxima in the
     # buffers, so hash-aggregated, no sort.
     per_who = (
@@ -115,8 +117,8 @@ def duplicate_cells(entries: DataFrame, examples: int = 10) -> DataFrame:
         .agg(
             F.max(is_throttle.cast("int")).alias("throttle"),
             F.max(is_start.cast("int")).alias("admitted"),
-            F.max(F.when(is_start | is_again, F.col("now"))).alias("last_ok"),
-            F.max(F.when(is_missed, F.col("now"))).alias("missed"),
+            F.max(F.when(is_start | is_again, order)).alias("last_ok"),
+            F.max(F.when(is_missed, order)).alias("missed"),
         )
     )
     ran = (F.col("admitted") == 1) & (

@@ -33,6 +33,7 @@ __all__ = [
     "is_repeat",
     "keyed",
     "kind_of",
+    "ledger_order",
     "normalize",
     "on_timeline",
     "starts_of",
@@ -71,6 +72,19 @@ SOURCES = ("--interval-of", "ledger", "control")
 def flag(name: str) -> Column:
     """Whether the 0/1 field ``name`` is set (absent: not set)."""
     return F.coalesce(F.col(name), F.lit(0)) == 1
+
+
+def ledger_order() -> Column:
+    """An entry's place in its bucket's ledger, as (ms, seq) of its stream id (XADD's, which
+    only grows, unlike the store clock's ``now``); an entry without such an id (a hand-made
+    ledger) is placed by ``now`` (ms, 0)."""
+    parts = F.split(F.col("id"), "-")
+    stream_id = F.col("id").rlike(r"^[0-9]+-[0-9]+$")
+    return F.when(
+        stream_id, F.struct(parts[0].cast("long").alias("ms"), parts[1].cast("long").alias("seq"))
+    ).otherwise(
+        F.struct((F.col("now") / 1000).cast("long").alias("ms"), F.lit(0).cast("long").alias("seq"))
+    )
 
 
 def typed_columns(df: DataFrame, names: Sequence[str]) -> DataFrame:

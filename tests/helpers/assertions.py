@@ -167,7 +167,9 @@ def missed_admissions(entries: list[dict[str, str]]) -> set[int]:
     claim of the copy was answered other than OK (``claim:PAUSED`` once the queue paused, say:
     a holder that claims again has not run the task, and runs it only after an OK, again or a
     readmit). The copy may then run under another holder (its message redelivered after a
-    broker outage): still one run."""
+    broker outage): still one run. Looser than the audit's rule (``cube.duplicate_cells``
+    reads ``missed=1``, written only while the holder's lease is live): any later claim other
+    than OK counts, since a holder that claims has not run the task."""
     admission: dict[tuple[str, str, str], int] = {}
     last_ok: dict[tuple[str, str, str], bool] = {}
     missed: set[int] = set()

@@ -128,12 +128,17 @@ def test_a_start_its_holder_missed_then_run_by_another_is_no_duplicate(
     led.start("d", 3.0, "w1@a", holder="w1@a/0000000000dd")
     led.add("claim:PAUSED", 3.2, task="d", r=0, holder="w1@a/0000000000dd", missed=1)
     led.start("d", 13.0, "w1@a", holder="w1@a/0000000000dd", readmit=1)  # its readmit: one run
+    led.start("e", 4.0, "w1@a", holder="w1@a/0000000000ee")
+    led.add("claim:PAUSED", 4.2, task="e", r=0, holder="w1@a/0000000000ee", missed=1)
+    # The store's clock gave the OK again the PAUSED's time: the stream's order says it came later.
+    led.add("claim:OK", 4.2, task="e", r=0, holder="w1@a/0000000000ee", again=1)
+    led.start("e", 14.0, "w2@b")  # w1 ran it: a duplicate
     led.start("c", 2.0, "w1@a")
     led.add("claim:PAUSED", 2.2, task="c", r=0, holder="w9@z/0000000000cc", missed=1)
     led.start("c", 12.0, "w2@b")  # the missed claim was another holder's: a duplicate
     path = write_jsonl(tmp_path / "mis.jsonl", led.rows)
     got = by_bucket(audit.audit(audit.read_ledgers(spark, [str(path)])).summary.collect())
-    assert (got["mis"]["duplicate_starts"], got["mis"]["duplicate_tasks"]) == (2, ["b", "c"])
+    assert (got["mis"]["duplicate_starts"], got["mis"]["duplicate_tasks"]) == (3, ["b", "c", "e"])
 
 
 def test_a_throttled_task_run_again_is_no_duplicate(
