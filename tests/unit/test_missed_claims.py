@@ -1,4 +1,4 @@
-"""The ledger's ``missed=1``: a claim answered other than OK past its holder's admitted start."""
+"""The ledger's ``missed=1``: a claim of the holder's own lease answered other than OK."""
 
 from __future__ import annotations
 
