@@ -55,7 +55,7 @@ def claim_fair(
     born_us: int,
     outer_born_us: int,
     step: ClaimStep | None = None,
-    refused: Callable[[], None] | None = None,
+    refused: Callable[[bool], None] | None = None,
 ) -> tuple[BucketState, Mark | None, BucketState, fair.FairShare, Claim]:
     """``claim_nested`` of the inner bucket ``key`` (its weight ``outer.weight``) under the
     outer's fair share (``schedule.fair``): a claim that its own bucket admits, or that only
@@ -64,7 +64,9 @@ def claim_fair(
     waits), and an admitted one moves the key's tag. Returns (inner, mark, outer, share, claim).
     ``step`` may run twice on the same records (the second time to ask whether the inner
     bucket alone admits the start); a start it admitted that is not the key's turn calls
-    ``refused``, for a store to undo what ``step`` wrote beside its result (the cap's places).
+    ``refused``, for a store to undo what ``step`` wrote beside its result (the cap's places):
+    with True the cap was checked (claim.lua drops the expired places as it asks for the
+    turn), with False, for a readmit, which asks for no turn, it was not.
     """
     weight = 1 if outer.weight is None else outer.weight
     inner, outer_state, _ = both_records(
@@ -102,7 +104,7 @@ def claim_fair(
             share = fair.started(share, key, weight, terms.cost, spacing_us, now_us, due_us)
         return after_inner, after, outer_after, share, claimed
     if refused is not None:
-        refused()
+        refused(not readmit)
     if readmit:  # held back by the outer's budget
         return after_inner, after, outer_after, share, claimed
     wait_us = max(wait_us, claimed.delay_us if claimed.outcome is Outcome.WAIT else 0)
@@ -124,7 +126,7 @@ def take_fair(
     born_us: int,
     outer_born_us: int,
     step: Callable[[Slot], ClaimStep] | None = None,
-    refused: Callable[[], None] | None = None,
+    refused: Callable[[bool], None] | None = None,
 ) -> tuple[BucketState, Mark | None, BucketState, fair.FairShare, Grant, Claim | None]:
     """``take_nested`` whose claim is ``claim_fair``'s. Returns (inner, mark, outer, share,
     grant, claim)."""

@@ -173,14 +173,16 @@ class NestedSteps(ModelStore):
             return granted, claimed
 
 
-def _unplaced(txn: BucketTxn, terms: ClaimTerms) -> Callable[[], None]:
+def _unplaced(txn: BucketTxn, terms: ClaimTerms) -> Callable[[bool], None]:
     """Undo a capped step's places when its start was not the key's turn
-    (``claim_fair``'s ``refused``): as they were, less those expired (the step dropped them,
-    as claim.lua's cap check does)."""
+    (``claim_fair``'s ``refused``): as they were, less those expired where the cap was
+    checked (the step dropped them, as claim.lua's cap check does)."""
     before = txn.places
 
-    def refused() -> None:
-        txn.places = before if terms.cap is None else live_places(before, txn.now_us)
+    def refused(checked: bool) -> None:
+        txn.places = (
+            live_places(before, txn.now_us) if checked and terms.cap is not None else before
+        )
 
     return refused
 

@@ -1246,3 +1246,38 @@ def test_a_state_written_before_bursts_reads_with_their_defaults(
     assert (state.start_extra_us, state.last_slot_us, state.lost_start_us) == (0, None, None)
     again = redis_store.grant(TaskCopy("api", "t2", 0), Pace(1_000_000))
     assert again.ticket == 2 and again.delay_us > 1_000_000 - 50_000
+
+
+def test_a_readmit_a_throttled_fair_outer_holds_back_leaves_the_places_as_they_are(
+    redis_client: redis.Redis[Any],
+) -> None:
+    """A sequence the differential test found: a capped key of a fair outer whose start passed
+    unheard (its place expired, its lease not) claims again while the outer is throttled. A
+    readmit asks for no turn, so claim.lua never checks the cap and drops no expired place;
+    the model keeps them too."""
+    Differential.client, Differential.cluster = redis_client, False
+    m = Differential()
+    m.start_clock(start=1_700_000_000_000_000)
+    for _ in range(2):
+        m.a_missed_start(
+            bucket="api", burst=1, cost=1, handoff=0, interval=1000, later=False, limits=(), miss=1
+        )
+    m.throttle_then_claim_again(lead=0, retry=0, retry_after=1, step=0, task="t1")
+    grant = m.take(
+        bucket="api:acme", burst=1, cap=None, claim_limits=(), cost=1, handoff=0,
+        holder="w1@host:1", interval=1000, knew="r-earlier", lead=0, lease=1, limits=(),
+        not_after=None, not_before=0, outer=Outer("api", 1000, 1, (), None), place=None,
+        retry=0, share=None, task="t3",
+    )  # fmt: skip
+    m.claim_due_capped(cap=1, g=grant, holder="w3", place=1_000_000)
+    m.throttle(
+        adapt_max=None, bucket="api", burst=1, cost=1, interval=1000, limits=(), retry=0,
+        retry_after=90_000_000, task="t1", ticket=0,
+    )  # fmt: skip
+    m.throttle_then_claim_again(lead=0, retry=0, retry_after=1, step=1_900_000, task="t1")
+    m.claim_nested(
+        cap=1, cost=1, due=False, g=grant, handoff=0, holder="w3", interval=1000, lead=0,
+        outer=Outer("api", 1000, 1, (), 3), slot_shift=0,
+    )  # fmt: skip
+    m.same_records()
+    assert m.model.read_places("api:acme"), "the expired place is still listed"
