@@ -47,6 +47,7 @@ from recording import (
 from celery_interval.config.table import KEY_PREFIX
 from celery_interval.demo.embedded import RedisProc
 from celery_interval.demo.report import RunFigures, figures_from
+from celery_interval.stores.functions import SCRIPT_COMMANDS
 from celery_interval.stores.keys import ledger_key
 
 BENCH_DIR = Path(__file__).resolve().parent
@@ -336,8 +337,7 @@ class Measured:
             # per started task; commandstats counts every command a Lua script runs, and the
             # script call itself
             "redis_commands_per_task": self.commands.total() / started,
-            "redis_script_calls_per_task": (self.commands["evalsha"] + self.commands["eval"])
-            / started,
+            "redis_script_calls_per_task": sum(self.commands[c] for c in SCRIPT_COMMANDS) / started,
             "worker_cpu_s_per_task": self.worker_cpu_s / started,
             "main_cpu_s_per_task": self.main_cpu_s / started,
             "redis_cpu_s_per_task": self.redis_cpu_s / started,

@@ -51,6 +51,7 @@ from systems import CONCURRENCY, _celery_worker
 from celery_interval.demo.app import make_app
 from celery_interval.demo.embedded import RedisProc
 from celery_interval.headers import SEND_HEADER
+from celery_interval.stores.functions import SCRIPT_COMMANDS
 
 SYSTEMS = {"plain": "bench.plain_tenant", "interval": "bench.tenant"}
 STAGE_KEY = "bench-stage"
@@ -86,7 +87,7 @@ class Running:
             cpu_s(self._redis_procs()),
             commands_served(self.broker).total(),
             store.total(),
-            store["evalsha"] + store["eval"],
+            sum(store[c] for c in SCRIPT_COMMANDS),
         )
 
     def round(self, tasks: int, buckets: int, first: int, timeout_s: float) -> dict[str, float]:

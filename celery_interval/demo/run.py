@@ -19,6 +19,7 @@ from celery_interval.config.table import KEY_PREFIX
 from celery_interval.demo.embedded import RedisProc
 from celery_interval.demo.report import RunFigures, figures_from
 from celery_interval.stores.base import Store
+from celery_interval.stores.functions import SCRIPT_COMMANDS
 from celery_interval.stores.keys import ledger_key, state_key
 
 __all__ = ["DemoOptions", "run_demo"]
@@ -180,7 +181,7 @@ def _wait_ready(app: Any, workers: int, procs: list[subprocess.Popen[bytes]]) ->
 def _script_calls(conn: redis.Redis) -> int:
     """Lua script calls the store has served (grant, claim, done, control), from INFO."""
     stats = conn.info("commandstats")
-    return sum(int(stats.get(f"cmdstat_{c}", {}).get("calls", 0)) for c in ("evalsha", "eval"))
+    return sum(int(stats.get(f"cmdstat_{c}", {}).get("calls", 0)) for c in SCRIPT_COMMANDS)
 
 
 def _store_now_us(conn: redis.Redis) -> int:

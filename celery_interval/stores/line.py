@@ -10,12 +10,12 @@ from typing import Any
 
 import hiredis
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import NoScriptError, ResponseError
+from redis.exceptions import ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 __all__ = ["Call", "ScriptLine", "packed"]
 
-#: One EVALSHA: a registered redis-py Script (its ``sha`` and ``script``), keys, arguments.
+#: One script call: its program (``functions.Program``), keys, arguments.
 Call = tuple[Any, Sequence[str], Sequence[Any]]
 _NO_REPLY = object()
 
@@ -34,8 +34,8 @@ class ScriptLine:
     checkout and return per call costs a good part of the call); other threads, and a forked
     child, take one from the pool per batch. ``close`` (or the line's collection) returns it.
 
-    A batch's calls run in order: each script goes ahead of its first call (SCRIPT LOAD, in
-    the same write) until the line has seen it loaded on the server its connections reach.
+    A batch's calls run in order: each program goes ahead of its first call (its load, in the
+    same write) until the line has seen it loaded on the server its connections reach.
     Resending only the calls that met NOSCRIPT would run them after the batch's later calls
     (a batch whose scripts the server only partly holds: a nested bucket's take among plain
     ones, the done calls ahead of a take)."""
@@ -55,9 +55,10 @@ class ScriptLine:
 
     def run(self, calls: Sequence[Call]) -> list[Any]:
         """Each call's reply, in order; a call the script failed gets its ResponseError as its
-        reply. NOSCRIPT (the server's scripts were flushed) resends the calls that met it once,
-        behind their scripts; a connection error or timeout resends the calls still without a
-        reply once (as the client's one retry did), then raises."""
+        reply. A program the server lost (its scripts or functions flushed, a restart) is
+        loaded again and the calls that met it resent once, behind it; a connection error or
+        timeout resends the calls still without a reply once (as the client's one retry did),
+        then raises."""
         conn = self._own_connection()
         if conn is None:
             conn = self._pool.get_connection()
@@ -74,7 +75,8 @@ class ScriptLine:
             raise
 
     def load(self, scripts: Iterable[Any]) -> None:
-        """Connect the connection this thread calls with and load ``scripts`` on its server, so
+        """Connect the connection this thread calls with and load ``scripts`` (programs) on its
+        server, so
         that the first calls' round trips carry neither (a worker maps the store's clock from a
         call's round trip as if its script ran halfway through it). A script the server
         refuses here is refused again, with its error, at its first call."""
@@ -85,9 +87,9 @@ class ScriptLine:
             self._watch(conn)
         try:
             conn.connect()
-            loads = [script for script in scripts if script.sha not in self._loaded]
+            loads = list({s.sha: s for s in scripts if s.sha not in self._loaded}.values())
             if loads:
-                conn.send_packed_command(packed([("SCRIPT", "LOAD", s.script) for s in loads]))
+                conn.send_packed_command(packed([s.load() for s in loads]))
                 self._read_loads(conn, loads)
         except BaseException:
             conn.disconnect()
@@ -149,9 +151,8 @@ class ScriptLine:
                 return replies
             loads = list({calls[i][0].sha: calls[i][0] for i in todo
                           if calls[i][0].sha not in self._loaded}.values())  # fmt: skip
-            commands = [("SCRIPT", "LOAD", script.script) for script in loads]
-            commands += [("EVALSHA", calls[i][0].sha, len(calls[i][1]), *calls[i][1],
-                          *calls[i][2]) for i in todo]  # fmt: skip
+            commands = [script.load() for script in loads]
+            commands += [calls[i][0].call(calls[i][1], calls[i][2]) for i in todo]
             try:
                 conn.send_packed_command(packed(commands))
                 refused = self._read_loads(conn, loads)
@@ -167,7 +168,11 @@ class ScriptLine:
                     raise
                 retried = True
                 continue
-            missing = [i for i in todo if isinstance(replies[i], NoScriptError)]
+            missing = [
+                i
+                for i in todo
+                if isinstance(replies[i], ResponseError) and calls[i][0].missing(replies[i])
+            ]
             if not missing or reloaded:
                 return replies
             reloaded = True  # the scripts were flushed: load them ahead of the calls again
@@ -176,14 +181,15 @@ class ScriptLine:
                 replies[i] = _NO_REPLY
 
     def _read_loads(self, conn: Any, loads: Sequence[Any]) -> dict[str, ResponseError]:
-        """Read the SCRIPT LOAD replies: the scripts loaded join ``_loaded``; the others' errors
+        """Read the loads' replies: the programs loaded join ``_loaded``; the others' errors
         by sha (their calls' replies)."""
         refused: dict[str, ResponseError] = {}
         for script in loads:
             try:
                 conn.read_response()
             except ResponseError as exc:
-                refused[script.sha] = exc
-            else:
-                self._loaded.add(script.sha)
+                if not script.loaded_by(exc):
+                    refused[script.sha] = exc
+                    continue
+            self._loaded.add(script.sha)
         return refused

@@ -9,7 +9,7 @@ from collections import deque
 from typing import Any
 
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import NoScriptError, ResponseError
+from redis.exceptions import ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from celery_interval.stores.line import Call, packed
@@ -29,8 +29,8 @@ class PostedLine:
 
     Once written, a call reaches Redis even if this process is killed the next instant: the
     kernel closes a dead process's socket after sending what it wrote. A script goes ahead of
-    its first call on each connection (SCRIPT LOAD, in the same write); replies are read as the
-    next call is posted, and a call that met NOSCRIPT (the scripts were flushed) is sent again
+    its first call on each connection (its load, in the same write); replies are read as the
+    next call is posted, and a call whose program the server lost (flushed) is sent again
     behind its script. A call the store refused (out of memory, a failed disk save, an error
     in the script) is sent again too, at each ``prepare`` until it goes through: a done mark
     dropped would let a copy of its task run again. So is a call whose reply the connection
@@ -41,7 +41,7 @@ class PostedLine:
     def __init__(self, client: Any) -> None:
         self._pool = client.connection_pool
         self._conn: Any = None
-        #: The call of each reply owed, None for a SCRIPT LOAD's.
+        #: The call of each reply owed, None for a load's.
         self._owed: deque[Call | None] = deque()
         #: Scripts loaded on this connection (by sha).
         self._loaded: set[str] = set()
@@ -118,10 +118,10 @@ class PostedLine:
         script, keys, args = call
         commands = []
         if script.sha not in self._loaded:
-            commands.append(("SCRIPT", "LOAD", script.script))
+            commands.append(script.load())
             self._owed.append(None)
             self._loaded.add(script.sha)
-        commands.append(("EVALSHA", script.sha, len(keys), *keys, *args))
+        commands.append(script.call(keys, args))
         self._owed.append(call)
         # No health check: its PING would wait on a slow store and take an owed reply.
         self._conn.send_packed_command(packed(commands), check_health=False)
@@ -136,12 +136,11 @@ class PostedLine:
             call = self._owed.popleft()
             try:
                 self._conn.read_response()
-            except NoScriptError:
-                if call is not None:
+            except ResponseError as exc:
+                if call is not None and call[0].missing(exc):
                     self._loaded.discard(call[0].sha)
                     again.append(call)
-            except ResponseError as exc:
-                if call is not None:
+                elif call is not None:
                     self._refused(exc)
                     again.append(call)
             else:

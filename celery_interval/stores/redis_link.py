@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 
 import redis
@@ -12,6 +13,7 @@ from redis.exceptions import RedisClusterException, RedisError, ResponseError
 from redis.sentinel import SentinelConnectionPool
 
 from celery_interval.errors import ConfigurationError, StoreUnavailable
+from celery_interval.stores.functions import programs, supports
 from celery_interval.stores.line import ScriptLine
 from celery_interval.stores.posted import PostedLine
 from celery_interval.stores.redis_client import codec_name, describe, store_errors
@@ -23,12 +25,27 @@ if TYPE_CHECKING:
 __all__ = ["RedisLink"]
 
 
+@dataclass(frozen=True)
+class _Chosen:
+    """The program of script ``name``, chosen as the call is first written: a call posted
+    before the link reached the store waits for it (``PostedLine``), and so does the choice
+    between functions and scripts (``functions.supports``)."""
+
+    programs: Callable[[], dict[str, Any]]
+    name: str
+
+    def __getattr__(self, attr: str) -> Any:
+        return getattr(self.programs()[self.name], attr)
+
+
 class RedisLink:
     """The way to one store: its redis-py client (made on first use when given a factory), the
     scripts registered on it, and the calls sent by script name. On a standalone Redis (or
-    Sentinel's master) a batch of calls goes back to back on one connection (``ScriptLine``)
-    and done marks can be posted (``PostedLine``); on a Cluster redis-py sends each call
-    itself (node routing, MOVED and failover). redis-py's errors are raised as the store's
+    Sentinel's master) the scripts are one Redis Functions library, loaded at the first call
+    (EVALSHA where the server has no functions: ``functions.supports``), a batch of calls goes
+    back to back on one connection (``ScriptLine``) and done marks can be posted
+    (``PostedLine``); on a Cluster redis-py sends each call itself by EVALSHA (node routing,
+    MOVED and failover). redis-py's errors are raised as the store's
     (``errors``)."""
 
     def __init__(
@@ -63,14 +80,24 @@ class RedisLink:
         self._fenced = not isinstance(client, redis.Redis) or isinstance(
             client.connection_pool, SentinelConnectionPool
         )
-        self._scripts = {
-            name: self._live.register_script(script_source(name, self._fenced))
-            for name in SCRIPT_NAMES
-        }
         self._standalone = isinstance(client, redis.Redis)
         if self._standalone:
             self._line = ScriptLine(client)
             self._posted = PostedLine(client)
+        else:
+            self._scripts = {
+                name: self._live.register_script(script_source(name, self._fenced))
+                for name in SCRIPT_NAMES
+            }
+
+    def _programs(self) -> dict[str, Any]:
+        """The scripts by name, once the client is made: on a standalone Redis, the library's
+        functions, chosen at the first call (a round trip loading the library)."""
+        self.client()
+        if not self._scripts:
+            functions = supports(self._live, self._fenced, self.where)
+            self._scripts = dict(programs(self._fenced, functions))
+        return self._scripts
 
     def client(self) -> Any:
         """The redis-py client, made on first use when the link was given a factory."""
@@ -105,13 +132,13 @@ class RedisLink:
 
     def send(self, op: str, calls: Sequence[Named]) -> list[Any]:
         """The replies of the named scripts' calls, in order (one round trip on a standalone
-        Redis; EVALSHA, reloaded on NOSCRIPT); the first script error raises."""
+        Redis; a script the server lost is loaded again); the first script error raises."""
         with self.errors(op):
-            self.client()
+            scripts = self._programs()
             if self._line is not None:
-                replies = self._line.run([(self._scripts[n], k, a) for n, k, a in calls])
+                replies = self._line.run([(scripts[n], k, a) for n, k, a in calls])
             else:
-                replies = [self._scripts[n](keys=k, args=a) for n, k, a in calls]
+                replies = [scripts[n](keys=k, args=a) for n, k, a in calls]
             for reply in replies:
                 if isinstance(reply, ResponseError):
                     raise reply
@@ -140,7 +167,7 @@ class RedisLink:
     def prepare_post(self, op: str) -> None:
         """Open (or check) the connection ``post`` writes on; on a Cluster, nothing."""
         with self.errors(op):
-            self.client()
+            self._programs()
             if self._posted is not None:
                 self._posted.prepare()
 
@@ -156,14 +183,15 @@ class RedisLink:
         with self.errors(op):
             if self._posted is not None:
                 name, script_keys, args = call
-                self._posted.post((self._scripts[name], script_keys, args))
+                program = self._scripts.get(name) or _Chosen(self._programs, name)
+                self._posted.post((program, script_keys, args))
 
     def ping(self) -> None:
         """Reach the store, and load the scripts on the connection this thread calls with."""
         with self.errors("ping"):
             self.client().ping()
             if self._line is not None:
-                self._line.load(self._scripts.values())
+                self._line.load(self._programs().values())
 
     def close(self) -> None:
         """Return the line's connection, and close the client's."""

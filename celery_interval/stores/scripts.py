@@ -14,12 +14,14 @@ from celery_interval.stores.codec import claim_of, grant_of
 from celery_interval.stores.redis_nested import NESTED_SCRIPTS
 
 __all__ = [
+    "LIBRARY_PARTS",
     "SCRIPT_NAMES",
     "TAKES_PER_CALL",
     "Named",
     "batched",
     "cap_args",
     "claimer_arg",
+    "lua_text",
     "not_after_arg",
     "script_source",
     "share_arg",
@@ -51,12 +53,17 @@ SCRIPT_NAMES = (
 #: The scripts that run ops.lua's grant_op and claim_op.
 _RUN_OPS = frozenset({"grant", "claim", "take", "take_many"})
 
-#: Takes per take_many.lua call: the script's set-up (lib.lua's functions made anew on each call)
-#: is paid once per call, and Redis serves other clients between calls.
+#: Takes per take_many.lua call: a call's set-up (by EVALSHA, lib.lua's functions made anew) is
+#: paid once per call, and Redis serves other clients between calls.
 TAKES_PER_CALL = 20
 
 
-def _lua_text(name: str) -> str:
+#: The Lua the scripts share, in the order each script's text includes what it needs of it.
+LIBRARY_PARTS = ("lib", "limits", "front", "ops", "fair", "outer")
+
+
+def lua_text(name: str) -> str:
+    """The text of ``stores/lua/<name>.lua``."""
     return (files("celery_interval.stores") / "lua" / f"{name}.lua").read_text(encoding="utf-8")
 
 
@@ -74,7 +81,7 @@ def script_source(name: str, fenced: bool = False) -> str:
         nested = ("fair", "outer") if name in NESTED_SCRIPTS else ()
         parts = ("lib", "limits", "front", "ops", *nested, name)
     flag = f"local FENCED = {'true' if fenced else 'false'}"
-    return "\n".join([flag, *(_lua_text(part) for part in parts)])
+    return "\n".join([flag, *(lua_text(part) for part in parts)])
 
 
 def taken_of(reply: Any) -> tuple[Grant, Claim | None]:

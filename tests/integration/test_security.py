@@ -26,6 +26,7 @@ from celery_interval.stores.redis import RedisStore
 from tests.helpers.assertions import assert_exactly_once
 from tests.helpers.brokers import skip_or_fail
 from tests.helpers.pool import Pool, celery_cli, run_once
+from tests.helpers.redis_versions import redis7_server
 from tests.helpers.store_exercise import DEDUPE_US, INTERVAL_US, exercise
 from tests.helpers.tlscerts import TlsFiles, make_tls_files
 
@@ -35,11 +36,14 @@ STORE_PASSWORD = "ci-Pw-91c2"
 #: The README's line for the store's own user (PASSWORD replaced). ``~ci:{*`` is exactly the
 #: keys of interval_key_prefix ``ci:`` (all are ``<prefix>{<bucket>}…``), not those of ``ci:x:``.
 ACL_LINE = (
-    "ACL SETUSER ci reset on >PASSWORD ~ci:{* +evalsha +script|load +ping +xrange"
+    "ACL SETUSER ci reset on >PASSWORD ~ci:{* +fcall +function|load +evalsha +script|load"
+    " +ping +xrange"
     " +hmget +hset +hdel +get +set +del +xadd +time +pexpire +persist"
     " +zadd +hincrby +zrangebyscore +hget +zrem +zcard +zrange +zremrangebyscore +zscore +zcount"
 )
 ACL_COMMANDS = tuple(word[1:] for word in ACL_LINE.split() if word.startswith("+"))
+#: Without it the store runs its scripts by EVALSHA (``functions.supports``): not needed.
+OPTIONAL = "function|load"
 #: What ``interval ledger export`` adds: it lists ledgers with SCAN and finds the newest entry.
 ACL_EXPORT_EXTRA = "+scan +xrevrange"
 #: redis-py sends CLIENT SETINFO on connect and ignores a refusal: the one denial allowed.
@@ -53,9 +57,10 @@ def set_acl_user(admin: redis.Redis[str], without: str = "", extra: str = "") ->
 
 
 def empty(admin: redis.Redis[str]) -> None:
-    """No keys, no cached scripts, no store user, an empty ACL LOG."""
+    """No keys, no cached scripts or functions, no store user, an empty ACL LOG."""
     admin.flushall()
     admin.script_flush()
+    admin.function_flush()
     admin.execute_command("ACL", "DELUSER", "ci")
     admin.execute_command("ACL", "LOG", "RESET")
 
@@ -79,7 +84,8 @@ def denials(admin: redis.Redis[str]) -> list[str]:
 
 @pytest.fixture(scope="module")
 def auth_server() -> Iterator[RedisProc]:
-    server = RedisProc()
+    """A Redis 7 or later (the ACL line names FCALL, which Redis 6 does not know)."""
+    server = RedisProc(binary=redis7_server())
     try:
         redis.Redis(port=server.port).config_set("requirepass", ADMIN_PASSWORD)
         yield server
@@ -124,9 +130,12 @@ def test_a_wrong_or_missing_password_is_named_with_the_url_masked(
 
 def test_the_acl_user_runs_every_operation(auth_server: RedisProc, admin: redis.Redis[str]) -> None:
     set_acl_user(admin)
-    # the script cache is empty: SCRIPT LOAD (NOSCRIPT reload) and the done pipeline run too
+    admin.config_resetstat()
+    # no library, no cached script: FUNCTION LOAD, the overflow index's SCRIPT LOAD (NOSCRIPT
+    # reload) and the posted done marks run too
     exercise(store_from_url(f"redis://ci:{STORE_PASSWORD}@127.0.0.1:{auth_server.port}/0"))
     assert set(denials(admin)) <= IGNORED_DENIALS, denials(admin)
+    assert admin.info("commandstats")["cmdstat_fcall"]["calls"] >= 10  # the library's functions
 
 
 def test_the_acl_user_cannot_touch_keys_outside_its_prefix(
@@ -178,7 +187,7 @@ def test_the_ledger_export_as_the_acl_user_needs_scan_and_xrevrange(
     reader.close()
 
 
-@pytest.mark.parametrize("command", ACL_COMMANDS)
+@pytest.mark.parametrize("command", [c for c in ACL_COMMANDS if c != OPTIONAL])
 def test_each_command_of_the_acl_line_is_needed(
     auth_server: RedisProc, admin: redis.Redis[str], command: str
 ) -> None:
@@ -188,6 +197,19 @@ def test_each_command_of_the_acl_line_is_needed(
         exercise(store)
     refused = set(denials(admin)) - IGNORED_DENIALS
     assert refused <= {command, command.split("|")[0]} and refused, denials(admin)
+
+
+def test_a_user_who_may_not_load_functions_runs_the_scripts_by_evalsha(
+    auth_server: RedisProc, admin: redis.Redis[str]
+) -> None:
+    """The line less ``+function|load`` (an ACL written for an older version): every
+    operation still runs, by EVALSHA; the one refusal is the library's load."""
+    set_acl_user(admin, without=OPTIONAL)
+    admin.config_resetstat()
+    exercise(store_from_url(f"redis://ci:{STORE_PASSWORD}@127.0.0.1:{auth_server.port}/0"))
+    assert set(denials(admin)) - IGNORED_DENIALS <= {OPTIONAL, "function"}, denials(admin)
+    stats = admin.info("commandstats")
+    assert "cmdstat_fcall" not in stats and stats["cmdstat_evalsha"]["calls"] >= 10, stats
 
 
 # ---------------------------------------------------------------------------------------

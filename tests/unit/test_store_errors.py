@@ -151,7 +151,7 @@ def limited(client: redis.Redis[Any], server: RedisProc) -> Iterator[str]:
 
 @contextlib.contextmanager
 def scripts_refused(client: redis.Redis[Any]) -> Iterator[None]:
-    client.acl_setuser("lim", enabled=True, commands=["-evalsha", "-eval", "-script"])
+    client.acl_setuser("lim", enabled=True, commands=["-@scripting"])  # and FCALL on Redis 7
     try:
         yield
     finally:

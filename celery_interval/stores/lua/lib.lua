@@ -85,8 +85,9 @@ end
 local STATE_FIELDS = { 'e', 'o', 'p', 't', 'n', 'c', 'l', 'i', 'r', 'h', 'a', 'k', 'q', 'g', 'z',
   'm', 'x', 'f', 'u', 'w', 's' }
 local STATE_INDEX = {}
-for i, f in ipairs(STATE_FIELDS) do
-  STATE_INDEX[f] = i
+-- (a numeric loop: a Functions library runs this as it loads, where ipairs is not defined)
+for i = 1, #STATE_FIELDS do
+  STATE_INDEX[STATE_FIELDS[i]] = i
 end
 
 -- The state hashes this call read or wrote, each as HMGET of STATE_FIELDS would return it now
@@ -692,3 +693,13 @@ local function status_reply(s, exists, now, interval, running, next_at, units)
   return reply
 end
 
+
+-- Every call begins with empty caches: a script's lib runs anew at each call, but a Functions
+-- library's runs once, as it loads, and keeps these between calls (functions.py calls this).
+local function call_begins()
+  NOW_US = nil
+  HELD = {}
+  BORN = {}
+  MARKS = {}
+  LEDGERS = {}
+end
