@@ -13,6 +13,7 @@ from typing import Any, Protocol
 
 from redis.exceptions import NoPermissionError, NoScriptError, ResponseError
 
+from celery_interval.stores.redis_client import refused_for_now
 from celery_interval.stores.scripts import LIBRARY_PARTS, SCRIPT_NAMES, lua_text, script_source
 
 __all__ = [
@@ -27,6 +28,9 @@ __all__ = [
 
 logger = logging.getLogger("celery_interval")
 
+#: The scripts that only read: their functions answer while the server refuses writes (out
+#: of memory, a failed save), as their scripts did by EVALSHA.
+READ_ONLY = frozenset({"status"})
 #: The commands that run a script or function (INFO commandstats counts each call).
 SCRIPT_COMMANDS = ("evalsha", "eval", "fcall")
 
@@ -115,7 +119,9 @@ def library_source(fenced: bool) -> tuple[str, str]:
     )
     library = "celery_interval_" + hashlib.sha1(code.encode("utf-8")).hexdigest()[:16]
     registered = [
-        f"redis.register_function('{library}_{name}', run_{name})" for name in SCRIPT_NAMES
+        f"redis.register_function{{function_name='{library}_{name}', callback=run_{name}"
+        + (", flags={'no-writes'}}" if name in READ_ONLY else "}")
+        for name in SCRIPT_NAMES
     ]
     return library, "\n".join([f"#!lua name={library}", code, *registered])
 
@@ -130,17 +136,17 @@ def programs(fenced: bool, functions: bool) -> dict[str, Program]:
 
 def supports(client: Any, fenced: bool, where: str) -> bool:
     """Load the library on ``client``'s server: whether its functions can be called (False: a
-    server without functions, Redis < 7, or a user the ACL does not let load them; logged).
-    Another error (the server refusing writes) raises."""
+    server without functions, Redis < 7, a user the ACL does not let load them, or any other
+    refusal of the library; logged). An error reply that passes (out of memory, a failed save:
+    ``refused_for_now``) raises, and the next call asks again."""
     _library, source = library_source(fenced)
     try:
         client.execute_command("FUNCTION", "LOAD", source)
     except ResponseError as exc:
-        said = str(exc)
-        if "already exists" in said:
+        if "already exists" in str(exc):
             return True
-        if isinstance(exc, NoPermissionError) or "unknown command" in said.lower():
-            logger.info("interval store %s: scripts by EVALSHA, not FCALL (%s)", where, exc)
-            return False
-        raise
+        if refused_for_now(exc) and not isinstance(exc, NoPermissionError):
+            raise
+        logger.info("interval store %s: scripts by EVALSHA, not FCALL (%s)", where, exc)
+        return False
     return True

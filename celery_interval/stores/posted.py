@@ -65,10 +65,8 @@ class PostedLine:
                     self._reset()
                     raise
             self._conn = self._pool.get_connection()
-            unsent, self._unsent = self._unsent, []
             try:
-                for call in unsent:
-                    self._write(call)
+                self._write_unsent()
             except BaseException:
                 self._reset()
                 raise
@@ -103,9 +101,7 @@ class PostedLine:
                 try:
                     if self._conn is None:
                         self._conn = self._pool.get_connection()
-                        unsent, self._unsent = self._unsent, []
-                        for call in unsent:
-                            self._write(call)
+                        self._write_unsent()
                     elif self._conn.can_read(timeout=left_s):
                         self._collect()
                 except (RedisConnectionError, RedisTimeoutError, OSError):
@@ -114,14 +110,25 @@ class PostedLine:
                     if not connected:  # the store cannot be reached now
                         time.sleep(max(0.0, min(SETTLE_RETRY_S, deadline_s - time.monotonic())))
 
+    def _write_unsent(self) -> None:
+        """Write the calls a lost connection took along; those a failed write left unwritten
+        (its program could not be chosen, the store refused) stay owed."""
+        unsent, self._unsent = self._unsent, []
+        for i, call in enumerate(unsent):
+            try:
+                self._write(call)
+            except BaseException:
+                self._unsent = [*unsent[i:], *self._unsent][-MAX_OWED:]
+                raise
+
     def _write(self, call: Call) -> None:
         script, keys, args = call
-        commands = []
-        if script.sha not in self._loaded:
-            commands.append(script.load())
-            self._owed.append(None)
-            self._loaded.add(script.sha)
+        sha = script.sha  # a program chosen as its first call is written may raise here
+        commands = [script.load()] if sha not in self._loaded else []
         commands.append(script.call(keys, args))
+        if len(commands) == 2:
+            self._owed.append(None)
+            self._loaded.add(sha)
         self._owed.append(call)
         # No health check: its PING would wait on a slow store and take an owed reply.
         self._conn.send_packed_command(packed(commands), check_health=False)

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 
 import redis
-from redis.exceptions import RedisClusterException, RedisError, ResponseError
+from redis.exceptions import NoPermissionError, RedisClusterException, RedisError, ResponseError
 from redis.sentinel import SentinelConnectionPool
 
 from celery_interval.errors import ConfigurationError, StoreUnavailable
@@ -140,6 +140,8 @@ class RedisLink:
             else:
                 replies = [scripts[n](keys=k, args=a) for n, k, a in calls]
             for reply in replies:
+                if isinstance(reply, NoPermissionError) and self._line is not None:
+                    self._scripts = {}  # the ACL changed: functions or scripts, chosen again
                 if isinstance(reply, ResponseError):
                     raise reply
             return replies

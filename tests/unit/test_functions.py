@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import re
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -12,6 +13,7 @@ import pytest
 import redis
 
 from celery_interval.demo.embedded import RedisProc
+from celery_interval.errors import StoreUnavailable
 from celery_interval.schedule import ClaimTerms, Outcome, Pace
 from celery_interval.schedule.state import Done
 from celery_interval.stores.base import TaskCopy
@@ -39,8 +41,9 @@ def library_names(client: redis.Redis[Any]) -> set[str]:
     }
 
 
-def run_a_task(store: RedisStore, task_id: str) -> None:
-    """A take, its claim at its slot, and its done mark posted as a pool process does."""
+def run_a_task(store: RedisStore, task_id: str) -> int:
+    """A take, its claim at its slot, and its done mark posted as a pool process does; the
+    task's ticket."""
     copy = TaskCopy("api", task_id, 0)
     grant, claim = store.take(copy, Pace(1_000), TERMS)
     assert grant.outcome is Outcome.OK
@@ -51,6 +54,7 @@ def run_a_task(store: RedisStore, task_id: str) -> None:
     store.post_done(copy, 10**7)
     store.settle_post(5.0)
     assert isinstance(store.read_mark("api", task_id, 0), Done)
+    return grant.ticket
 
 
 @pytest.fixture(scope="module")
@@ -83,7 +87,7 @@ def test_the_scripts_run_as_the_library_s_functions(
     store: RedisStore, redis_client: redis.Redis[Any]
 ) -> None:
     store.ping()
-    run_a_task(store, "t1")
+    assert run_a_task(store, "t1") == 1
     assert store.status("api", 1_000).ticket == 1
     calls = script_calls(redis_client)
     assert calls["fcall"] >= 4 and calls["evalsha"] == calls["eval"] == 0, calls
@@ -97,19 +101,49 @@ def test_a_library_the_server_lost_is_loaded_again(
     """Functions are data: a FUNCTION FLUSH drops them, and so does a restart of a server that
     keeps nothing on disk. The next take, claim, done mark (posted too) and status load the
     library again, each still answering once."""
-    run_a_task(store, "t1")
+    assert run_a_task(store, "t1") == 1
     if lost == "restart":
         redis7.restart()
     else:
         redis_client.function_flush()
     assert library_names(redis_client) == set()
-    run_a_task(store, "t2" if lost != "restart" else "t1")
+    # each call ran once: the next ticket (a restart lost the bucket: its first again)
+    assert run_a_task(store, "t2") == (1 if lost == "restart" else 2)
     redis_client.function_flush()
     store.prepare_post()
     store.post_done(TaskCopy("mail", "t9", 0), 10**7)  # the posted line meets the flush
     store.settle_post(5.0)
     assert isinstance(store.read_mark("mail", "t9", 0), Done)
     assert store.status("api", 1_000).exists
+
+
+def test_the_store_s_clock_moves_from_one_call_to_the_next(store: RedisStore) -> None:
+    """The library's code runs once: each call reads Redis TIME anew (lib.lua's call_begins
+    empties the clock a call read)."""
+    copy = TaskCopy("api", "t1", 0)
+    grant = store.grant(copy, Pace(10**6))
+    first = store.claim(copy, 10**6, grant.slot, TERMS, ticket=grant.ticket)
+    time.sleep(0.05)
+    second = store.claim(copy, 10**6, grant.slot, TERMS, ticket=grant.ticket)
+    assert first.outcome is second.outcome is Outcome.WAIT
+    assert second.now_us - first.now_us >= 40_000
+
+
+def test_status_answers_while_the_server_refuses_writes(
+    store: RedisStore, redis_client: redis.Redis[Any]
+) -> None:
+    """Out of memory Redis refuses every function that may write; status reads only
+    (no-writes), and answers, as its script did by EVALSHA."""
+    assert run_a_task(store, "t1") == 1
+    redis_client.config_set("maxmemory-policy", "noeviction")
+    redis_client.config_set("maxmemory", "1")
+    try:
+        assert store.status("api", 1_000).ticket == 1
+        with pytest.raises(StoreUnavailable, match=r"OOM|maxmemory"):
+            store.grant(TaskCopy("api", "t2", 0), Pace(1_000))
+    finally:
+        redis_client.config_set("maxmemory", "0")
+    assert store.grant(TaskCopy("api", "t2", 0), Pace(1_000)).ticket == 2
 
 
 def test_redis_6_runs_the_scripts_by_evalsha(caplog: pytest.LogCaptureFixture) -> None:
