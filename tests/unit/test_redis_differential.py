@@ -1293,3 +1293,35 @@ def test_a_readmit_a_throttled_fair_outer_holds_back_leaves_the_places_as_they_a
     )  # fmt: skip
     m.same_records()
     assert m.model.read_places("api:acme"), "the expired place is still listed"
+
+
+def test_a_held_back_readmit_whose_key_is_full_leaves_the_places_as_they_are(
+    redis_client: redis.Redis[Any],
+) -> None:
+    """As above, with another task's live place filling the key's cap: the inner bucket alone
+    answers FULL, and still no expired place is dropped (claim.lua checks no cap)."""
+    Differential.client, Differential.cluster = redis_client, False
+    m = Differential()
+    m.start_clock(start=1_700_000_000_000_000)
+    granted = []
+    for task in ("t3", "t4"):
+        granted.append(m.take(
+            bucket="api:acme", burst=1, cap=None, claim_limits=(), cost=1, handoff=0,
+            holder="w1@host:1", interval=1000, knew="r-earlier", lead=0, lease=1, limits=(),
+            not_after=None, not_before=0, outer=Outer("api", 1000, 1, (), None), place=None,
+            retry=0, share=None, task=task,
+        ))  # fmt: skip
+    m.claim_due_capped(cap=2, g=granted[0], holder="w3", place=1_000_000)
+    m.claim_due_capped(cap=2, g=granted[1], holder="w4", place=10_000_000)
+    assert len(m.model.read_places("api:acme")) == 2
+    m.throttle(
+        adapt_max=None, bucket="api", burst=1, cost=1, interval=1000, limits=(), retry=0,
+        retry_after=90_000_000, task="t1", ticket=0,
+    )  # fmt: skip
+    m.advance(step=1_900_000)
+    m.claim_nested(
+        cap=1, cost=1, due=False, g=granted[0], handoff=0, holder="w3", interval=1000, lead=0,
+        outer=Outer("api", 1000, 1, (), 3), slot_shift=0,
+    )  # fmt: skip
+    m.same_records()
+    assert len(m.model.read_places("api:acme")) == 2, "t3's expired place is still listed"
