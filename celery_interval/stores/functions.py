@@ -114,16 +114,21 @@ def library_source(fenced: bool) -> tuple[str, str]:
         f"local function run_{name}(KEYS, ARGV)\ncall_begins()\n{lua_text(name)}\nend"
         for name in SCRIPT_NAMES
     ]
-    code = "\n".join(
-        [f"local FENCED = {'true' if fenced else 'false'}", *map(lua_text, LIBRARY_PARTS), *bodies]
-    )
-    library = "celery_interval_" + hashlib.sha1(code.encode("utf-8")).hexdigest()[:16]
     registered = [
-        f"redis.register_function{{function_name='{library}_{name}', callback=run_{name}"
+        f"redis.register_function{{function_name='LIBRARY_{name}', callback=run_{name}"
         + (", flags={'no-writes'}}" if name in READ_ONLY else "}")
         for name in SCRIPT_NAMES
     ]
-    return library, "\n".join([f"#!lua name={library}", code, *registered])
+    code = "\n".join(
+        [
+            f"local FENCED = {'true' if fenced else 'false'}",
+            *map(lua_text, LIBRARY_PARTS),
+            *bodies,
+            *registered,
+        ]
+    )
+    library = "celery_interval_" + hashlib.sha1(code.encode("utf-8")).hexdigest()[:16]
+    return library, f"#!lua name={library}\n" + code.replace("'LIBRARY_", f"'{library}_")
 
 
 def programs(fenced: bool, functions: bool) -> dict[str, Program]:

@@ -109,23 +109,30 @@ class PostedLine:
                     self._reset()
                     if not connected:  # the store cannot be reached now
                         time.sleep(max(0.0, min(SETTLE_RETRY_S, deadline_s - time.monotonic())))
+                except BaseException:
+                    self._reset()
+                    raise
 
     def _write_unsent(self) -> None:
-        """Write the calls a lost connection took along; those a failed write left unwritten
-        (its program could not be chosen, the store refused) stay owed."""
+        """Write the calls a lost connection took along; after a failed write, those not
+        written stay owed."""
         unsent, self._unsent = self._unsent, []
         for i, call in enumerate(unsent):
             try:
                 self._write(call)
             except BaseException:
-                self._unsent = [*unsent[i:], *self._unsent][-MAX_OWED:]
+                self._unsent = [*self._unsent, *unsent[i + 1 :]][-MAX_OWED:]
                 raise
 
     def _write(self, call: Call) -> None:
         script, keys, args = call
-        sha = script.sha  # a program chosen as its first call is written may raise here
-        commands = [script.load()] if sha not in self._loaded else []
-        commands.append(script.call(keys, args))
+        try:  # a program chosen as its first call is written may raise: the call stays owed
+            sha = script.sha
+            commands = [script.load()] if sha not in self._loaded else []
+            commands.append(script.call(keys, args))
+        except BaseException:
+            self._unsent = [*self._unsent, call][-MAX_OWED:]
+            raise
         if len(commands) == 2:
             self._owed.append(None)
             self._loaded.add(sha)

@@ -94,10 +94,11 @@ class RedisLink:
         """The scripts by name, once the client is made: on a standalone Redis, the library's
         functions, chosen at the first call (a round trip loading the library)."""
         self.client()
-        if not self._scripts:
+        scripts = self._scripts  # read once: a NOPERM in another thread may empty it
+        if not scripts:
             functions = supports(self._live, self._fenced, self.where)
-            self._scripts = dict(programs(self._fenced, functions))
-        return self._scripts
+            scripts = self._scripts = dict(programs(self._fenced, functions))
+        return scripts
 
     def client(self) -> Any:
         """The redis-py client, made on first use when the link was given a factory."""

