@@ -57,7 +57,8 @@ def assert_kept_places(
     starts are of tasks throttled before it that had not run again yet (their kept slots come
     first, in the order of the throttles). A copy that claimed its kept slot only after it had
     passed (a loaded worker) is passed by the starts admitted meanwhile, as the docs say, but
-    never by one before its kept slot."""
+    never by one within an interval of its kept slot (the store holds every other claim an
+    interval past the last kept slot)."""
 
     def next_start(task: str, after_us: int) -> int | None:
         return min(
@@ -79,8 +80,8 @@ def assert_kept_places(
         passed_from_us = own_us
         own = next(e for e in oks if e["task"] == throttle["task"] and int(e["start"]) == own_us)
         kept_us = own_us - int(own.get("late", 0))  # the kept slot, on the store's clock
-        if int(own["now"]) > kept_us:  # the copy came after its slot: later starts may pass it
-            passed_from_us = kept_us
+        if int(own["now"]) > kept_us:  # the copy came after its slot: later starts may pass
+            passed_from_us = kept_us + int(own["interval"])  # it, an interval after it at least
         strays = [
             r for r in starts if admitted_us < r["us"] < passed_from_us and r["id"] not in pending
         ]
