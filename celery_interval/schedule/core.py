@@ -134,6 +134,10 @@ def claim(
     slot_us = slot.slot_us if missed is None else state.current_slot_us
     earliest_us = _earliest(state, terms, spacing_us, slot_us, front, missed, moves)
     v = virtual_now(state, now_us)
+    reserved_us = state.reserved_us
+    if front and reserved_us is not None and slot_us < reserved_us and v > earliest_us:
+        # its kept slot passed unused: it goes after the slots later throttles kept
+        earliest_us = max(earliest_us, reserved_us + spacing_us)
     lead_us = clamp_lead(terms.lead_us)
     if v + lead_us < earliest_us:
         return state, mark, Claim(Outcome.WAIT, state.epoch, earliest_us - v, now_us)

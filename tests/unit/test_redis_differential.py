@@ -1325,3 +1325,44 @@ def test_a_held_back_readmit_whose_key_is_full_leaves_the_places_as_they_are(
     )  # fmt: skip
     m.same_records()
     assert len(m.model.read_places("api:acme")) == 2, "t3's expired place is still listed"
+
+
+def test_a_late_throttled_copy_goes_after_the_later_kept_slots(
+    redis_client: redis.Redis[Any],
+) -> None:
+    """Two throttles in a row keep two slots; the first copy claims after its slot has passed
+    (just before the second's): it is not admitted ahead of the second copy, which starts on
+    its kept slot, and then starts an interval later; claim.lua answers as the model."""
+    now = [1_700_000_000_000_000]
+    model = MemoryStore(clock_us=lambda: now[0])
+    store = RedisStore(redis_client, now_us=lambda: now[0])
+
+    def both(op: str, *args: Any) -> Any:
+        want = getattr(model, op)(*args)
+        assert getattr(store, op)(*args) == want, op
+        return want
+
+    copies = {t: TaskCopy("api", t, 0) for t in "abc"}
+    terms = ClaimTerms("w1", 10**7)
+    due = {}
+    for t in "abc":
+        g = both("grant", copies[t], Pace(1_000))
+        due[t] = (now[0] + g.delay_us, g.slot)
+    for t in "ab":
+        now[0] = due[t][0]
+        assert both("claim", copies[t], 1_000, due[t][1], terms).outcome is Outcome.OK
+    for t in "ab":
+        now[0] += 100
+        both("throttle", copies[t], 1_000, Backoff(3_000, 0))
+    kept = {}
+    for t in "ab":
+        g = both("grant", copies[t], Pace(1_000))
+        kept[t] = (now[0] + g.delay_us, g.slot)
+    assert kept["b"][0] - kept["a"][0] == 1_000
+    now[0] = kept["b"][0] - 100  # a's kept slot passed 900 µs ago
+    late = both("claim", copies["a"], 1_000, kept["a"][1], terms)
+    assert (late.outcome, late.delay_us) == (Outcome.WAIT, 1_100)
+    now[0] = kept["b"][0]
+    assert both("claim", copies["b"], 1_000, kept["b"][1], terms).delay_us == 0
+    now[0] += 1_000
+    assert both("claim", copies["a"], 1_000, kept["a"][1], terms).outcome is Outcome.OK

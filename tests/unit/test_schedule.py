@@ -435,6 +435,18 @@ THROTTLE_TABLE = [
          ("starts", 1_000, 2_000, 5_200, 6_200, 7_200)],
     ),
     (
+        "a throttled copy that comes after its kept slot goes after the later kept slots",
+        [at(-ML), grant("a"), grant("b"), grant("c"), at(1_000), claim("a"), at(2_000),
+         claim("b"), at(2_100), throttle("a", 3_000), at(2_200), throttle("b", 3_000),
+         grant("a"), grant("b"), at(6_100), claim("a"), at(6_200), claim("b"), at(7_200),
+         claim("a"), at(8_200), claim("c"), STARTS],
+        [("OK", 1, 1_000, ML + 1_000), ("OK", 2, 2_000, ML + 2_000),
+         ("OK", 3, 3_000, ML + 3_000), ("OK", 0), ("OK", 0), ("throttled", 4_000),
+         ("throttled", 5_000), ("OK", 1, 3_000, 3_000), ("OK", 1, 4_000, 4_000),
+         ("WAIT", 1_100), ("OK", 0), ("OK", 0), ("OK", 0),
+         ("starts", 1_000, 2_000, 6_200, 7_200, 8_200)],
+    ),
+    (
         "a start admitted before a throttle and claimed again late waits the throttle out",
         [at(-ML), grant("a"), grant("b"), at(1_000), claim("a"), at(2_000), claim("b", "w2"),
          at(2_100), throttle("a", 3_000), at(2_500), claim("b", "w2"), grant("a"), at(4_099),

@@ -348,6 +348,10 @@ local function claim_earliest(a, s, c, alone)
   if c.missed == nil then
     earliest = math.max(c.slot + (c.front and 0 or s.u), earliest)
   end
+  -- schedule.core.claim: a kept slot passed unused goes after the slots later throttles kept
+  if c.front and s.h ~= nil and c.slot < s.h and c.v > earliest then
+    earliest = math.max(earliest, s.h + c.spacing)
+  end
   return earliest
 end
 
