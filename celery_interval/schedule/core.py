@@ -134,10 +134,8 @@ def claim(
     slot_us = slot.slot_us if missed is None else state.current_slot_us
     earliest_us = _earliest(state, terms, spacing_us, slot_us, front, missed, moves)
     v = virtual_now(state, now_us)
-    reserved_us = state.reserved_us
-    if front and reserved_us is not None and slot_us < reserved_us and v > earliest_us:
-        # its kept slot passed unused: it goes after the slots later throttles kept
-        earliest_us = max(earliest_us, reserved_us + spacing_us)
+    if front and slot_us < (state.reserved_us or 0) and v > earliest_us:  # kept slot passed:
+        earliest_us = max(earliest_us, (state.reserved_us or 0) + spacing_us)  # after later ones
     lead_us = clamp_lead(terms.lead_us)
     if v + lead_us < earliest_us:
         return state, mark, Claim(Outcome.WAIT, state.epoch, earliest_us - v, now_us)
@@ -300,10 +298,8 @@ def done(now_us: int, dedupe_ttl_us: int) -> Done:
 
 
 def renew(mark: Mark | None, now_us: int, holder: str, lease_us: int) -> tuple[Mark | None, bool]:
-    """Extend ``holder``'s live lease to ``now + lease_us``; False if it holds none.
-
-    ``lease_us=0`` ends the lease now: a requeued message's copy takes a new ticket at once.
-    """
+    """Extend ``holder``'s live lease to ``now + lease_us``; False if it holds none
+    (``lease_us=0`` ends the lease now: a requeued message's copy takes a new ticket at once)."""
     mark = live(mark, now_us)
     if isinstance(mark, Lease) and mark.holder == holder:
         return replace(mark, expires_real_us=now_us + lease_us), True
@@ -384,9 +380,9 @@ def expires_in_us(state: BucketState, now_us: int, interval_us: int) -> int | No
     """How long after a write at ``now_us`` the store may drop ``state``; None: keep it.
 
     Once virtual time has reached both ``tat`` and the starts' (``last_start + interval`` with
-    no burst), a new state (under
-    an old birth marker) gives every grant and claim the same delays: only the epoch and the
-    ticket numbers differ, and the grace lets claims of the old epoch come late. A paused bucket,
+    no burst), a new state (under an old birth marker) gives every grant and claim the same
+    delays: only the epoch and the ticket numbers differ, and the grace lets claims of the old
+    epoch come late. A paused bucket,
     one with an interval override and an adapted one are kept: a new state would forget the
     pause, the override or what the throttles taught.
     """

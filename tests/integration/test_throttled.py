@@ -81,7 +81,7 @@ def assert_kept_places(
         own = next(e for e in oks if e["task"] == throttle["task"] and int(e["start"]) == own_us)
         kept_us = own_us - int(own.get("late", 0))  # the kept slot, on the store's clock
         if int(own["now"]) > kept_us:  # the copy came after its slot: later starts may pass
-            passed_from_us = kept_us + int(own["interval"])  # it, an interval after it at least
+            passed_from_us = min(own_us, kept_us + int(own["interval"]))  # it, an interval on
         strays = [
             r for r in starts if admitted_us < r["us"] < passed_from_us and r["id"] not in pending
         ]
