@@ -53,6 +53,8 @@ class Pool:
     #: Store-clock µs until which a copy a killed worker held may still start elsewhere (its
     #: death, then the lease, then a Redis broker's redelivery): strays are awaited until then.
     strays_until_us: int = 0
+    #: The ids ``send`` enqueued, in order: a wait that times out names those that never ran.
+    sent: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         # The pool's own remote-control exchange: its broadcasts reach its workers only, and a
@@ -160,6 +162,7 @@ class Pool:
                     task, args=(i,), kwargs=kwargs, queue=self.queue, producer=producer
                 )
                 ids.append(result.id)
+        self.sent.extend(ids)
         return ids
 
     def store_now_us(self) -> int:
@@ -187,7 +190,28 @@ class Pool:
                 return [r for r in self.records() if r["kind"] == kind]
             time.sleep(0.1)
         got = [r for r in self.records() if r["kind"] == kind]
+        self.print_missing({r["id"] for r in got})
         raise AssertionError(f"only {len(got)} of {count} {kind} records after {timeout_s}s")
+
+    def print_missing(self, seen: set[str]) -> None:
+        """For each id sent that has no record: its ledger entries and its workers' log lines
+        (printed whole: an assertion's message is cut short)."""
+        from tests.helpers.ledgers import ledger_entries  # it imports this module
+
+        try:
+            entries = ledger_entries(self.recorder, self.queue)
+        except redis.RedisError as exc:  # the store may be down: the logs still say something
+            print(f"no ledger: {exc}")
+            entries = []
+        for task_id in [i for i in self.sent if i not in seen]:
+            print(f"never ran: {task_id}")
+            for fields in entries:
+                if fields.get("task") == task_id:
+                    print("  ledger", fields)
+            for log in sorted(self.tmp.glob("*.log")):
+                for line in log.read_text(errors="replace").splitlines():
+                    if task_id in line:
+                        print(f"  {log.name}: {line}")
 
     def kill(self, worker: Worker, sig: int = signal.SIGKILL) -> tuple[int, int]:
         """Kill a worker's whole process group member by member (prefork children too); returns
