@@ -62,12 +62,10 @@ def claim_fair(
     the outer's budget holds back, asks for its turn; a start that is not yet its turn is not
     admitted (WAIT for the turn's estimate: neither record changes, the share notes the key
     waits), and an admitted one moves the key's tag. Returns (inner, mark, outer, share, claim).
-    ``step`` may run twice on the same records (the second time to ask whether the inner
-    bucket alone admits the start); a start it admitted that is not the key's turn calls
-    ``refused``, for a store to undo what ``step`` wrote beside its result (the cap's places):
-    with True the cap was checked (claim.lua drops the expired places as it asks for the
-    turn), with False, for a readmit, which asks for no turn, it was not.
-    """
+    ``step`` may run twice (the second time: does the inner bucket alone admit the start?); a
+    start it admitted that is not the key's turn calls ``refused``, for a store to undo what
+    ``step`` wrote (the cap's places): True if the cap was checked (claim.lua drops expired
+    places as it asks for the turn), False for a readmit, which asks for no turn."""
     weight = 1 if outer.weight is None else outer.weight
     inner, outer_state, _ = both_records(
         inner, outer_state, now_us, interval_us, outer, born_us, outer_born_us
@@ -77,13 +75,17 @@ def claim_fair(
         interval_us=interval_us, born_us=born_us, outer_born_us=outer_born_us, step=step,
     )  # fmt: skip
     new_start = is_new_start(claimed, after, mark, now_us)
-    # A readmit (this holder's start passed unheard) does not wait its turn: its key had
-    # that start, and a pool process waits for this one. It is charged unless it moved.
+    # A readmit (its start passed unheard) asks no turn: it is charged unless it moved.
     readmit = isinstance(live(mark, now_us), Lease)
     if not new_start:
         if outer_state.paused_at_real_us is not None:
             return after_inner, after, outer_after, share, claimed
-        if not _admitted_alone(inner, mark, now_us, slot, terms, outer, interval_us, born_us, step):
+        alone = replace(outer, interval_us=1, burst=max(1, terms.cost), limits=(), weight=None)
+        _, alone_after, _, alone_claimed = claim_nested(
+            inner, mark, None, now_us, slot, terms, alone,
+            interval_us=interval_us, born_us=born_us, outer_born_us=0, step=step,
+        )  # fmt: skip
+        if not is_new_start(alone_claimed, alone_after, mark, now_us):
             if readmit and refused is not None:
                 refused(False)  # a FULL alone dropped expired places claim.lua never checked
             return after_inner, after, outer_after, share, claimed
@@ -107,26 +109,6 @@ def claim_fair(
     wait_us = max(wait_us, claimed.delay_us if claimed.outcome is Outcome.WAIT else 0)
     waits = replace(claimed, outcome=Outcome.WAIT, epoch=inner.epoch, delay_us=wait_us)
     return inner, live(mark, now_us), outer_state, share, waits
-
-
-def _admitted_alone(
-    inner: BucketState,
-    mark: Mark | None,
-    now_us: int,
-    slot: Slot,
-    terms: ClaimTerms,
-    outer: Outer,
-    interval_us: int,
-    born_us: int,
-    step: ClaimStep | None,
-) -> bool:
-    """Whether the inner bucket alone, the outer's budget aside, admits a new start."""
-    alone = replace(outer, interval_us=1, burst=max(1, terms.cost), limits=(), weight=None)
-    _, after, _, claimed = claim_nested(
-        inner, mark, None, now_us, slot, terms, alone,
-        interval_us=interval_us, born_us=born_us, outer_born_us=0, step=step,
-    )  # fmt: skip
-    return is_new_start(claimed, after, mark, now_us)
 
 
 def take_fair(
