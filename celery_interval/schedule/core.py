@@ -382,9 +382,8 @@ def expires_in_us(state: BucketState, now_us: int, interval_us: int) -> int | No
     Once virtual time has reached both ``tat`` and the starts' (``last_start + interval`` with
     no burst), a new state (under an old birth marker) gives every grant and claim the same
     delays: only the epoch and the ticket numbers differ, and the grace lets claims of the old
-    epoch come late. A paused bucket,
-    one with an interval override and an adapted one are kept: a new state would forget the
-    pause, the override or what the throttles taught.
+    epoch come late. A paused bucket, one with an interval override and an adapted one are
+    kept: a new state would forget the pause, the override or what the throttles taught.
     """
     if (
         state.paused_at_real_us is not None

@@ -101,7 +101,12 @@ class LibraryFunction:
         return str(exc).startswith("Function not found")
 
     def loaded_by(self, exc: ResponseError) -> bool:
-        return "already exists" in str(exc)
+        return _exists(exc)
+
+
+def _exists(exc: ResponseError) -> bool:
+    """Whether FUNCTION LOAD's error says the library is on the server already."""
+    return "already exists" in str(exc)
 
 
 @functools.cache
@@ -148,7 +153,7 @@ def supports(client: Any, fenced: bool, where: str) -> bool:
     try:
         client.execute_command("FUNCTION", "LOAD", source)
     except ResponseError as exc:
-        if "already exists" in str(exc):
+        if _exists(exc):
             return True
         if refused_for_now(exc) and not isinstance(exc, NoPermissionError):
             raise

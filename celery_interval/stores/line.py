@@ -76,9 +76,8 @@ class ScriptLine:
 
     def load(self, scripts: Iterable[Any]) -> None:
         """Connect the connection this thread calls with and load ``scripts`` (programs) on its
-        server, so
-        that the first calls' round trips carry neither (a worker maps the store's clock from a
-        call's round trip as if its script ran halfway through it). A script the server
+        server, so that the first calls' round trips carry neither (a worker maps the store's
+        clock from a call's round trip as if its script ran halfway through it). A script the server
         refuses here is refused again, with its error, at its first call."""
         conn = self._own_connection()
         pooled = conn is None

@@ -128,12 +128,13 @@ class PostedLine:
         script, keys, args = call
         try:  # a program chosen as its first call is written may raise: the call stays owed
             sha = script.sha
-            commands = [script.load()] if sha not in self._loaded else []
+            loads = sha not in self._loaded
+            commands = [script.load()] if loads else []
             commands.append(script.call(keys, args))
         except BaseException:
             self._unsent = [*self._unsent, call][-MAX_OWED:]
             raise
-        if len(commands) == 2:
+        if loads:
             self._owed.append(None)
             self._loaded.add(sha)
         self._owed.append(call)

